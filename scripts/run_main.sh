@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# scripts/run_main.sh: the main job. Sets the machine up, builds (as scripts/test.sh does), then trains
+# an MLP on Fashion-MNIST on the CPU from /usr/share/datasets/fashion-mnist.
+#
+#   bash scripts/run_main.sh                    train with configs/fmnist_mlp.yaml
+#   bash scripts/run_main.sh optim.lr=0.01      extra arguments go to the trainer (key=value overrides)
+#
+#   TG_SKIP_APT=1, TG_CMAKE_ARGS, TG_LLVM_DIR   as in scripts/test.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+[[ -f CMakeLists.txt ]] || { echo "run_main.sh: error: no CMakeLists.txt in $PWD; nothing to build" >&2; exit 1; }
+
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_WERROR=ON)
+# See scripts/test.sh: pin the LLVM that setup.sh installed.
+llvm_dir="${TG_LLVM_DIR:-}"
+if [[ -z "$llvm_dir" ]]; then
+  for v in 19 16; do
+    if command -v "llvm-config-$v" >/dev/null 2>&1; then llvm_dir="$(llvm-config-$v --cmakedir)"; break; fi
+  done
+fi
+[[ -n "$llvm_dir" ]] && cmake_args+=("-DLLVM_DIR=$llvm_dir")
+read -r -a extra_cmake_args <<<"${TG_CMAKE_ARGS:-}"
+
+cmake --fresh -S . -B build "${cmake_args[@]}" "${extra_cmake_args[@]}"
+cmake --build build -j"$(nproc)"
+
+if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
+  echo "run_main.sh: error: Fashion-MNIST not in /usr/share/datasets/fashion-mnist" \
+       "(install the Debian package dataset-fashion-mnist)" >&2
+  exit 1
+fi
+
+if [[ -x build/launcher/tg ]]; then
+  exec build/launcher/tg train configs/fmnist_mlp.yaml "$@"
+elif [[ -x build/examples/train_fmnist ]]; then
+  echo "run_main.sh: build/launcher/tg is not built yet; falling back to build/examples/train_fmnist" >&2
+  exec build/examples/train_fmnist "$@"
+else
+  echo "run_main.sh: error: neither build/launcher/tg nor build/examples/train_fmnist was built" >&2
+  exit 1
+fi

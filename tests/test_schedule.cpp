@@ -1,0 +1,116 @@
+// Scheduling and fusion: kernel counts where fusion matters, views that cost no kernel, DEBUG
+// output.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "tinygrad/device.h"
+#include "tinygrad/engine/realize.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/schedule/schedule.h"
+#include "tinygrad/tensor.h"
+
+using namespace tg;
+
+namespace {
+size_t kernels(const Tensors& ts) {
+  std::vector<UOpPtr> outs;
+  for (auto& t : ts) outs.push_back(t.uop());
+  size_t n = 0;
+  for (auto& item : create_schedule(outs)) n += item.kind == ScheduleItem::Kind::Kernel;
+  return n;
+}
+}  // namespace
+
+TEST(Fusion, MulAddSumIsOneKernel) {
+  Tensor a = Tensor::rand({16, 16}), b = Tensor::rand({16, 16}), c = Tensor::rand({16, 16});
+  Tensor r = ((a * b) + c).sum();
+  EXPECT_EQ(kernels({r}), 1u);
+  std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = c.to_vector<float>();
+  double expect = 0;
+  for (size_t i = 0; i < av.size(); i++) expect += av[i] * bv[i] + cv[i];
+  EXPECT_NEAR(r.item<float>(), expect, 1e-3);
+}
+
+TEST(Fusion, ViewsFeedingElementwiseAddNoCopy) {
+  Tensor x = Tensor::randn({4, 6}), y = Tensor::rand({3, 8});
+  Tensor r = x.relu().reshape({2, 3, 4}).permute({1, 0, 2}).reshape({3, 8}) + y;
+  EXPECT_EQ(kernels({r}), 1u);
+  auto xv = x.to_vector<float>(), yv = y.to_vector<float>(), rv = r.to_vector<float>();
+  // r[i, j*4+k] = relu(x_flat[j*12 + i*4 + k]) + y[i, j*4+k]
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 2; j++)
+      for (int k = 0; k < 4; k++) {
+        float xr = std::max(0.0f, xv[j * 12 + i * 4 + k]);
+        EXPECT_FLOAT_EQ(rv[i * 8 + j * 4 + k], xr + yv[i * 8 + j * 4 + k]);
+      }
+}
+
+TEST(Fusion, ReduceThenScaleIsOneKernel) {
+  Tensor x = Tensor::rand({32, 8});
+  EXPECT_EQ(kernels({x.sum(1) * 2.0}), 1u);
+  EXPECT_EQ(kernels({x.mean()}), 1u);
+}
+
+TEST(Fusion, ReshapeOfRealizedNeedsNoKernel) {
+  Tensor x = Tensor::rand({4, 4});
+  EXPECT_EQ(kernels({x.reshape({16})}), 0u);
+  EXPECT_EQ(kernels({x.reshape({2, 8}).reshape({16})}), 0u);
+}
+
+TEST(Fusion, MlpForwardBackwardKernelCountIsBounded) {
+  Tensor::manual_seed(1);
+  Tensor w1 = Tensor::randn({784, 128}).requires_grad_(), w2 = Tensor::randn({128, 64}).requires_grad_();
+  Tensor w3 = Tensor::randn({64, 10}).requires_grad_();
+  Tensor x = Tensor::rand({32, 784});
+  Tensor labels = Tensor::randint({32}, 0, 10);
+  Tensor loss = x.matmul(w1).relu().matmul(w2).relu().matmul(w3).sparse_categorical_crossentropy(labels);
+  loss.backward();
+  size_t n = kernels({loss, *w1.grad(), *w2.grad(), *w3.grad()});
+  std::printf("3-layer MLP forward+backward: %zu kernels\n", n);
+  EXPECT_LE(n, 24u);
+  EXPECT_GE(n, 6u);
+}
+
+TEST(Debug, Level4PrintsGeneratedSource) {
+  int old = knobs::DEBUG.get();
+  knobs::DEBUG.set(4);
+  testing::internal::CaptureStderr();
+  Tensor x = Tensor::rand({5, 7});
+  (x * 3.0 + 1.0).exp().sum(0).realize();
+  std::string err = testing::internal::GetCapturedStderr();
+  knobs::DEBUG.set(old);
+  EXPECT_NE(err.find("r_7__5"), std::string::npos) << err;  // the kernel's name
+  EXPECT_TRUE(err.find("data0") != std::string::npos || err.find("define") != std::string::npos) << err;
+  EXPECT_NE(err.find("*** CPU"), std::string::npos) << err;
+}
+
+TEST(Debug, Level2ShowsTimeAndMemory) {
+  int old = knobs::DEBUG.get();
+  knobs::DEBUG.set(2);
+  testing::internal::CaptureStderr();
+  (Tensor::rand({64}) + 1.0).realize();
+  std::string err = testing::internal::GetCapturedStderr();
+  knobs::DEBUG.set(old);
+  EXPECT_NE(err.find(" ms"), std::string::npos) << err;
+  EXPECT_NE(err.find("mem in use"), std::string::npos) << err;
+}
+
+TEST(MemoryPool, FreedBuffersAreReused) {
+  auto& pool = get_device("CPU").pool();
+  auto before = pool.stats();
+  for (int i = 0; i < 5; i++) (Tensor::rand({1000}) * 2.0).realize();
+  auto after = pool.stats();
+  EXPECT_GT(after.reuse_hits, before.reuse_hits);
+  EXPECT_GE(after.peak_bytes, after.bytes_in_use);
+}
+
+TEST(Laziness, NothingRunsUntilNeeded) {
+  Tensor x = Tensor::rand({8});
+  x.realize();
+  auto before = GlobalCounters::get().kernels_run;
+  Tensor y = (x * 2.0).exp().sum();
+  EXPECT_EQ(GlobalCounters::get().kernels_run, before);
+  y.item<float>();
+  EXPECT_EQ(GlobalCounters::get().kernels_run, before + 1);
+}

@@ -1,0 +1,186 @@
+// Device registry, the caching allocator (memory pool) and Buffer.
+#include "tinygrad/device.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
+
+namespace tg {
+
+// ---- MemoryPool ------------------------------------------------------------------------------
+
+size_t MemoryPool::round_size(size_t bytes) {
+  // Round to 64 bytes below 1 MiB, else to 1/8 of the next power of two: limits waste while
+  // letting neighbouring sizes share cached blocks.
+  if (bytes <= 64) return 64;
+  if (bytes < (1u << 20)) return (bytes + 63) & ~size_t{63};
+  size_t p = 1;
+  while (p < bytes) p <<= 1;
+  size_t step = p / 8;
+  return (bytes + step - 1) / step * step;
+}
+
+MemoryPool::~MemoryPool() { release_cached(); }
+
+void* MemoryPool::alloc(size_t bytes) {
+  size_t size = round_size(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.allocations++;
+    auto it = cached_.find(size);
+    if (it != cached_.end()) {
+      void* p = it->second;
+      cached_.erase(it);
+      stats_.reuse_hits++;
+      stats_.bytes_cached -= size;
+      stats_.bytes_in_use += size;
+      stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.bytes_in_use);
+      return p;
+    }
+  }
+  void* p = backing_.alloc(size);
+  if (!p) {  // out of memory: give the cache back and try once more
+    release_cached();
+    p = backing_.alloc(size);
+  }
+  TG_CHECK(p, "out of memory allocating ", bytes, " bytes");
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_in_use += size;
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.bytes_in_use);
+  return p;
+}
+
+void MemoryPool::free(void* ptr, size_t bytes) {
+  size_t size = round_size(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_in_use -= size;
+  stats_.bytes_cached += size;
+  cached_.emplace(size, ptr);
+}
+
+void MemoryPool::release_cached() {
+  std::multimap<size_t, void*> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks.swap(cached_);
+    stats_.bytes_cached = 0;
+  }
+  for (auto& [size, p] : blocks) backing_.free(p, size);
+}
+
+PoolStats MemoryPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+// ---- Device ----------------------------------------------------------------------------------
+
+MemoryPool& Device::pool() {
+  if (!pool_) pool_ = std::make_unique<MemoryPool>(allocator());
+  return *pool_;
+}
+
+Program& Device::get_program(const std::string& name, const std::string& source) {
+  std::lock_guard<std::mutex> lock(program_mu_);
+  std::string key = name + "\n" + source;
+  auto it = programs_.find(key);
+  if (it != programs_.end()) return *it->second;
+  auto prog = compiler().compile(name, source);
+  return *programs_.emplace(key, std::move(prog)).first->second;
+}
+
+// ---- registry --------------------------------------------------------------------------------
+
+namespace {
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, DeviceFactory> factories;
+  std::map<std::string, std::unique_ptr<Device>> devices;
+};
+Registry& registry() {
+  static Registry* r = new Registry();  // leaked on purpose: devices outlive static destructors
+  return *r;
+}
+void ensure_builtin_devices() {
+  static std::once_flag once;
+  std::call_once(once, register_builtin_devices);
+}
+}  // namespace
+
+void register_device(const std::string& base_name, DeviceFactory factory) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().factories[base_name] = std::move(factory);
+}
+
+std::string canonical_device(const std::string& name) {
+  std::string up = name;
+  std::transform(up.begin(), up.end(), up.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (up.size() > 2 && up.substr(up.size() - 2) == ":0") up = up.substr(0, up.size() - 2);
+  return up;
+}
+
+Device& get_device(const std::string& name) {
+  ensure_builtin_devices();
+  std::string full = canonical_device(name);
+  std::string base = full.substr(0, full.find(':'));
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.devices.find(full);
+  if (it != r.devices.end()) return *it->second;
+  auto f = r.factories.find(base);
+  if (f == r.factories.end()) {
+    std::string known;
+    for (auto& [k, v] : r.factories) known += (known.empty() ? "" : ", ") + k;
+    TG_CHECK(false, "unknown device '", name, "' (this build has: ", known, ")");
+  }
+  auto dev = f->second(full);
+  return *r.devices.emplace(full, std::move(dev)).first->second;
+}
+
+std::vector<std::string> registered_devices() {
+  ensure_builtin_devices();
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::vector<std::string> out;
+  for (auto& [k, v] : registry().factories) out.push_back(k);
+  return out;
+}
+
+std::string default_device() { return canonical_device(knobs::DEVICE.get()); }
+
+// ---- Buffer ----------------------------------------------------------------------------------
+
+Buffer::Buffer(std::string device, DType dtype, int64_t numel)
+    : device_(canonical_device(device)), dtype_(dtype), numel_(numel) {
+  TG_ASSERT(numel >= 0, "negative buffer size");
+}
+
+Buffer::~Buffer() {
+  if (ptr_) dev_->pool().free(ptr_, nbytes());
+}
+
+void* Buffer::ensure_allocated() {
+  if (!ptr_ && numel_ > 0) {
+    dev_ = &get_device(device_);
+    ptr_ = dev_->pool().alloc(nbytes());
+  }
+  return ptr_;
+}
+
+void Buffer::copy_in(const void* host, size_t bytes) {
+  TG_ASSERT(bytes == nbytes(), "copy_in of ", bytes, " bytes into a buffer of ", nbytes());
+  if (bytes == 0) return;
+  ensure_allocated();
+  dev_->allocator().copy_in(ptr_, host, bytes);
+}
+
+void Buffer::copy_out(void* host, size_t bytes) const {
+  TG_ASSERT(bytes == nbytes(), "copy_out of ", bytes, " bytes from a buffer of ", nbytes());
+  if (bytes == 0) return;
+  TG_ASSERT(ptr_, "copy_out of an unallocated buffer");
+  dev_->synchronize();
+  dev_->allocator().copy_out(host, ptr_, bytes);
+}
+
+}  // namespace tg

@@ -1,0 +1,138 @@
+// The four device interfaces (Allocator, Compiler, Program, Device), the caching allocator that
+// sits in front of every device allocator, Buffer, and the device registry.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tinygrad/dtype.h"
+
+namespace tg {
+
+struct Renderer;
+
+// Raw device memory. Opaque handles: a host pointer on CPU, a device pointer elsewhere.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr, size_t bytes) = 0;
+  virtual void copy_in(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_out(void* host_dst, const void* src, size_t bytes) = 0;
+  // Host address of a buffer when the device shares host memory (CPU), else nullptr.
+  virtual void* host_view(void* /*ptr*/) { return nullptr; }
+};
+
+struct PoolStats {
+  size_t bytes_in_use = 0;
+  size_t peak_bytes = 0;
+  size_t bytes_cached = 0;
+  uint64_t allocations = 0;
+  uint64_t reuse_hits = 0;
+};
+
+// Caching allocator: freed blocks wait in size-keyed free lists and are handed out again.
+class MemoryPool {
+ public:
+  explicit MemoryPool(Allocator& backing) : backing_(backing) {}
+  ~MemoryPool();
+  void* alloc(size_t bytes);
+  void free(void* ptr, size_t bytes);
+  void release_cached();  // returns every cached block to the device
+  PoolStats stats() const;
+  static size_t round_size(size_t bytes);
+
+ private:
+  Allocator& backing_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> cached_;
+  PoolStats stats_;
+};
+
+// A compiled kernel.
+class Program {
+ public:
+  virtual ~Program() = default;
+  // Runs the kernel over its buffers. Returns seconds elapsed when wait is true.
+  virtual std::optional<double> launch(const std::vector<void*>& buffers, const std::vector<int64_t>& global_size,
+                                       const std::vector<int64_t>& local_size, bool wait) = 0;
+};
+
+class Compiler {
+ public:
+  virtual ~Compiler() = default;
+  virtual std::string cache_key() const = 0;  // identifies compiler and target, for caches
+  // Compiles source into a loadable program whose entry point is `name`.
+  virtual std::unique_ptr<Program> compile(const std::string& name, const std::string& source) = 0;
+};
+
+enum class Feature { HostMemory, Timing, Float16, BFloat16 };
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  const std::string& name() const { return name_; }
+  virtual Allocator& allocator() = 0;
+  virtual const Renderer& renderer() const = 0;
+  virtual Compiler& compiler() = 0;
+  virtual void synchronize() {}
+  virtual bool supports(Feature f) const = 0;
+  virtual std::string description() const { return name_; }
+  MemoryPool& pool();
+  // Compiles through the device compiler, cached by source.
+  Program& get_program(const std::string& name, const std::string& source);
+  size_t compiled_count() const { return programs_.size(); }
+
+ protected:
+  explicit Device(std::string name) : name_(std::move(name)) {}
+
+ private:
+  std::string name_;
+  std::unique_ptr<MemoryPool> pool_;
+  std::mutex program_mu_;
+  std::map<std::string, std::unique_ptr<Program>> programs_;
+};
+
+// Device registry. Names follow tinygrad: "CPU", "CUDA", "CUDA:1", "CL".
+using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& full_name)>;
+void register_device(const std::string& base_name, DeviceFactory factory);
+Device& get_device(const std::string& name);
+std::string canonical_device(const std::string& name);  // "cpu" -> "CPU", "CUDA:0" -> "CUDA"
+std::vector<std::string> registered_devices();
+// Registers the backends this build has (runtime/register.cpp); called once, on first lookup.
+void register_builtin_devices();
+std::string default_device();  // DEVICE knob, else CPU
+
+// Device memory for one array of `numel` elements of `dtype`. Memory is taken from the pool
+// on first use and returned to it when the Buffer dies.
+class Buffer {
+ public:
+  Buffer(std::string device, DType dtype, int64_t numel);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  const std::string& device() const { return device_; }
+  DType dtype() const { return dtype_; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * itemsize(dtype_); }
+  bool allocated() const { return ptr_ != nullptr || numel_ == 0; }
+  void* ensure_allocated();
+  void* ptr() const { return ptr_; }
+  void copy_in(const void* host, size_t bytes);
+  void copy_out(void* host, size_t bytes) const;
+
+ private:
+  std::string device_;
+  DType dtype_;
+  int64_t numel_;
+  void* ptr_ = nullptr;
+  Device* dev_ = nullptr;
+};
+
+}  // namespace tg

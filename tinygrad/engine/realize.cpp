@@ -1,0 +1,128 @@
+// Schedule execution.
+#include "tinygrad/engine/realize.h"
+
+#include <cstdio>
+#include <mutex>
+#include <unordered_map>
+
+#include "tinygrad/codegen/linearize.h"
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
+
+namespace tg {
+
+GlobalCounters& GlobalCounters::get() {
+  static GlobalCounters c;
+  return c;
+}
+void GlobalCounters::reset() { get() = GlobalCounters(); }
+
+namespace {
+
+CollectiveRunner& collective_runner() {
+  static CollectiveRunner r;
+  return r;
+}
+
+struct CompiledKernel {
+  std::string name;
+  std::string source;
+  Program* program;
+};
+
+// Kernel graphs are hash-consed, so the same kernel in a later step is the same node: the
+// cache keeps the key alive and maps it to its compiled program.
+struct KernelCache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::unordered_map<const UOp*, std::pair<UOpPtr, CompiledKernel>>> by_device;
+};
+KernelCache& kernel_cache() {
+  static KernelCache* c = new KernelCache();
+  return *c;
+}
+
+std::vector<DType> param_dtypes(const ScheduleItem& item) {
+  std::vector<DType> d;
+  for (auto& b : item.buffers) d.push_back(b->dtype());
+  return d;
+}
+
+const CompiledKernel& compiled(const ScheduleItem& item) {
+  auto& cache = kernel_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto& m = cache.by_device[item.device];
+    if (auto it = m.find(item.ast.get()); it != m.end()) return it->second.second;
+  }
+  Device& dev = get_device(item.device);
+  LinearKernel k = linearize(item.ast, param_dtypes(item));
+  std::string src = dev.renderer().render(k);
+  if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", src.c_str());
+  Program& prog = dev.get_program(k.name, src);
+  std::lock_guard<std::mutex> lock(cache.mu);
+  auto& slot = cache.by_device[item.device][item.ast.get()];
+  slot = {item.ast, CompiledKernel{k.name, src, &prog}};
+  return slot.second;
+}
+
+void run_kernel(const ScheduleItem& item) {
+  auto& counters = GlobalCounters::get();
+  const CompiledKernel& ck = compiled(item);
+  std::vector<void*> ptrs;
+  for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
+  bool timed = knobs::DEBUG >= 2;
+  auto t = ck.program->launch(ptrs, {}, {}, timed);
+  counters.kernels_run++;
+  if (knobs::DEBUG >= 2) {
+    auto st = get_device(item.device).pool().stats();
+    counters.kernel_seconds += t.value_or(0);
+    std::fprintf(stderr, "*** %-6s %4llu %-40s %9.3f ms   mem in use %8.2f MB (peak %.2f MB, reuse %llu/%llu)\n",
+                 item.device.c_str(), static_cast<unsigned long long>(counters.kernels_run), ck.name.c_str(),
+                 t.value_or(0) * 1e3, st.bytes_in_use / 1e6, st.peak_bytes / 1e6,
+                 static_cast<unsigned long long>(st.reuse_hits), static_cast<unsigned long long>(st.allocations));
+  } else if (knobs::DEBUG >= 1) {
+    std::fprintf(stderr, "*** %-6s %4llu %s\n", item.device.c_str(), static_cast<unsigned long long>(counters.kernels_run),
+                 ck.name.c_str());
+  }
+}
+
+void run_copy(const ScheduleItem& item) {
+  auto& dst = item.buffers[0];
+  auto& src = item.buffers[1];
+  std::vector<uint8_t> host(src->nbytes());
+  src->copy_out(host.data(), host.size());
+  dst->copy_in(host.data(), host.size());
+  GlobalCounters::get().copies++;
+  if (knobs::DEBUG >= 1)
+    std::fprintf(stderr, "*** copy %s -> %s, %zu bytes\n", src->device().c_str(), dst->device().c_str(), host.size());
+}
+
+}  // namespace
+
+void set_collective_runner(CollectiveRunner runner) { collective_runner() = std::move(runner); }
+
+void run_schedule(const std::vector<ScheduleItem>& schedule) {
+  auto& counters = GlobalCounters::get();
+  for (auto& item : schedule)
+    if (item.kind == ScheduleItem::Kind::Kernel) counters.kernels_scheduled++;
+  if (knobs::DEBUG >= 1 && !schedule.empty())
+    std::fprintf(stderr, "scheduled %zu items\n", schedule.size());
+  for (auto& item : schedule) {
+    switch (item.kind) {
+      case ScheduleItem::Kind::Kernel: run_kernel(item); break;
+      case ScheduleItem::Kind::Copy: run_copy(item); break;
+      case ScheduleItem::Kind::Collective:
+        TG_CHECK(collective_runner(), "a collective op was scheduled but no distributed backend is initialised");
+        collective_runner()(item);
+        counters.collectives++;
+        break;
+    }
+  }
+}
+
+std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device) {
+  return get_device(device).renderer().render(linearize(ast, param_dtypes));
+}
+
+}  // namespace tg

@@ -1,0 +1,32 @@
+// Running a schedule: compile (cached) and launch each kernel, run copies and collectives,
+// and keep the global counters tests and DEBUG output read.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tinygrad/schedule/schedule.h"
+
+namespace tg {
+
+struct GlobalCounters {
+  uint64_t kernels_scheduled = 0;
+  uint64_t kernels_run = 0;
+  uint64_t copies = 0;
+  uint64_t collectives = 0;
+  double kernel_seconds = 0;  // only measured at DEBUG>=2
+  static GlobalCounters& get();
+  static void reset();
+};
+
+// Collectives are run by the distributed layer: it registers a runner here.
+using CollectiveRunner = std::function<void(const ScheduleItem& item)>;
+void set_collective_runner(CollectiveRunner runner);
+
+void run_schedule(const std::vector<ScheduleItem>& schedule);
+
+// The rendered source of a kernel graph for a device (as DEBUG=4 prints it).
+std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device);
+
+}  // namespace tg

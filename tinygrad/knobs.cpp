@@ -1,0 +1,56 @@
+// Knob registry: typed environment variables, read lazily.
+#include "tinygrad/knobs.h"
+
+#include <cstdlib>
+
+namespace tg {
+
+namespace {
+std::vector<KnobInfo>& registry() {
+  static std::vector<KnobInfo> r;
+  return r;
+}
+}  // namespace
+
+const std::vector<KnobInfo>& all_knobs() { return registry(); }
+
+IntKnob::IntKnob(const char* name, int default_value, const char* help) : name_(name), value_(default_value) {
+  registry().push_back({name, std::to_string(default_value), help});
+}
+int IntKnob::get() const {
+  if (!loaded_) {
+    if (const char* e = std::getenv(name_); e && *e) value_ = std::atoi(e);
+    loaded_ = true;
+  }
+  return value_;
+}
+void IntKnob::set(int v) {
+  value_ = v;
+  loaded_ = true;
+}
+
+StringKnob::StringKnob(const char* name, const char* default_value, const char* help)
+    : name_(name), value_(default_value) {
+  registry().push_back({name, default_value, help});
+}
+std::string StringKnob::get() const {
+  if (!loaded_) {
+    if (const char* e = std::getenv(name_); e && *e) value_ = e;
+    loaded_ = true;
+  }
+  return value_;
+}
+void StringKnob::set(const std::string& v) {
+  value_ = v;
+  loaded_ = true;
+}
+
+namespace knobs {
+IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run; 2: per-kernel time and memory; 4: generated source");
+IntKnob CPU_LLVM("CPU_LLVM", 1, "1: CPU kernels through the LLVM ORC JIT (when built with LLVM); 0: system C compiler");
+StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
+StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used");
+StringKnob CACHEDIR("CACHEDIR", "", "directory for on-disk caches (empty: $HOME/.cache/tinygrad++)");
+}  // namespace knobs
+
+}  // namespace tg

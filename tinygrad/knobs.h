@@ -1,0 +1,50 @@
+// Knobs: environment variables in one typed registry (DEBUG, BEAM, NOOPT, JIT, DEVICE, ...).
+// Each is read once, on first use; tests may override a knob for their scope.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tg {
+
+struct KnobInfo {
+  std::string name;
+  std::string default_value;
+  std::string help;
+};
+
+class IntKnob {
+ public:
+  IntKnob(const char* name, int default_value, const char* help);
+  int get() const;
+  void set(int v);  // for tests and the launcher
+  operator int() const { return get(); }
+
+ private:
+  const char* name_;
+  mutable int value_;
+  mutable bool loaded_ = false;
+};
+
+class StringKnob {
+ public:
+  StringKnob(const char* name, const char* default_value, const char* help);
+  std::string get() const;
+  void set(const std::string& v);
+
+ private:
+  const char* name_;
+  mutable std::string value_;
+  mutable bool loaded_ = false;
+};
+
+const std::vector<KnobInfo>& all_knobs();
+
+namespace knobs {
+extern IntKnob DEBUG;       // 1 kernels, 2 time+memory, 3 optimizations, 4 source
+extern IntKnob CPU_LLVM;    // 1: CPU kernels through LLVM ORC JIT (default when built), 0: system C compiler
+extern StringKnob DEVICE;   // default device
+extern StringKnob CC;       // system C compiler for CPU kernels without LLVM
+extern StringKnob CACHEDIR; // where compiled kernels may be cached on disk
+}  // namespace knobs
+
+}  // namespace tg

@@ -1,0 +1,162 @@
+// Lazy-graph builders: shape inference and the trivial simplifications (identity movement ops,
+// merged reshapes) that keep graphs small.
+#include "tinygrad/lazy.h"
+
+#include <algorithm>
+
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+
+namespace tg::lazy {
+
+namespace {
+std::vector<int64_t> flatten_pairs(const Pads& p) {
+  std::vector<int64_t> out;
+  for (auto& [a, b] : p) out.push_back(a), out.push_back(b);
+  return out;
+}
+}  // namespace
+
+UOpPtr buffer(std::shared_ptr<Buffer> buf, Shape shape) {
+  TG_ASSERT(prod(shape) == buf->numel(), "buffer shape ", shape_str(shape), " for ", buf->numel(), " elements");
+  DType dt = buf->dtype();
+  std::string dev = buf->device();
+  return make_uop(Op::BUFFER, dt, {}, Arg{std::move(buf)}, std::move(shape), std::move(dev));
+}
+
+UOpPtr constant(double value, DType dtype, const std::string& device, const Shape& shape) {
+  Arg arg = is_float(dtype) ? Arg{value} : Arg{static_cast<int64_t>(dtype == DType::Bool ? value != 0 : value)};
+  auto c = make_uop(Op::CONST, dtype, {}, std::move(arg), {}, device);
+  if (shape.empty()) return c;
+  return expand(reshape(c, Shape(shape.size(), 1)), shape);
+}
+
+UOpPtr const_like(const UOpPtr& x, double value) { return constant(value, x->dtype, x->device, x->shape); }
+
+UOpPtr alu(Op op, const UOpPtr& a) {
+  TG_ASSERT(op_group(op) == OpGroup::Unary && op != Op::CAST && op != Op::BITCAST, "alu1 ", op_name(op));
+  return make_uop(op, a->dtype, {a}, {}, a->shape, a->device);
+}
+
+UOpPtr alu(Op op, const UOpPtr& a, const UOpPtr& b) {
+  TG_ASSERT(op_group(op) == OpGroup::Binary, "alu2 ", op_name(op));
+  TG_ASSERT(a->shape == b->shape && a->dtype == b->dtype && a->device == b->device, op_name(op), " operands differ: ",
+            a->str(0), " vs ", b->str(0));
+  DType out = is_comparison(op) ? DType::Bool : a->dtype;
+  return make_uop(op, out, {a, b}, {}, a->shape, a->device);
+}
+
+UOpPtr where(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b) {
+  TG_ASSERT(c->dtype == DType::Bool && a->shape == b->shape && c->shape == a->shape && a->dtype == b->dtype,
+            "where operands: ", c->str(0), ", ", a->str(0), ", ", b->str(0));
+  return make_uop(Op::WHERE, a->dtype, {c, a, b}, {}, a->shape, a->device);
+}
+
+UOpPtr cast(const UOpPtr& x, DType dtype) {
+  if (x->dtype == dtype) return x;
+  if (auto* c = base_const(x)) return constant(c->const_value(), dtype, x->device, x->shape);
+  return make_uop(Op::CAST, dtype, {x}, {}, x->shape, x->device);
+}
+
+UOpPtr bitcast(const UOpPtr& x, DType dtype) {
+  TG_ASSERT(itemsize(x->dtype) == itemsize(dtype), "bitcast size");
+  return make_uop(Op::BITCAST, dtype, {x}, {}, x->shape, x->device);
+}
+
+UOpPtr reduce(const UOpPtr& x, Op op, std::vector<int64_t> axes) {
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  Shape out = x->shape;
+  std::vector<int64_t> real;
+  for (auto a : axes) {
+    TG_ASSERT(a >= 0 && a < static_cast<int64_t>(out.size()), "reduce axis ", a);
+    if (out[a] != 1) real.push_back(a);
+    out[a] = 1;
+  }
+  if (real.empty()) return x;
+  return make_uop(Op::REDUCE_AXIS, x->dtype, {x}, Arg{ReduceArg{op, real}}, out, x->device);
+}
+
+UOpPtr reshape(const UOpPtr& x, const Shape& shape) {
+  TG_ASSERT(prod(shape) == prod(x->shape), "reshape ", shape_str(x->shape), " -> ", shape_str(shape));
+  if (shape == x->shape) return x;
+  if (x->op == Op::RESHAPE) return reshape(x->src[0], shape);
+  return make_uop(Op::RESHAPE, x->dtype, {x}, Arg{shape}, shape, x->device);
+}
+
+UOpPtr permute(const UOpPtr& x, const std::vector<int64_t>& order) {
+  TG_ASSERT(order.size() == x->shape.size(), "permute rank");
+  bool identity = true;
+  Shape out;
+  for (size_t i = 0; i < order.size(); i++) {
+    identity &= order[i] == static_cast<int64_t>(i);
+    out.push_back(x->shape[order[i]]);
+  }
+  if (identity) return x;
+  return make_uop(Op::PERMUTE, x->dtype, {x}, Arg{order}, out, x->device);
+}
+
+UOpPtr expand(const UOpPtr& x, const Shape& shape) {
+  TG_ASSERT(shape.size() == x->shape.size(), "expand rank ", shape_str(x->shape), " -> ", shape_str(shape));
+  for (size_t i = 0; i < shape.size(); i++)
+    TG_ASSERT(x->shape[i] == shape[i] || x->shape[i] == 1, "expand ", shape_str(x->shape), " -> ", shape_str(shape));
+  if (shape == x->shape) return x;
+  return make_uop(Op::EXPAND, x->dtype, {x}, Arg{shape}, shape, x->device);
+}
+
+UOpPtr pad(const UOpPtr& x, const Pads& pads) {
+  TG_ASSERT(pads.size() == x->shape.size(), "pad rank");
+  bool zero = true;
+  Shape out = x->shape;
+  for (size_t i = 0; i < pads.size(); i++) {
+    TG_ASSERT(pads[i].first >= 0 && pads[i].second >= 0, "negative pad");
+    zero &= pads[i].first == 0 && pads[i].second == 0;
+    out[i] += pads[i].first + pads[i].second;
+  }
+  if (zero) return x;
+  return make_uop(Op::PAD, x->dtype, {x}, Arg{flatten_pairs(pads)}, out, x->device);
+}
+
+UOpPtr shrink(const UOpPtr& x, const Pads& bounds) {
+  TG_ASSERT(bounds.size() == x->shape.size(), "shrink rank");
+  bool full = true;
+  Shape out;
+  for (size_t i = 0; i < bounds.size(); i++) {
+    TG_ASSERT(0 <= bounds[i].first && bounds[i].first <= bounds[i].second && bounds[i].second <= x->shape[i],
+              "shrink bounds");
+    full &= bounds[i].first == 0 && bounds[i].second == x->shape[i];
+    out.push_back(bounds[i].second - bounds[i].first);
+  }
+  if (full) return x;
+  return make_uop(Op::SHRINK, x->dtype, {x}, Arg{flatten_pairs(bounds)}, out, x->device);
+}
+
+UOpPtr flip(const UOpPtr& x, const std::vector<int64_t>& axes) {
+  std::vector<int64_t> real;
+  for (auto a : axes)
+    if (x->shape[a] > 1) real.push_back(a);
+  if (real.empty()) return x;
+  std::sort(real.begin(), real.end());
+  return make_uop(Op::FLIP, x->dtype, {x}, Arg{real}, x->shape, x->device);
+}
+
+UOpPtr contiguous(const UOpPtr& x) { return make_uop(Op::CONTIGUOUS, x->dtype, {x}, {}, x->shape, x->device); }
+UOpPtr detach(const UOpPtr& x) { return make_uop(Op::DETACH, x->dtype, {x}, {}, x->shape, x->device); }
+UOpPtr copy_to(const UOpPtr& x, const std::string& device) {
+  if (x->device == device) return x;
+  return make_uop(Op::COPY, x->dtype, {x}, {}, x->shape, device);
+}
+
+std::vector<int64_t> argsort(const std::vector<int64_t>& order) {
+  std::vector<int64_t> inv(order.size());
+  for (size_t i = 0; i < order.size(); i++) inv[order[i]] = static_cast<int64_t>(i);
+  return inv;
+}
+
+const UOp* base_const(const UOpPtr& x) {
+  const UOp* u = x.get();
+  while (u->op == Op::RESHAPE || u->op == Op::EXPAND || u->op == Op::PERMUTE) u = u->src[0].get();
+  return u->op == Op::CONST ? u : nullptr;
+}
+
+}  // namespace tg::lazy

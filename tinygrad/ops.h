@@ -1,0 +1,116 @@
+// The primitive op set and UOp, the one node type of every graph in tinygrad++: the lazy tensor
+// graph (ops with shapes and devices) and the kernel graph (index arithmetic, loads, stores).
+// UOps are immutable and hash-consed: building the same node twice returns the same object.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tinygrad/dtype.h"
+
+namespace tg {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);
+int64_t prod(const Shape& s);
+
+enum class Op : uint8_t {
+  // buffer: BUFFER is realized memory, CONST a scalar, COPY moves between devices
+  BUFFER, CONST, COPY,
+  // unary
+  NEG, EXP2, LOG2, SIN, SQRT, RECIP, TRUNC, CAST, BITCAST,
+  // binary
+  ADD, MUL, IDIV, MOD, MAX, CMPLT, CMPNE, AND, OR, XOR, SHL, SHR,
+  // ternary
+  WHERE,
+  // reduce (lazy graph: REDUCE_AXIS keeps reduced dims as size 1)
+  REDUCE_AXIS,
+  // movement: views, lowered to index arithmetic
+  RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP,
+  // graph markers
+  CONTIGUOUS, DETACH,
+  // collective (implemented by distributed/ through an interface the core declares)
+  ALLREDUCE,
+  // kernel graph
+  DEFINE_GLOBAL, RANGE, ENDRANGE, SPECIAL, LOAD, STORE, REDUCE, DEFINE_ACC, ASSIGN,
+};
+const char* op_name(Op op);
+
+enum class OpGroup { Buffer, Unary, Binary, Ternary, Reduce, Movement, Marker, Collective, Kernel };
+OpGroup op_group(Op op);
+bool is_alu(Op op);          // unary, binary or ternary compute op
+bool is_comparison(Op op);   // CMPLT, CMPNE: result dtype is bool
+
+class Buffer;
+
+struct ReduceArg {
+  Op op;                      // ADD, MAX or MUL
+  std::vector<int64_t> axes;  // sorted, unique
+  bool operator==(const ReduceArg& o) const { return op == o.op && axes == o.axes; }
+};
+
+// Constants keep their exact value: double for floats, int64 for integers and bool.
+using Arg = std::variant<std::monostate, int64_t, double, std::vector<int64_t>, ReduceArg, Op,
+                         std::shared_ptr<Buffer>>;
+
+struct UOp;
+using UOpPtr = std::shared_ptr<const UOp>;
+
+struct UOp {
+  Op op;
+  DType dtype;
+  std::vector<UOpPtr> src;
+  Arg arg;
+  Shape shape;         // lazy graph only (kernel-graph nodes are scalars: shape is empty)
+  std::string device;  // lazy graph only
+  size_t hash = 0;
+
+  // The buffer this lazy node was computed into, once realized. Buffers are never written twice,
+  // so a cached result stays valid for as long as the node lives.
+  mutable std::shared_ptr<Buffer> realized;
+
+  ~UOp();
+  // Accessors for typed args; TG_ASSERT on the wrong kind.
+  int64_t arg_int() const;
+  double arg_float() const;
+  const std::vector<int64_t>& arg_ints() const;
+  const ReduceArg& arg_reduce() const;
+  const std::shared_ptr<Buffer>& arg_buffer() const;
+  double const_value() const;  // CONST as double, whatever its dtype
+  std::string str(int depth = 2) const;
+
+  // Integer bounds of a kernel-graph index expression (cached).
+  int64_t vmin() const;
+  int64_t vmax() const;
+
+ private:
+  mutable bool bounds_known_ = false;
+  mutable int64_t vmin_ = 0, vmax_ = 0;
+  void compute_bounds() const;
+};
+
+// The one constructor: returns the existing node when an equal one is alive.
+UOpPtr make_uop(Op op, DType dtype, std::vector<UOpPtr> src = {}, Arg arg = {}, Shape shape = {},
+                std::string device = {});
+size_t live_uop_count();
+
+// Kernel-graph constructors.
+UOpPtr kconst(DType dtype, double v);
+UOpPtr kint(int64_t v);  // index constant
+UOpPtr kalu(Op op, const UOpPtr& a, const UOpPtr& b);
+UOpPtr kalu(Op op, const UOpPtr& a);
+UOpPtr kwhere(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b);
+UOpPtr kcast(const UOpPtr& x, DType dtype);
+bool is_const(const UOpPtr& u, double v);
+bool is_const(const UOpPtr& u);
+
+// Walk a graph from its roots, sources first.
+std::vector<UOpPtr> toposort(const std::vector<UOpPtr>& roots,
+                             const std::function<bool(const UOp&)>& descend = nullptr);
+
+}  // namespace tg

@@ -1,0 +1,318 @@
+// graph_rewrite and the symbolic simplifier.
+#include "tinygrad/rewrite.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "tinygrad/error.h"
+
+namespace tg {
+
+PatternMatcher::PatternMatcher(std::vector<Rule> rules) : rules_(std::move(rules)) {
+  for (size_t i = 0; i < rules_.size(); i++) {
+    if (rules_[i].ops.empty()) {
+      for (auto& v : by_op_) v.push_back(i);
+    } else {
+      for (Op op : rules_[i].ops) by_op_[static_cast<size_t>(op)].push_back(i);
+    }
+  }
+}
+
+UOpPtr PatternMatcher::rewrite(const UOpPtr& u) const {
+  for (size_t i : by_op_[static_cast<size_t>(u->op)]) {
+    if (auto r = rules_[i].fn(u); r && r != u) return r;
+  }
+  return nullptr;
+}
+
+UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm, RewriteMemo& memo) {
+  if (auto it = memo.done.find(root.get()); it != memo.done.end()) return it->second.second;
+  auto order = toposort({root}, [&](const UOp& u) { return !memo.done.count(&u); });
+  for (auto& node : order) {
+    if (memo.done.count(node.get())) continue;
+    std::vector<UOpPtr> src;
+    bool changed = false;
+    for (auto& s : node->src) {
+      auto& r = memo.done.at(s.get()).second;
+      changed |= r != s;
+      src.push_back(r);
+    }
+    UOpPtr cur = changed ? make_uop(node->op, node->dtype, src, node->arg, node->shape, node->device) : node;
+    for (int guard = 0; guard < 100; guard++) {
+      UOpPtr next = pm.rewrite(cur);
+      if (!next) break;
+      // a rule may build new nodes whose sources are not yet rewritten
+      cur = next == cur ? cur : graph_rewrite(next, pm, memo);
+      if (memo.done.count(cur.get()) && memo.done.at(cur.get()).second == cur) break;
+    }
+    memo.done[node.get()] = {node, cur};
+    if (!memo.done.count(cur.get())) memo.done[cur.get()] = {cur, cur};
+  }
+  return memo.done.at(root.get()).second;
+}
+
+UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm) {
+  RewriteMemo memo;
+  return graph_rewrite(root, pm, memo);
+}
+
+// ---- symbolic --------------------------------------------------------------------------------
+
+namespace {
+
+bool is_index(const UOpPtr& u) { return u->dtype == DType::Int64 || u->dtype == DType::Int32; }
+
+// Note [linear forms]: integer index expressions are sums of terms times constant coefficients
+// plus a constant. Division and modulo by a constant are decided on that form: a term whose
+// coefficient the divisor divides leaves the remainder unchanged, and bounds (vmin/vmax, from
+// RANGE trip counts) tell when what remains is below the divisor. Everything is non-negative in
+// the index expressions the lowering builds; rules check that before they apply.
+struct Linear {
+  std::vector<std::pair<UOpPtr, int64_t>> terms;
+  int64_t constant = 0;
+};
+
+void add_linear(const UOpPtr& x, int64_t scale, Linear& out) {
+  if (x->op == Op::CONST) {
+    out.constant += scale * static_cast<int64_t>(x->const_value());
+  } else if (x->op == Op::ADD) {
+    add_linear(x->src[0], scale, out);
+    add_linear(x->src[1], scale, out);
+  } else if (x->op == Op::MUL && x->src[1]->op == Op::CONST) {
+    add_linear(x->src[0], scale * static_cast<int64_t>(x->src[1]->const_value()), out);
+  } else if (x->op == Op::MUL && x->src[0]->op == Op::CONST) {
+    add_linear(x->src[1], scale * static_cast<int64_t>(x->src[0]->const_value()), out);
+  } else {
+    out.terms.push_back({x, scale});
+  }
+}
+
+std::string term_key(const UOpPtr& u) {
+  if (u->op == Op::RANGE || u->op == Op::SPECIAL) return std::string("0") + std::to_string(1000000 + u->arg_int());
+  return "1" + u->str(6);
+}
+
+UOpPtr build_linear(const Linear& l, DType dt);
+
+Linear linear_of(const UOpPtr& x) {
+  Linear l;
+  add_linear(x, 1, l);
+  // combine equal terms; order deterministically so rendered source is stable across runs
+  std::map<std::string, std::pair<UOpPtr, int64_t>> merged;
+  for (auto& [t, c] : l.terms) {
+    auto& slot = merged[term_key(t)];
+    slot.first = t;
+    slot.second += c;
+  }
+  l.terms.clear();
+  for (auto& [k, v] : merged)
+    if (v.second != 0) l.terms.push_back(v);
+  // (x // c) * (c*k) + (x % c) * k  ->  x * k
+  bool combined = false;
+  for (size_t i = 0; i < l.terms.size(); i++) {
+    auto t = l.terms[i].first;
+    int64_t a = l.terms[i].second;
+    if (t->op != Op::IDIV || t->src[1]->op != Op::CONST || a == 0) continue;
+    auto c = static_cast<int64_t>(t->src[1]->const_value());
+    if (c <= 0 || a % c != 0) continue;
+    for (size_t j = 0; j < l.terms.size(); j++) {
+      auto& m = l.terms[j].first;
+      if (m->op == Op::MOD && m->src[0] == t->src[0] && is_const(m->src[1], static_cast<double>(c)) &&
+          l.terms[j].second * c == a) {
+        l.terms[i].second = 0;
+        l.terms[j].second = 0;
+        l.terms.push_back({t->src[0], a / c});
+        combined = true;
+        break;
+      }
+    }
+  }
+  if (combined) {
+    Linear again;
+    again.constant = l.constant;
+    for (auto& [t, c] : l.terms)
+      if (c != 0) again.terms.push_back({t, c});
+    return linear_of(build_linear(again, again.terms.empty() ? DType::Int64 : again.terms[0].first->dtype));
+  }
+  return l;
+}
+
+UOpPtr build_linear(const Linear& l, DType dt) {
+  UOpPtr acc;
+  for (auto& [t, c] : l.terms) {
+    if (c == 0) continue;
+    UOpPtr term = c == 1 ? t : make_uop(Op::MUL, dt, {t, kconst(dt, static_cast<double>(c))});
+    acc = acc ? make_uop(Op::ADD, dt, {acc, term}) : term;
+  }
+  if (!acc) return kconst(dt, static_cast<double>(l.constant));
+  if (l.constant != 0) acc = make_uop(Op::ADD, dt, {acc, kconst(dt, static_cast<double>(l.constant))});
+  return acc;
+}
+
+bool nonneg(const Linear& l) {
+  if (l.constant < 0) return false;
+  for (auto& [t, c] : l.terms)
+    if (c < 0 || t->vmin() < 0) return false;
+  return true;
+}
+
+int64_t linear_max(const Linear& l) {
+  int64_t m = l.constant;
+  for (auto& [t, c] : l.terms) m += c * t->vmax();
+  return m;
+}
+
+double fold(Op op, DType dt, const std::vector<double>& v) {
+  bool f = is_float(dt);
+  auto i = [&](size_t k) { return static_cast<int64_t>(v[k]); };
+  switch (op) {
+    case Op::NEG: return -v[0];
+    case Op::EXP2: return std::exp2(v[0]);
+    case Op::LOG2: return std::log2(v[0]);
+    case Op::SIN: return std::sin(v[0]);
+    case Op::SQRT: return std::sqrt(v[0]);
+    case Op::RECIP: return 1.0 / v[0];
+    case Op::TRUNC: return std::trunc(v[0]);
+    case Op::ADD: return v[0] + v[1];
+    case Op::MUL: return v[0] * v[1];
+    case Op::IDIV: return static_cast<double>(i(0) / i(1));
+    case Op::MOD: return static_cast<double>(i(0) % i(1));
+    case Op::MAX: return std::max(v[0], v[1]);
+    case Op::CMPLT: return v[0] < v[1];
+    case Op::CMPNE: return v[0] != v[1];
+    case Op::AND: return f ? 0 : static_cast<double>(i(0) & i(1));
+    case Op::OR: return static_cast<double>(i(0) | i(1));
+    case Op::XOR: return static_cast<double>(i(0) ^ i(1));
+    case Op::WHERE: return v[0] != 0 ? v[1] : v[2];
+    default: TG_ASSERT(false, "fold ", op_name(op));
+  }
+}
+
+bool foldable(const UOpPtr& u) {
+  if (!is_alu(u->op) || u->op == Op::BITCAST || u->op == Op::CAST) return false;
+  if ((u->op == Op::IDIV || u->op == Op::MOD) && is_const(u->src[1], 0)) return false;
+  if (u->op == Op::SHL || u->op == Op::SHR) return false;
+  if (is_float(u->dtype) && (u->op == Op::AND || u->op == Op::OR || u->op == Op::XOR)) return false;
+  for (auto& s : u->src)
+    if (s->op != Op::CONST) return false;
+  return true;
+}
+
+UOpPtr round_const(DType dt, double v) {
+  if (dt == DType::Float32) v = static_cast<float>(v);
+  return kconst(dt, v);
+}
+
+std::vector<Rule> symbolic_rules() {
+  std::vector<Rule> r;
+  r.push_back({{}, "constant folding", [](const UOpPtr& u) -> UOpPtr {
+                 if (!foldable(u)) return nullptr;
+                 std::vector<double> v;
+                 for (auto& s : u->src) v.push_back(s->const_value());
+                 return round_const(u->dtype, fold(u->op, u->dtype, v));
+               }});
+  r.push_back({{Op::CAST}, "cast of const", [](const UOpPtr& u) -> UOpPtr {
+                 if (!is_const(u->src[0])) return nullptr;
+                 double v = u->src[0]->const_value();
+                 if (!is_float(u->dtype) && is_float(u->src[0]->dtype)) v = std::trunc(v);
+                 return round_const(u->dtype, v);
+               }});
+  r.push_back({{Op::ADD, Op::MUL}, "canonical sum", [](const UOpPtr& u) -> UOpPtr {
+                 if (!is_index(u)) return nullptr;
+                 if (u->op == Op::MUL && !is_const(u->src[0]) && !is_const(u->src[1])) return nullptr;
+                 return build_linear(linear_of(u), u->dtype);
+               }});
+  r.push_back({{Op::ADD}, "x+0", [](const UOpPtr& u) -> UOpPtr {
+                 if (is_const(u->src[1], 0)) return u->src[0];
+                 if (is_const(u->src[0], 0)) return u->src[1];
+                 return nullptr;
+               }});
+  r.push_back({{Op::MUL}, "x*1", [](const UOpPtr& u) -> UOpPtr {
+                 if (is_const(u->src[1], 1)) return u->src[0];
+                 if (is_const(u->src[0], 1)) return u->src[1];
+                 if (!is_float(u->dtype) && (is_const(u->src[0], 0) || is_const(u->src[1], 0))) return kconst(u->dtype, 0);
+                 return nullptr;
+               }});
+  r.push_back({{Op::IDIV}, "divide linear form", [](const UOpPtr& u) -> UOpPtr {
+                 if (!is_index(u) || u->src[1]->op != Op::CONST) return nullptr;
+                 auto c = static_cast<int64_t>(u->src[1]->const_value());
+                 if (c == 1) return u->src[0];
+                 if (c <= 0) return nullptr;
+                 Linear l = linear_of(u->src[0]);
+                 if (!nonneg(l)) return nullptr;
+                 if (linear_max(l) < c) return kconst(u->dtype, 0);
+                 Linear q, rem;
+                 q.constant = l.constant / c;
+                 rem.constant = l.constant % c;
+                 for (auto& [t, a] : l.terms) {
+                   if (a / c) q.terms.push_back({t, a / c});
+                   if (a % c) rem.terms.push_back({t, a % c});
+                 }
+                 // (x // a) // b -> x // (a*b)
+                 if (q.terms.empty() && q.constant == 0 && rem.terms.size() == 1 && rem.constant == 0 &&
+                     rem.terms[0].second == 1 && rem.terms[0].first->op == Op::IDIV &&
+                     is_const(rem.terms[0].first->src[1]) && rem.terms[0].first->src[0]->vmin() >= 0) {
+                   auto& inner = rem.terms[0].first;
+                   auto d = static_cast<int64_t>(inner->src[1]->const_value());
+                   return make_uop(Op::IDIV, u->dtype, {inner->src[0], kconst(u->dtype, static_cast<double>(c * d))});
+                 }
+                 if (q.terms.empty() && q.constant == 0) return nullptr;  // nothing divides out
+                 UOpPtr qexpr = build_linear(q, u->dtype);
+                 if (linear_max(rem) < c) return qexpr;
+                 UOpPtr rdiv = make_uop(Op::IDIV, u->dtype, {build_linear(rem, u->dtype), u->src[1]});
+                 return make_uop(Op::ADD, u->dtype, {qexpr, rdiv});
+               }});
+  r.push_back({{Op::MOD}, "modulo linear form", [](const UOpPtr& u) -> UOpPtr {
+                 if (!is_index(u) || u->src[1]->op != Op::CONST) return nullptr;
+                 auto c = static_cast<int64_t>(u->src[1]->const_value());
+                 if (c == 1) return kconst(u->dtype, 0);
+                 if (c <= 0) return nullptr;
+                 Linear l = linear_of(u->src[0]);
+                 if (!nonneg(l)) return nullptr;
+                 Linear rem;
+                 rem.constant = l.constant % c;
+                 bool changed = rem.constant != l.constant;
+                 for (auto& [t, a] : l.terms) {
+                   changed |= a % c != a;
+                   if (a % c) rem.terms.push_back({t, a % c});
+                 }
+                 if (linear_max(rem) < c) return build_linear(rem, u->dtype);
+                 if (!changed) return nullptr;
+                 return make_uop(Op::MOD, u->dtype, {build_linear(rem, u->dtype), u->src[1]});
+               }});
+  r.push_back({{Op::CMPLT}, "compare by bounds", [](const UOpPtr& u) -> UOpPtr {
+                 if (!is_index(u->src[0])) return nullptr;
+                 if (u->src[0]->vmax() < u->src[1]->vmin()) return kconst(DType::Bool, 1);
+                 if (u->src[0]->vmin() >= u->src[1]->vmax()) return kconst(DType::Bool, 0);
+                 return nullptr;
+               }});
+  r.push_back({{Op::AND}, "and with const", [](const UOpPtr& u) -> UOpPtr {
+                 if (u->dtype != DType::Bool) return nullptr;
+                 for (int i = 0; i < 2; i++) {
+                   if (is_const(u->src[i], 1)) return u->src[1 - i];
+                   if (is_const(u->src[i], 0)) return kconst(DType::Bool, 0);
+                 }
+                 return u->src[0] == u->src[1] ? u->src[0] : nullptr;
+               }});
+  r.push_back({{Op::WHERE}, "where with const condition", [](const UOpPtr& u) -> UOpPtr {
+                 if (is_const(u->src[0])) return u->src[0]->const_value() != 0 ? u->src[1] : u->src[2];
+                 if (u->src[1] == u->src[2]) return u->src[1];
+                 return nullptr;
+               }});
+  r.push_back({{Op::LOAD}, "constant gate", [](const UOpPtr& u) -> UOpPtr {
+                 if (u->src.size() < 3 || !is_const(u->src[2])) return nullptr;
+                 if (u->src[2]->const_value() == 0) return kconst(u->dtype, 0);
+                 return make_uop(Op::LOAD, u->dtype, {u->src[0], u->src[1]}, u->arg);
+               }});
+  return r;
+}
+
+}  // namespace
+
+const PatternMatcher& symbolic() {
+  static const PatternMatcher pm(symbolic_rules());
+  return pm;
+}
+
+}  // namespace tg

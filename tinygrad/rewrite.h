@@ -1,0 +1,44 @@
+// Pattern matcher and graph_rewrite. Rules are data: a list of (ops it applies to, name,
+// function returning the replacement or nullptr). The symbolic simplifier for kernel index
+// arithmetic is one such rule list.
+#pragma once
+#include <array>
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+#include "tinygrad/ops.h"
+
+namespace tg {
+
+struct Rule {
+  std::vector<Op> ops;  // empty: any op
+  const char* name;
+  std::function<UOpPtr(const UOpPtr&)> fn;
+};
+
+class PatternMatcher {
+ public:
+  explicit PatternMatcher(std::vector<Rule> rules);
+  // The first rule that fires, or nullptr.
+  UOpPtr rewrite(const UOpPtr& u) const;
+
+ private:
+  std::vector<Rule> rules_;
+  std::array<std::vector<size_t>, 64> by_op_;
+};
+
+// Memo of rewrites; holds the keys alive so their addresses stay unique.
+struct RewriteMemo {
+  std::unordered_map<const UOp*, std::pair<UOpPtr, UOpPtr>> done;
+};
+
+// Rewrites bottom-up to a fixed point: sources first, then the node, until no rule fires.
+UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm, RewriteMemo& memo);
+UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm);
+
+// The symbolic rules for kernel graphs: constant folding, canonical sums, division and modulo
+// with bounds, comparisons decided by bounds, trivial gates and selects.
+const PatternMatcher& symbolic();
+
+}  // namespace tg

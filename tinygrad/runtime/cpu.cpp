@@ -1,0 +1,136 @@
+// CPU device and the system-C-compiler path for its kernels.
+#include "tinygrad/runtime/cpu.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "tinygrad/codegen/render_c.h"
+#include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
+#ifdef TG_WITH_LLVM
+#include "tinygrad/codegen/render_llvm.h"
+#include "tinygrad/runtime/cpu_llvm.h"
+#endif
+
+namespace tg {
+
+uint64_t stable_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+std::optional<double> HostProgram::launch(const std::vector<void*>& buffers, const std::vector<int64_t>&,
+                                          const std::vector<int64_t>&, bool wait) {
+  auto t0 = std::chrono::steady_clock::now();
+  entry_(const_cast<void**>(buffers.data()));
+  if (!wait) return std::nullopt;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+namespace {
+
+class HostAllocator : public Allocator {
+ public:
+  void* alloc(size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+  void free(void* ptr, size_t) override { std::free(ptr); }
+  void copy_in(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_out(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void* host_view(void* ptr) override { return ptr; }
+};
+
+std::filesystem::path cache_dir() {
+  std::string dir = knobs::CACHEDIR.get();
+  if (dir.empty()) {
+    const char* home = std::getenv("HOME");
+    dir = std::string(home && *home ? home : "/tmp") + "/.cache/tinygrad++";
+  }
+  return dir;
+}
+
+// Compiles C with the system compiler into a shared object (cached on disk by source hash).
+class SystemCCompiler : public Compiler {
+ public:
+  std::string cache_key() const override { return "cc:" + knobs::CC.get() + " " + flags(); }
+
+  std::unique_ptr<Program> compile(const std::string& name, const std::string& source) override {
+    auto dir = cache_dir() / "cc";
+    std::filesystem::create_directories(dir);
+    char hex[32];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(stable_hash(cache_key() + source)));
+    auto so = dir / (name + "_" + hex + ".so");
+    if (!std::filesystem::exists(so)) {
+      // write to unique temporaries and rename, so concurrent processes never see half a file
+      std::string tmp = (dir / (std::string(hex) + "." + std::to_string(getpid()))).string();
+      { std::ofstream(tmp + ".c") << source; }
+      std::string cmd = knobs::CC.get() + " " + flags() + " -o " + tmp + ".so " + tmp + ".c 2> " + tmp + ".log";
+      int rc = std::system(cmd.c_str());
+      std::string log;
+      if (rc != 0) {
+        std::ifstream in(tmp + ".log");
+        log.assign(std::istreambuf_iterator<char>(in), {});
+      }
+      std::filesystem::remove(tmp + ".c");
+      std::filesystem::remove(tmp + ".log");
+      TG_CHECK(rc == 0, "CPU kernel '", name, "' failed to compile with '", knobs::CC.get(), "':\n", log, "\n", source);
+      std::filesystem::rename(tmp + ".so", so);
+    }
+    void* lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    TG_CHECK(lib, "dlopen ", so.string(), ": ", dlerror());
+    auto entry = reinterpret_cast<HostProgram::Entry>(dlsym(lib, name.c_str()));
+    TG_CHECK(entry, "kernel '", name, "' not found in ", so.string());
+    std::shared_ptr<void> keep(lib, [](void* l) { dlclose(l); });
+    return std::make_unique<HostProgram>(entry, std::move(keep));
+  }
+
+ private:
+  static std::string flags() { return "-O2 -march=native -fno-math-errno -ffp-contract=fast -fPIC -shared -x c"; }
+};
+
+class CpuDevice : public Device {
+ public:
+  explicit CpuDevice(const std::string& name) : Device(name) {
+#ifdef TG_WITH_LLVM
+    if (knobs::CPU_LLVM.get()) {
+      renderer_ = std::make_unique<LLVMRenderer>();
+      compiler_ = make_llvm_compiler();
+      return;
+    }
+#endif
+    renderer_ = std::make_unique<CRenderer>();
+    compiler_ = std::make_unique<SystemCCompiler>();
+  }
+  Allocator& allocator() override { return allocator_; }
+  const Renderer& renderer() const override { return *renderer_; }
+  Compiler& compiler() override { return *compiler_; }
+  bool supports(Feature f) const override { return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16; }
+  std::string description() const override { return name() + " (" + compiler_->cache_key() + ")"; }
+
+ private:
+  HostAllocator allocator_;
+  std::unique_ptr<Renderer> renderer_;
+  std::unique_ptr<Compiler> compiler_;
+};
+
+}  // namespace
+
+bool built_with_llvm() {
+#ifdef TG_WITH_LLVM
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string cpu_compiler_kind() { return built_with_llvm() && knobs::CPU_LLVM.get() ? "llvm" : "cc"; }
+
+std::unique_ptr<Device> make_cpu_device(const std::string& name) { return std::make_unique<CpuDevice>(name); }
+
+}  // namespace tg

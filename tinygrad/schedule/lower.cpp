@@ -1,0 +1,179 @@
+// Lowering one kernel's lazy subgraph into a kernel graph.
+//
+// Note [views are index arithmetic]: every lazy node is evaluated at an index vector (one
+// integer expression per dimension of its shape) under a gate (a bool expression, or none).
+// Movement ops transform the index vector on the way down and cost nothing at run time beyond
+// that arithmetic: RESHAPE goes through the linear offset, PERMUTE reorders, EXPAND pins
+// broadcast dims to 0, SHRINK adds the start, FLIP mirrors, and PAD shifts and adds a validity
+// condition that gates every load below it and selects 0 outside. A fused REDUCE_AXIS opens a
+// RANGE per reduced axis. Realized nodes become LOADs at their contiguous offsets.
+#include <map>
+
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+#include "tinygrad/rewrite.h"
+#include "tinygrad/schedule/schedule.h"
+
+namespace tg {
+
+namespace {
+
+class Lowerer {
+ public:
+  Lowerer(const UOpPtr& root, const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
+          std::vector<std::shared_ptr<Buffer>>& inputs)
+      : root_(root), input_of_(input_of), inputs_(inputs) {}
+
+  UOpPtr run() {
+    std::vector<UOpPtr> idx;
+    for (auto d : root_->shape) idx.push_back(d == 1 ? kint(0) : make_range(d));
+    UOpPtr value = emit(root_, idx, nullptr);
+    auto out = make_uop(Op::DEFINE_GLOBAL, root_->dtype, {}, Arg{int64_t{0}});
+    return make_uop(Op::STORE, root_->dtype, {out, offset(idx, root_->shape), value});
+  }
+
+ private:
+  const UOpPtr& root_;
+  const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of_;
+  std::vector<std::shared_ptr<Buffer>>& inputs_;
+  std::map<const Buffer*, int64_t> param_of_;
+  std::map<std::vector<const void*>, UOpPtr> memo_;
+  RewriteMemo simplify_memo_;
+  int64_t next_range_ = 0;
+
+  UOpPtr simplify(const UOpPtr& x) { return graph_rewrite(x, symbolic(), simplify_memo_); }
+  UOpPtr make_range(int64_t n) { return make_uop(Op::RANGE, dtypes::index, {kint(n)}, Arg{next_range_++}); }
+
+  UOpPtr offset(const std::vector<UOpPtr>& idx, const Shape& shape) {
+    UOpPtr off = kint(0);
+    int64_t stride = 1;
+    for (size_t i = shape.size(); i-- > 0;) {
+      off = kalu(Op::ADD, off, kalu(Op::MUL, idx[i], kint(stride)));
+      stride *= shape[i];
+    }
+    return simplify(off);
+  }
+
+  UOpPtr param(const std::shared_ptr<Buffer>& buf, DType dtype) {
+    auto it = param_of_.find(buf.get());
+    int64_t i;
+    if (it != param_of_.end()) {
+      i = it->second;
+    } else {
+      i = static_cast<int64_t>(inputs_.size());
+      inputs_.push_back(buf);
+      param_of_[buf.get()] = i;
+    }
+    return make_uop(Op::DEFINE_GLOBAL, dtype, {}, Arg{i});
+  }
+
+  UOpPtr emit(const UOpPtr& node, const std::vector<UOpPtr>& idx, const UOpPtr& gate) {
+    std::vector<const void*> key{node.get(), gate.get()};
+    for (auto& i : idx) key.push_back(i.get());
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    UOpPtr r = emit_uncached(node, idx, gate);
+    memo_[key] = r;
+    return r;
+  }
+
+  UOpPtr emit_uncached(const UOpPtr& node, const std::vector<UOpPtr>& idx, const UOpPtr& gate) {
+    if (node != root_) {
+      if (auto buf = input_of_(node.get())) {
+        std::vector<UOpPtr> src{param(buf, node->dtype), offset(idx, node->shape)};
+        if (gate) src.push_back(gate);
+        return simplify(make_uop(Op::LOAD, node->dtype, src));
+      }
+    }
+    const Shape& in = node->src.empty() ? node->shape : node->src[0]->shape;
+    switch (node->op) {
+      case Op::CONST:
+        return kconst(node->dtype, node->const_value());
+      case Op::DETACH:
+      case Op::CONTIGUOUS:
+        return emit(node->src[0], idx, gate);
+      case Op::CAST:
+      case Op::BITCAST:
+        return make_uop(node->op, node->dtype, {emit(node->src[0], idx, gate)});
+      case Op::RESHAPE: {
+        UOpPtr flat = offset(idx, node->shape);
+        std::vector<UOpPtr> out(in.size());
+        int64_t stride = 1;
+        for (size_t i = in.size(); i-- > 0;) {
+          out[i] = in[i] == 1 ? kint(0) : simplify(kalu(Op::MOD, kalu(Op::IDIV, flat, kint(stride)), kint(in[i])));
+          stride *= in[i];
+        }
+        return emit(node->src[0], out, gate);
+      }
+      case Op::PERMUTE: {
+        auto& order = node->arg_ints();
+        std::vector<UOpPtr> out(idx.size());
+        for (size_t i = 0; i < order.size(); i++) out[order[i]] = idx[i];
+        return emit(node->src[0], out, gate);
+      }
+      case Op::EXPAND: {
+        std::vector<UOpPtr> out = idx;
+        for (size_t i = 0; i < in.size(); i++)
+          if (in[i] == 1) out[i] = kint(0);
+        return emit(node->src[0], out, gate);
+      }
+      case Op::SHRINK: {
+        auto& b = node->arg_ints();
+        std::vector<UOpPtr> out = idx;
+        for (size_t i = 0; i < in.size(); i++) out[i] = simplify(kalu(Op::ADD, idx[i], kint(b[2 * i])));
+        return emit(node->src[0], out, gate);
+      }
+      case Op::FLIP: {
+        std::vector<UOpPtr> out = idx;
+        for (auto a : node->arg_ints())
+          out[a] = simplify(kalu(Op::ADD, kalu(Op::MUL, idx[a], kint(-1)), kint(in[a] - 1)));
+        return emit(node->src[0], out, gate);
+      }
+      case Op::PAD: {
+        auto& p = node->arg_ints();
+        std::vector<UOpPtr> out = idx;
+        UOpPtr valid;
+        for (size_t i = 0; i < in.size(); i++) {
+          if (p[2 * i] == 0 && p[2 * i + 1] == 0) continue;
+          out[i] = simplify(kalu(Op::ADD, idx[i], kint(-p[2 * i])));
+          UOpPtr lo = kalu(Op::CMPLT, kint(p[2 * i] - 1), idx[i]);
+          UOpPtr hi = kalu(Op::CMPLT, idx[i], kint(p[2 * i] + in[i]));
+          UOpPtr v = kalu(Op::AND, lo, hi);
+          valid = valid ? kalu(Op::AND, valid, v) : v;
+        }
+        valid = simplify(valid);
+        UOpPtr inner_gate = gate ? simplify(kalu(Op::AND, gate, valid)) : valid;
+        UOpPtr v = emit(node->src[0], out, inner_gate);
+        return simplify(kwhere(valid, v, kconst(node->dtype, 0)));
+      }
+      case Op::REDUCE_AXIS: {
+        auto& ra = node->arg_reduce();
+        std::vector<UOpPtr> out = idx;
+        std::vector<UOpPtr> src;
+        for (auto a : ra.axes) out[a] = in[a] == 1 ? kint(0) : make_range(in[a]);
+        src.push_back(emit(node->src[0], out, gate));
+        for (auto a : ra.axes)
+          if (in[a] != 1) src.push_back(out[a]);
+        return make_uop(Op::REDUCE, node->dtype, src, Arg{ra.op});
+      }
+      case Op::COPY:
+      case Op::ALLREDUCE:
+      case Op::BUFFER:
+        TG_ASSERT(false, op_name(node->op), " reached a kernel unrealized");
+      default:
+        break;
+    }
+    TG_ASSERT(is_alu(node->op), "cannot lower ", op_name(node->op));
+    std::vector<UOpPtr> src;
+    for (auto& s : node->src) src.push_back(emit(s, idx, gate));
+    return simplify(make_uop(node->op, node->dtype, src));
+  }
+};
+
+}  // namespace
+
+UOpPtr lower_kernel(const UOpPtr& root, const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
+                    std::vector<std::shared_ptr<Buffer>>& inputs) {
+  return Lowerer(root, input_of, inputs).run();
+}
+
+}  // namespace tg

@@ -1,0 +1,119 @@
+// Kernel boundaries and fusion.
+//
+// Note [where kernels end]: a node is computed into its own buffer ("realize point") when it is
+// an output, a REDUCE_AXIS, CONTIGUOUS, COPY (and its source) or a collective. Everything else is
+// recomputed inline by each kernel that reads it, so elementwise chains and movement ops never
+// cost a kernel or a copy. One exception joins a reduce to the kernel above it: an output or
+// CONTIGUOUS node that reaches a REDUCE_AXIS through elementwise ops alone, every node on the way
+// read only once, computes that reduce itself ("sum then scale" is one kernel). The way down may
+// also pass views that use each element at most once (RESHAPE, PERMUTE, SHRINK, FLIP), never an
+// EXPAND, which would recompute the reduce for every copy.
+#include "tinygrad/schedule/schedule.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+
+namespace tg {
+
+namespace {
+
+bool is_elementwise(const UOp& u) { return is_alu(u.op) || u.op == Op::DETACH; }
+bool is_injective_view(const UOp& u) {
+  return u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::SHRINK || u.op == Op::FLIP;
+}
+
+// A realized node, or a view of one that needs no kernel: reshapes of a contiguous buffer.
+std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
+  if (u->realized) return u->realized;
+  if (u->op == Op::BUFFER) return u->arg_buffer();
+  if (u->op == Op::RESHAPE || u->op == Op::DETACH || u->op == Op::CONTIGUOUS) {
+    if (u->op == Op::CONTIGUOUS && !(u->src[0]->realized || u->src[0]->op == Op::BUFFER)) return nullptr;
+    return existing_buffer(u->src[0].get());
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
+                                          std::vector<std::shared_ptr<Buffer>>* output_buffers) {
+  // 1. the graph still to compute, and how often each node is read
+  auto order = toposort(outputs, [](const UOp& u) { return !existing_buffer(&u); });
+  std::unordered_map<const UOp*, int> readers;
+  for (auto& u : order) {
+    if (existing_buffer(u.get())) continue;
+    for (auto& s : u->src) readers[s.get()]++;
+  }
+  std::unordered_set<const UOp*> output_set;
+  for (auto& o : outputs) output_set.insert(o.get());
+
+  // 2. realize points
+  std::unordered_set<const UOp*> realize;
+  for (auto& u : order) {
+    if (existing_buffer(u.get())) continue;
+    if (output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
+        u->op == Op::ALLREDUCE)
+      realize.insert(u.get());
+    if (u->op == Op::COPY || u->op == Op::ALLREDUCE)
+      if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
+  }
+
+  // 3. fuse a single-reader reduce into the elementwise kernel above it
+  for (auto& u : order) {
+    if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || u->op == Op::ALLREDUCE) continue;
+    std::vector<const UOp*> stack;
+    for (auto& s : u->src) stack.push_back(s.get());
+    std::unordered_set<const UOp*> seen;
+    while (!stack.empty()) {
+      const UOp* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second || existing_buffer(n) || readers[n] != 1) continue;
+      if (n->op == Op::REDUCE_AXIS && realize.count(n) && !output_set.count(n)) {
+        realize.erase(n);
+        break;
+      }
+      if (realize.count(n) || !(is_elementwise(*n) || is_injective_view(*n))) continue;
+      for (auto& s : n->src) stack.push_back(s.get());
+    }
+  }
+
+  // 4. buffers and kernels, sources first
+  std::unordered_map<const UOp*, std::shared_ptr<Buffer>> buffers;
+  auto input_of = [&](const UOp* u) -> std::shared_ptr<Buffer> {
+    if (auto b = existing_buffer(u)) return b;
+    auto it = buffers.find(u);
+    return it == buffers.end() ? nullptr : it->second;
+  };
+  std::vector<ScheduleItem> items;
+  for (auto& u : order) {
+    if (!realize.count(u.get()) || existing_buffer(u.get())) continue;
+    auto out = std::make_shared<Buffer>(u->device, u->dtype, prod(u->shape));
+    ScheduleItem item;
+    item.device = u->device;
+    if (u->op == Op::COPY || u->op == Op::ALLREDUCE) {
+      item.kind = u->op == Op::COPY ? ScheduleItem::Kind::Copy : ScheduleItem::Kind::Collective;
+      item.ast = u;
+      item.buffers = {out, input_of(u->src[0].get())};
+      TG_ASSERT(item.buffers[1], "copy source not realized");
+    } else if (prod(u->shape) > 0) {
+      item.kind = ScheduleItem::Kind::Kernel;
+      item.buffers = {out};
+      item.ast = lower_kernel(u, input_of, item.buffers);
+    } else {
+      buffers[u.get()] = out;
+      continue;  // an empty tensor needs no kernel
+    }
+    buffers[u.get()] = out;
+    items.push_back(std::move(item));
+  }
+  if (output_buffers) {
+    output_buffers->clear();
+    for (auto& o : outputs) output_buffers->push_back(input_of(o.get()));
+  }
+  return items;
+}
+
+}  // namespace tg

@@ -1,0 +1,33 @@
+// The scheduler: cuts a lazy graph into kernels (fusing elementwise chains into each other and
+// into at most one reduce per kernel), assigns buffers, and orders the work.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinygrad/ops.h"
+
+namespace tg {
+
+class Buffer;
+
+struct ScheduleItem {
+  enum class Kind { Kernel, Copy, Collective };
+  Kind kind = Kind::Kernel;
+  UOpPtr ast;                                    // Kernel: kernel graph rooted at STORE; else the lazy node
+  std::vector<std::shared_ptr<Buffer>> buffers;  // buffers[0] is written, the rest are read
+  std::string device;
+};
+
+// Schedules everything needed to compute `outputs`. `output_buffers` (when given) receives the
+// buffer each output will be in once the schedule has run; the caller attaches them
+// (UOp::realized) after running it.
+std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
+                                          std::vector<std::shared_ptr<Buffer>>* output_buffers = nullptr);
+
+// Lowers the lazy subgraph under `root` into a kernel graph (index arithmetic, loads, one
+// store). `input_of` names the realized nodes the kernel reads; params are appended to `inputs`.
+UOpPtr lower_kernel(const UOpPtr& root, const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
+                    std::vector<std::shared_ptr<Buffer>>& inputs);
+
+}  // namespace tg

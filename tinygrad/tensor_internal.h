@@ -1,0 +1,35 @@
+// Internals shared by the tensor_*.cpp files: building results that track gradients, checks
+// with messages that name the operands, axis normalisation.
+#pragma once
+#include <string>
+
+#include "tinygrad/error.h"
+#include "tinygrad/lazy.h"
+#include "tinygrad/tensor.h"
+
+namespace tg {
+
+struct TensorAccess {
+  // A new tensor for `u`; it tracks gradients when an input does (outside NoGradGuard).
+  static Tensor result(UOpPtr u, std::initializer_list<const Tensor*> inputs);
+};
+
+inline Tensor result(UOpPtr u, std::initializer_list<const Tensor*> inputs) {
+  return TensorAccess::result(std::move(u), inputs);
+}
+
+// Normalises a possibly negative axis; throws naming the op and tensor when out of range.
+int64_t norm_axis(const char* op, const Tensor& t, int64_t axis, int64_t ndim_extra = 0);
+std::vector<int64_t> norm_axes(const char* op, const Tensor& t, const std::vector<int64_t>& axes);
+// Broadcast shape of two shapes; throws naming the op and both tensors.
+Shape broadcast_shape(const char* op, const Tensor& a, const Tensor& b);
+// Casts both to their promoted dtype and broadcasts to a common shape; checks devices.
+std::pair<Tensor, Tensor> align(const char* op, const Tensor& a, const Tensor& b);
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+// opt with its dtype defaulted.
+inline TensorOptions with_dtype(TensorOptions opt, DType fallback) {
+  if (!opt.dtype) opt.dtype = fallback;
+  return opt;
+}
+
+}  // namespace tg

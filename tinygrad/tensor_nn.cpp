@@ -1,0 +1,198 @@
+// Linear algebra and neural-network compositions: matmul, conv2d and pooling (sliding windows
+// built from movement ops), normalisation, dropout, losses.
+#include <cmath>
+
+#include "tinygrad/tensor_internal.h"
+
+namespace tg {
+
+namespace {
+
+std::vector<int64_t> expand_param(const char* op, const char* what, std::vector<int64_t> v, size_t n) {
+  TG_CHECK(v.size() == 1 || v.size() == n, op, ": ", what, " needs 1 or ", n, " values, got ", v.size());
+  if (v.size() == 1) v.assign(n, v[0]);
+  return v;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Tensor Tensor::matmul(const Tensor& o) const {
+  TG_CHECK(ndim() >= 1 && o.ndim() >= 1, "matmul: both operands need at least one dim (a: ", describe(), ", b: ",
+           o.describe(), ")");
+  check_same_device("matmul", *this, o);
+  Tensor a = ndim() == 1 ? unsqueeze(0) : *this;
+  Tensor b = o.ndim() == 1 ? o.unsqueeze(-1) : o;
+  TG_CHECK(a.shape().back() == b.shape()[b.ndim() - 2], "matmul: a.shape[-1]=", a.shape().back(),
+           " != b.shape[-2]=", b.shape()[b.ndim() - 2], " (a: ", describe(), ", b: ", o.describe(), ")");
+  // [..., n, k] x [..., k, m] -> [..., n, 1, k] * [..., 1, m, k] summed over k
+  Tensor prod = a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3);
+  Tensor r = prod.sum(-1).cast(promote(dtype(), o.dtype()));
+  if (ndim() == 1) r = r.squeeze(-2);
+  if (o.ndim() == 1) r = r.squeeze(-1);
+  return r;
+}
+
+Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) const {
+  Tensor r = matmul(weight.T());
+  return bias ? r + *bias : r;
+}
+
+// Note [sliding windows from movement ops]: for one dim of size i, kernel k, stride s,
+// dilation d, we want y[o, kk] = x[o*s + kk*d]. Repeat x enough times to fill a flat run of
+// k*w elements with w = i*f + d (f >= 1 chosen so that w >= o*s); read as [k, w], row kk starts
+// at flat kk*w = kk*d (mod i), so y[o, kk] = row kk, column o*s. Taking columns [0, o*s) split
+// as [o, s] and keeping s-index 0 gives the windows. Index simplification later turns the
+// modulo arithmetic back into plain strides.
+Tensor Tensor::pool_windows(const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                            const std::vector<int64_t>& dilation) const {
+  size_t nk = kernel.size();
+  TG_CHECK(static_cast<size_t>(ndim()) >= nk, "pool: ", nk, "-d window on ", describe());
+  size_t lead = ndim() - nk;
+  Tensor x = *this;
+  Shape outs;
+  for (size_t j = 0; j < nk; j++) {
+    int64_t i = shape()[lead + j], k = kernel[j], s = stride[j], d = dilation[j];
+    TG_CHECK(k > 0 && s > 0 && d > 0, "pool: kernel, stride and dilation must be positive");
+    TG_CHECK(i >= d * (k - 1) + 1, "pool: window ", k, " (dilation ", d, ") is larger than dim ", lead + j, " of ",
+             describe());
+    outs.push_back((i - d * (k - 1) - 1) / s + 1);
+  }
+  // one dim at a time: the dim being windowed sits at position `lead + j`, windows go to the end
+  for (size_t j = 0; j < nk; j++) {
+    int64_t pos = static_cast<int64_t>(lead + j);
+    int64_t i = x.shape()[pos], k = kernel[j], s = stride[j], d = dilation[j], o = outs[j];
+    int64_t f = std::max<int64_t>(1, ceil_div(std::max<int64_t>(0, o * s - d), i));
+    int64_t w = i * f + d;
+    int64_t reps = ceil_div(k * w, i);
+    // move the dim to the end, windowize there, move [o] back and keep [k] at the end
+    std::vector<int64_t> order;
+    for (int64_t a = 0; a < x.ndim(); a++)
+      if (a != pos) order.push_back(a);
+    order.push_back(pos);
+    Tensor t = x.permute(order);  // [..., i]
+    Shape base(t.shape().begin(), t.shape().end() - 1);
+    auto with = [&](std::initializer_list<int64_t> tail) {
+      Shape s2 = base;
+      s2.insert(s2.end(), tail);
+      return s2;
+    };
+    auto bounds = [&](std::initializer_list<std::pair<int64_t, int64_t>> tail) {
+      std::vector<std::pair<int64_t, int64_t>> b;
+      for (auto v : base) b.push_back({0, v});
+      b.insert(b.end(), tail);
+      return b;
+    };
+    t = t.unsqueeze(-2).expand(with({reps, i})).reshape(with({reps * i}));
+    t = t.shrink(bounds({{0, k * w}})).reshape(with({k, w}));
+    t = t.shrink(bounds({{0, k}, {0, o * s}})).reshape(with({k, o, s}));
+    t = t.shrink(bounds({{0, k}, {0, o}, {0, 1}})).reshape(with({k, o}));  // [..., k, o]
+    // back: [other dims with o at pos] + [earlier window dims] + [k]
+    int64_t nb = static_cast<int64_t>(base.size());
+    std::vector<int64_t> back;
+    for (int64_t a = 0; a < pos; a++) back.push_back(a);
+    back.push_back(nb + 1);  // o
+    for (int64_t a = pos; a < nb; a++) back.push_back(a);
+    back.push_back(nb);  // k
+    x = t.permute(back);
+  }
+  // x is [..., o1..ok, (rest of the original trailing dims are none), k1..kk]
+  return x;
+}
+
+Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, std::vector<int64_t> stride,
+                      std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) const {
+  TG_CHECK(ndim() == 4, "conv2d: input must be [N, C, H, W], got ", describe());
+  TG_CHECK(weight.ndim() == 4, "conv2d: weight must be [Cout, Cin/groups, kH, kW], got ", weight.describe());
+  check_same_device("conv2d", *this, weight);
+  int64_t n = shape()[0], cin = shape()[1], cout = weight.shape()[0];
+  TG_CHECK(groups > 0 && cin % groups == 0 && cout % groups == 0, "conv2d: groups=", groups,
+           " must divide input channels ", cin, " and output channels ", cout);
+  TG_CHECK(weight.shape()[1] * groups == cin, "conv2d: weight ", weight.describe(), " expects ", weight.shape()[1] * groups,
+           " input channels, input ", describe(), " has ", cin);
+  stride = expand_param("conv2d", "stride", stride, 2);
+  padding = expand_param("conv2d", "padding", padding, 2);
+  dilation = expand_param("conv2d", "dilation", dilation, 2);
+  int64_t kh = weight.shape()[2], kw = weight.shape()[3];
+  Tensor x = pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}});
+  Tensor win = x.pool_windows({kh, kw}, stride, dilation);  // [N, Cin, oy, ox, kh, kw]
+  int64_t oy = win.shape()[2], ox = win.shape()[3], cg = cin / groups;
+  Tensor xw = win.reshape({n, groups, 1, cg, oy, ox, kh, kw});
+  Tensor ww = weight.reshape({1, groups, cout / groups, cg, 1, 1, kh, kw});
+  Tensor out = (xw * ww).sum({3, 6, 7}).reshape({n, cout, oy, ox});
+  if (bias) {
+    TG_CHECK(bias->ndim() == 1 && bias->shape()[0] == cout, "conv2d: bias ", bias->describe(), " must be [", cout, "]");
+    out = out + bias->reshape({1, cout, 1, 1});
+  }
+  return out;
+}
+
+Tensor Tensor::max_pool2d(std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                          std::vector<int64_t> dilation) const {
+  TG_CHECK(ndim() >= 2, "max_pool2d: input needs at least 2 dims, got ", describe());
+  kernel = expand_param("max_pool2d", "kernel", kernel, 2);
+  stride = stride.empty() ? kernel : expand_param("max_pool2d", "stride", stride, 2);
+  padding = expand_param("max_pool2d", "padding", padding, 2);
+  dilation = expand_param("max_pool2d", "dilation", dilation, 2);
+  std::vector<std::pair<int64_t, int64_t>> p(ndim(), {0, 0});
+  p[ndim() - 2] = {padding[0], padding[0]};
+  p[ndim() - 1] = {padding[1], padding[1]};
+  double lowest = is_float(dtype()) ? -INFINITY : dtype_min(dtype());
+  return pad(p, lowest).pool_windows(kernel, stride, dilation).max({-2, -1});
+}
+
+Tensor Tensor::avg_pool2d(std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) const {
+  TG_CHECK(ndim() >= 2, "avg_pool2d: input needs at least 2 dims, got ", describe());
+  kernel = expand_param("avg_pool2d", "kernel", kernel, 2);
+  stride = stride.empty() ? kernel : expand_param("avg_pool2d", "stride", stride, 2);
+  padding = expand_param("avg_pool2d", "padding", padding, 2);
+  std::vector<std::pair<int64_t, int64_t>> p(ndim(), {0, 0});
+  p[ndim() - 2] = {padding[0], padding[0]};
+  p[ndim() - 1] = {padding[1], padding[1]};
+  return pad(p).pool_windows(kernel, stride, {1, 1}).mean({-2, -1});
+}
+
+Tensor Tensor::one_hot(int64_t num_classes) const {
+  TG_CHECK(!is_float(dtype()), "one_hot: needs an integer tensor, got ", describe());
+  TG_CHECK(num_classes > 0, "one_hot: num_classes must be positive, got ", num_classes);
+  return unsqueeze(-1).eq(Tensor::arange(num_classes, {.dtype = dtype(), .device = device()})).cast(DType::Int32);
+}
+
+Tensor Tensor::dropout(double p, bool training) const {
+  TG_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
+  if (!training || p == 0) return *this;
+  Tensor keep = Tensor::rand(shape(), {.device = device()}).ge(Tensor::scalar(p, {.device = device()}));
+  return keep.where(*this * (1.0 / (1.0 - p)), zeros_like());
+}
+
+Tensor Tensor::layernorm(std::vector<int64_t> axes, double eps) const {
+  Tensor y = *this - mean(axes, true);
+  return y * ((y * y).mean(axes, true) + eps).rsqrt();
+}
+
+Tensor Tensor::sparse_categorical_crossentropy(const Tensor& labels, double label_smoothing) const {
+  TG_CHECK(ndim() == 2, "sparse_categorical_crossentropy: logits must be [N, C], got ", describe());
+  TG_CHECK(!is_float(labels.dtype()) && labels.ndim() == 1 && labels.shape()[0] == shape()[0],
+           "sparse_categorical_crossentropy: labels must be integer [", shape()[0], "], got ", labels.describe());
+  check_same_device("sparse_categorical_crossentropy", *this, labels);
+  Tensor logp = log_softmax(-1);
+  Tensor hit = labels.unsqueeze(-1).eq(Tensor::arange(shape()[1], {.dtype = labels.dtype(), .device = device()}));
+  Tensor nll = -(hit.where(logp, logp.zeros_like()).sum(-1)).mean();
+  if (label_smoothing == 0) return nll;
+  Tensor smooth = -logp.mean(-1).mean();
+  return (1 - label_smoothing) * nll + label_smoothing * smooth;
+}
+
+Tensor Tensor::binary_crossentropy(const Tensor& t) const {
+  return -(t * log() + (1.0 - t) * (1.0 - *this).log()).mean();
+}
+
+Tensor Tensor::binary_crossentropy_logits(const Tensor& t) const {
+  // max(x, 0) - x*t + log(1 + exp(-|x|)): stable for large |x|
+  return (relu() - *this * t + (1.0 + (-abs()).exp()).log()).mean();
+}
+
+Tensor Tensor::mse(const Tensor& t) const { return (*this - t).square().mean(); }
+
+}  // namespace tg
