@@ -89,7 +89,7 @@ void add_linear(const UOpPtr& x, int64_t scale, Linear& out) {
 }
 
 std::string term_key(const UOpPtr& u) {
-  if (u->op == Op::RANGE || u->op == Op::SPECIAL) return std::string("0") + std::to_string(1000000 + u->arg_int());
+  if (u->op == Op::RANGE || u->op == Op::SPECIAL) return "0" + std::to_string(1000000 + u->arg_int());
   return "1" + u->str(6);
 }
 

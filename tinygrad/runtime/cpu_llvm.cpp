@@ -1,0 +1,238 @@
+// The LLVM ORC JIT behind CPU kernels: parses the IR text from LLVMRenderer, runs the O3
+// new-pass-manager pipeline for the host CPU (its name and features, so AVX2/AVX-512/FMA are used),
+// and JIT-links it with one LLJIT per compiler. The only file of tinygrad++ that includes LLVM
+// headers; builds against LLVM 15 through 19.
+#include "tinygrad/runtime/cpu_llvm.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <sstream>
+
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/IRReader/IRReader.h>
+#include <llvm/Passes/OptimizationLevel.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/SourceMgr.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include "tinygrad/error.h"
+
+namespace tg {
+namespace {
+
+namespace orc = llvm::orc;
+
+std::string take_message(llvm::Error err) { return llvm::toString(std::move(err)); }
+
+// The first lines of the IR, numbered, for error messages.
+std::string ir_head(const std::string& source, int max_lines = 25) {
+  std::istringstream in(source);
+  std::ostringstream out;
+  std::string line;
+  int n = 0;
+  while (n < max_lines && std::getline(in, line)) {
+    char num[16];
+    std::snprintf(num, sizeof num, "%4d| ", ++n);
+    out << num << line << "\n";
+  }
+  if (std::getline(in, line)) out << "  ...\n";
+  return out.str();
+}
+
+// The host target, detected once: CPU name and features as LLVM sees them.
+struct HostTarget {
+  orc::JITTargetMachineBuilder jtmb;
+  std::string cpu;
+  std::string features;
+};
+
+const HostTarget& host_target() {
+  static std::once_flag once;
+  static HostTarget* host = nullptr;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+    auto jtmb = orc::JITTargetMachineBuilder::detectHost();  // sets host CPU name and features
+    TG_CHECK(jtmb, "LLVM: cannot detect the host target: ", take_message(jtmb.takeError()));
+#if LLVM_VERSION_MAJOR >= 18
+    jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+#else
+    jtmb->setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+#endif
+    std::string cpu = jtmb->getCPU(), features = jtmb->getFeatures().getString();
+    host = new HostTarget{std::move(*jtmb), std::move(cpu), std::move(features)};  // lives until exit
+  });
+  return *host;
+}
+
+std::unique_ptr<llvm::TargetMachine> host_target_machine() {
+  auto tm = orc::JITTargetMachineBuilder(host_target().jtmb).createTargetMachine();
+  TG_CHECK(tm, "LLVM: cannot create the host target machine: ", take_message(tm.takeError()));
+  return std::move(*tm);
+}
+
+void run_o3(llvm::Module& m, llvm::TargetMachine& tm) {
+  // analysis managers in this order, so that they are destroyed in the right order
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  llvm::PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+// Parses, verifies and optimizes one kernel module in ctx. Throws tg::Error with the diagnostic
+// and the head of the IR.
+std::unique_ptr<llvm::Module> build_module(const std::string& name, const std::string& source,
+                                           const std::string& module_id, llvm::LLVMContext& ctx) {
+  llvm::SMDiagnostic diag;
+  std::unique_ptr<llvm::Module> m = llvm::parseIR(llvm::MemoryBufferRef(source, module_id), diag, ctx);
+  if (!m) {
+    std::string msg;
+    llvm::raw_string_ostream os(msg);
+    diag.print(module_id.c_str(), os, /*ShowColors=*/false);
+    os.flush();
+    TG_CHECK(false, "LLVM: cannot parse kernel ", name, ":\n", msg, "IR:\n", ir_head(source));
+  }
+  std::string verr;
+  llvm::raw_string_ostream vos(verr);
+  bool broken = llvm::verifyModule(*m, &vos);
+  vos.flush();
+  TG_CHECK(!broken, "LLVM: kernel ", name, " does not verify:\n", verr, "IR:\n", ir_head(source));
+  auto tm = host_target_machine();
+  m->setTargetTriple(tm->getTargetTriple().str());
+  m->setDataLayout(tm->createDataLayout());
+  run_o3(*m, *tm);
+  return m;
+}
+
+// note "one JITDylib per kernel": every compiled module goes into a fresh JITDylib named
+// "<kernel>#<n>", so two kernels may export the same symbol name without clashing (a BEAM search
+// compiles many variants of one kernel name). Each JITDylib resolves libm/libgcc symbols (exp2f,
+// sinf, __truncdfhf2, ...) from the process. When the last Program of a kernel dies its JITDylib is
+// removed, which frees the code. Programs share ownership of the LLJIT, so they may outlive the
+// compiler that made them (a Device destroys its compiler before its program cache).
+// Materialization (instruction selection, linking) runs under the JIT's mutex; parsing and the
+// O3 pipeline, the larger part of compile time, run in parallel.
+struct JitState {
+  std::mutex mu;
+  std::unique_ptr<orc::LLJIT> jit;
+  uint64_t modules = 0;
+
+  orc::LLJIT& get() {  // call with mu held
+    if (!jit) {
+      auto built = orc::LLJITBuilder().setJITTargetMachineBuilder(host_target().jtmb).create();
+      TG_CHECK(built, "LLVM: cannot create the ORC LLJIT: ", take_message(built.takeError()));
+      jit = std::move(*built);
+    }
+    return *jit;
+  }
+};
+
+using KernelFn = void (*)(void**);
+
+class LLVMProgram : public Program {
+ public:
+  LLVMProgram(std::shared_ptr<JitState> state, orc::JITDylib* jd, KernelFn fn)
+      : state_(std::move(state)), jd_(jd), fn_(fn) {}
+  ~LLVMProgram() override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    llvm::consumeError(state_->jit->getExecutionSession().removeJITDylib(*jd_));
+  }
+  std::optional<double> launch(const std::vector<void*>& buffers, const std::vector<int64_t>& /*global_size*/,
+                               const std::vector<int64_t>& /*local_size*/, bool wait) override {
+    auto t0 = std::chrono::steady_clock::now();
+    fn_(const_cast<void**>(buffers.data()));  // CPU kernels loop over their whole range themselves
+    if (!wait) return std::nullopt;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+ private:
+  std::shared_ptr<JitState> state_;
+  orc::JITDylib* jd_;
+  KernelFn fn_;
+};
+
+class LLVMCompiler : public Compiler {
+ public:
+  std::string cache_key() const override {
+    const HostTarget& h = host_target();
+    char hash[24];
+    std::snprintf(hash, sizeof hash, "%08zx", std::hash<std::string>()(h.features) & 0xffffffffu);
+    return "llvm-" + llvm_version() + "-" + h.cpu + "-" + hash;
+  }
+
+  std::unique_ptr<Program> compile(const std::string& name, const std::string& source) override {
+    uint64_t n;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      n = state_->modules++;
+    }
+    const std::string module_id = name + "#" + std::to_string(n);
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    std::unique_ptr<llvm::Module> m = build_module(name, source, module_id, *ctx);
+
+    std::lock_guard<std::mutex> lock(state_->mu);
+    orc::LLJIT& jit = state_->get();
+    m->setDataLayout(jit.getDataLayout());
+    auto jd = jit.createJITDylib(module_id);
+    TG_CHECK(jd, "LLVM: cannot create a JITDylib for ", name, ": ", take_message(jd.takeError()));
+    auto gen = orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit.getDataLayout().getGlobalPrefix());
+    TG_CHECK(gen, "LLVM: cannot search the process for symbols: ", take_message(gen.takeError()));
+    jd->addGenerator(std::move(*gen));
+    auto fail = [&](const char* what, llvm::Error err) {
+      std::string msg = take_message(std::move(err));
+      llvm::consumeError(jit.getExecutionSession().removeJITDylib(*jd));
+      TG_CHECK(false, "LLVM: ", what, " kernel ", name, ": ", msg, "\nIR:\n", ir_head(source));
+    };
+    orc::ThreadSafeModule tsm(std::move(m), orc::ThreadSafeContext(std::move(ctx)));
+    if (auto err = jit.addIRModule(*jd, std::move(tsm))) fail("cannot add", std::move(err));
+    auto sym = jit.lookup(*jd, name);
+    if (!sym) fail("cannot find the entry point of", sym.takeError());
+    return std::make_unique<LLVMProgram>(state_, &*jd, sym->toPtr<KernelFn>());
+  }
+
+ private:
+  std::shared_ptr<JitState> state_ = std::make_shared<JitState>();
+};
+
+}  // namespace
+
+std::unique_ptr<Compiler> make_llvm_compiler() { return std::make_unique<LLVMCompiler>(); }
+
+std::string llvm_optimized_ir(const std::string& source) {
+  llvm::LLVMContext ctx;
+  auto m = build_module("(optimized_ir)", source, "optimized_ir", ctx);
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  m->print(os, nullptr);
+  os.flush();
+  return out;
+}
+
+std::string llvm_version() { return LLVM_VERSION_STRING; }
+
+}  // namespace tg
