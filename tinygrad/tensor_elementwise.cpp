@@ -8,8 +8,11 @@ namespace tg {
 
 namespace {
 
+// Floats keep their dtype; integers and bool compute in float32.
+Tensor as_float(const Tensor& x) { return is_float(x.dtype()) ? x : x.cast(DType::Float32); }
+
 Tensor unary(const Tensor& x, Op op) {
-  Tensor f = is_float(x.dtype()) ? x : x.cast(DType::Float32);
+  Tensor f = as_float(x);
   return result(lazy::alu(op, f.uop()), {&f});
 }
 
@@ -38,7 +41,7 @@ Tensor Tensor::scalar_like(double v) const {
   bool integral = v == std::trunc(v) && std::isfinite(v);
   if (!is_float(t)) {
     if (!integral) t = DType::Float32;
-    else if (t == DType::Bool && v != 0 && v != 1) t = DType::Int32;
+    else if (t == DType::Bool) t = DType::Int32;  // as in NumPy and PyTorch: mask + 1 counts
   }
   return Tensor(lazy::constant(v, t, device(), {}));
 }
@@ -49,20 +52,20 @@ Tensor Tensor::neg() const {
 }
 Tensor Tensor::exp2() const { return unary(*this, Op::EXP2); }
 Tensor Tensor::log2() const { return unary(*this, Op::LOG2); }
-Tensor Tensor::exp() const { return (float_() * (1.0 / LN2)).exp2(); }
+Tensor Tensor::exp() const { return (as_float(*this) * (1.0 / LN2)).exp2(); }
 Tensor Tensor::log() const { return log2() * LN2; }
 Tensor Tensor::sqrt() const { return unary(*this, Op::SQRT); }
 Tensor Tensor::reciprocal() const { return unary(*this, Op::RECIP); }
 Tensor Tensor::rsqrt() const { return sqrt().reciprocal(); }
 Tensor Tensor::sin() const { return unary(*this, Op::SIN); }
-Tensor Tensor::cos() const { return (M_PI / 2 - float_()).sin(); }
+Tensor Tensor::cos() const { return (M_PI / 2 - as_float(*this)).sin(); }
 Tensor Tensor::tan() const { return sin() / cos(); }
-Tensor Tensor::sigmoid() const { return (1.0 + (-float_()).exp()).reciprocal(); }
-Tensor Tensor::tanh() const { return 2.0 * (2.0 * float_()).sigmoid() - 1.0; }
+Tensor Tensor::sigmoid() const { return (1.0 + (-as_float(*this)).exp()).reciprocal(); }
+Tensor Tensor::tanh() const { return 2.0 * (2.0 * as_float(*this)).sigmoid() - 1.0; }
 Tensor Tensor::relu() const { return maximum(zeros_like()); }
 Tensor Tensor::leaky_relu(double slope) const { return (*this > 0).where(*this, *this * slope); }
 Tensor Tensor::gelu() const {
-  Tensor x = float_();
+  Tensor x = as_float(*this);
   return 0.5 * x * (1.0 + (0.7978845608028654 * (x + 0.044715 * x * x * x)).tanh());
 }
 Tensor Tensor::silu() const { return *this * sigmoid(); }
@@ -108,12 +111,17 @@ Tensor Tensor::pow(double e) const {
 
 Tensor Tensor::pow(const Tensor& e) const {
   auto [x0, y0] = align("pow", *this, e);
-  Tensor x = x0.float_(), y = y0.float_();
-  Tensor mag = (y * x.abs().log2()).exp2();
+  Tensor x = as_float(x0), y = as_float(y0);
+  // |x|^y through exp2(y * log2|x|); the base 0 is handled apart (with a safe base in the
+  // formula) so that neither the value nor the gradient there becomes NaN.
+  Tensor zero = x.eq(x.zeros_like());
+  Tensor safe = zero.where(x.ones_like(), x);
+  Tensor mag = (y * safe.abs().log2()).exp2();
   Tensor y_int = y.eq(y.trunc());
   Tensor y_odd = (y * 0.5).trunc().mul(y.scalar_like(2)).ne(y);
-  Tensor neg_base = (x < 0).where(y_int.where(y_odd.where(-mag, mag), x.full_like(NAN)), mag);
-  return y.eq(y.scalar_like(0)).where(x.ones_like(), neg_base);
+  Tensor signed_mag = (safe < 0).where(y_int.where(y_odd.where(-mag, mag), x.full_like(NAN)), mag);
+  Tensor at_zero = (y > 0).where(x.zeros_like(), y.eq(y.zeros_like()).where(x.ones_like(), x.full_like(INFINITY)));
+  return zero.where(at_zero, signed_mag);
 }
 
 Tensor Tensor::maximum(const Tensor& o) const {

@@ -23,7 +23,12 @@ bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
 UOpPtr to_float32(const UOpPtr& x) {
   if (!is_half(x->dtype)) return x;
-  if (x->op == Op::CONST) return kconst(DType::Float32, x->const_value());
+  if (x->op == Op::CONST) {  // the constant as the half type holds it
+    double v = x->const_value();
+    float r = x->dtype == DType::Float16 ? half_to_float(float_to_half(static_cast<float>(v)))
+                                         : bfloat_to_float(float_to_bfloat(static_cast<float>(v)));
+    return kconst(DType::Float32, r);
+  }
   return kcast(x, DType::Float32);
 }
 

@@ -110,7 +110,9 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
         break;
       }
       case Op::BITCAST:
-        line(T + " " + v + "; __builtin_memcpy(&" + v + ", &" + s(0) + ", sizeof(" + v + "));");
+        // through a named copy: the source may be a literal, which has no address
+        line(T + " " + v + "; { " + type_name(u->src[0]->dtype) + " bits = " + s(0) + "; __builtin_memcpy(&" + v +
+             ", &bits, sizeof(" + v + ")); }");
         break;
       default: {
         std::string e;

@@ -1,0 +1,314 @@
+// safetensors: round trips for every dtype, a file built byte by byte from the published format,
+// strict refusal of malformed files (each with its named error) and atomic saving.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tinygrad/nn/state.h"
+
+using namespace tg;
+using namespace tg::nn;
+namespace fs = std::filesystem;
+
+namespace {
+
+class StateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tg_test_state_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+std::string read_bytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void write_bytes(const std::string& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+std::string u64le(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; i++) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+  return s;
+}
+// A safetensors file: length prefix, the header text as given, then the data.
+std::string file_of(const std::string& header, const std::string& data) {
+  return u64le(header.size()) + header + data;
+}
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no tg::Error thrown";
+  return "";
+}
+#define EXPECT_HAS(msg, part) \
+  EXPECT_NE(std::string(msg).find(part), std::string::npos) << "message: " << (msg) << "\nexpected: " << (part)
+
+}  // namespace
+
+TEST_F(StateTest, RoundTripEveryDtype) {
+  std::vector<uint8_t> bools = {1, 0, 0, 1, 1, 0};
+  std::vector<uint8_t> u8 = {0, 1, 127, 128, 254, 255};
+  std::vector<int32_t> i32 = {0, -1, 2147483647, -2147483647 - 1, 12345, -54321};
+  std::vector<int64_t> i64 = {0, -1, 9007199254740993LL /* 2^53+1: not a double */, INT64_MIN, INT64_MAX, 42};
+  std::vector<uint16_t> f16 = {float_to_half(0.f), float_to_half(1.f), float_to_half(-2.5f), float_to_half(65504.f),
+                               float_to_half(0.0001f), float_to_half(-0.f)};
+  std::vector<uint16_t> bf16 = {float_to_bfloat(0.f), float_to_bfloat(1.f), float_to_bfloat(-3.140625f),
+                                float_to_bfloat(1e30f), float_to_bfloat(-1e-30f), float_to_bfloat(7.f)};
+  std::vector<float> f32 = {0.f, 1.5f, -2.25f, 3.4e38f, 1e-38f, 0.1f};
+  std::vector<double> f64 = {0.0, 0.1, -1e300, 1e-300, 3.141592653589793, -0.0};
+  StateDict sd;
+  sd["bool"] = Tensor::from_data(bools.data(), DType::Bool, {2, 3});
+  sd["u8"] = Tensor::from_data(u8.data(), DType::UInt8, {6});
+  sd["i32"] = Tensor::from_data(i32.data(), DType::Int32, {3, 2});
+  sd["i64"] = Tensor::from_data(i64.data(), DType::Int64, {6});
+  sd["f16"] = Tensor::from_data(f16.data(), DType::Float16, {1, 6});
+  sd["bf16"] = Tensor::from_data(bf16.data(), DType::BFloat16, {6, 1});
+  sd["f32"] = Tensor::from_data(f32.data(), DType::Float32, {2, 3});
+  sd["f64"] = Tensor::from_data(f64.data(), DType::Float64, {6});
+  sd["scalar"] = Tensor::scalar(7.5);
+  sd["empty"] = Tensor::zeros({0, 3});
+  sd["view.permuted"] = Tensor::from_data(f32.data(), DType::Float32, {2, 3}).permute({1, 0});  // not contiguous
+  sd["computed"] = Tensor::from_data(f32.data(), DType::Float32, {2, 3}) * 2.0;                 // lazy
+  std::string p = path("all.safetensors");
+  safe_save(sd, p, {{"format", "tinygrad++"}, {"step", "12"}});
+
+  StateDict got = safe_load(p);
+  ASSERT_EQ(got.size(), sd.size());
+  for (auto& [name, t] : sd) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(got[name].dtype(), t.dtype()) << name;
+    EXPECT_EQ(got[name].shape(), t.shape()) << name;
+    if (t.dtype() != DType::Int64) {
+      EXPECT_EQ(got[name].to_vector<double>(), t.to_vector<double>()) << name;
+    }
+  }
+  EXPECT_EQ(got["u8"].to_vector<uint8_t>(), u8);
+  EXPECT_EQ(got["i32"].to_vector<int32_t>(), i32);
+  EXPECT_EQ(got["view.permuted"].to_vector<float>(), (std::vector<float>{0.f, 3.4e38f, 1.5f, 1e-38f, -2.25f, 0.1f}));
+  EXPECT_EQ(got["f16"].to_vector<float>()[2], -2.5f);
+  EXPECT_EQ(got["bf16"].to_vector<float>()[2], -3.140625f);
+  EXPECT_EQ(safe_metadata(p), (Metadata{{"format", "tinygrad++"}, {"step", "12"}}));
+
+  // int64 must survive bit-exactly (a detour through double would turn 2^53+1 into 2^53): the
+  // file holds the original bytes, and saving what was loaded gives the same file.
+  auto header = safe_header(p);
+  std::string bytes = read_bytes(p);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  std::vector<int64_t> stored(6);
+  std::memcpy(stored.data(), bytes.data() + 8 + n + header["i64"].begin, 48);
+  EXPECT_EQ(stored, i64);
+  std::string p2 = path("again.safetensors");
+  safe_save(got, p2, safe_metadata(p));
+  EXPECT_EQ(read_bytes(p2), bytes);
+}
+
+TEST_F(StateTest, WrittenFileFollowsTheFormat) {
+  StateDict sd;
+  sd["z"] = Tensor::from_vector(std::vector<float>{1.f, 2.f}, {2});
+  sd["a"] = Tensor::from_vector(std::vector<uint8_t>{9, 8, 7}, {3});
+  sd["m"] = Tensor::from_vector(std::vector<int64_t>{-2}, {1, 1});
+  std::string p = path("fmt.safetensors");
+  safe_save(sd, p, {{"k", "v"}});
+  std::string bytes = read_bytes(p);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  EXPECT_EQ(n % 8, 0u) << "header is padded to a multiple of 8";
+  ASSERT_LE(8 + n, bytes.size());
+  std::string text = bytes.substr(8, n);
+  EXPECT_EQ(text.front(), '{');
+  EXPECT_EQ(text.find_last_not_of(' ') + 1, text.find_last_of('}') + 1) << "padding is spaces after the object";
+  auto h = nlohmann::json::parse(text);
+  EXPECT_EQ(h["__metadata__"]["k"], "v");
+  // Sorted name order, contiguous offsets from 0.
+  EXPECT_EQ(h["a"]["data_offsets"], nlohmann::json({0, 3}));
+  EXPECT_EQ(h["m"]["data_offsets"], nlohmann::json({3, 11}));
+  EXPECT_EQ(h["z"]["data_offsets"], nlohmann::json({11, 19}));
+  EXPECT_EQ(h["a"]["dtype"], "U8");
+  EXPECT_EQ(h["m"]["dtype"], "I64");
+  EXPECT_EQ(h["m"]["shape"], nlohmann::json({1, 1}));
+  EXPECT_EQ(h["z"]["dtype"], "F32");
+  EXPECT_EQ(bytes.size(), 8 + n + 19);
+  std::string data = bytes.substr(8 + n);
+  EXPECT_EQ(data.substr(0, 3), std::string("\x09\x08\x07"));
+  EXPECT_EQ(data.substr(3, 8), std::string("\xFE\xFF\xFF\xFF\xFF\xFF\xFF\xFF", 8));
+  EXPECT_EQ(data.substr(11, 8), std::string("\x00\x00\x80\x3F\x00\x00\x00\x40", 8));  // 1.0f, 2.0f
+}
+
+TEST_F(StateTest, LoadsAFileBuiltByteByByte) {
+  // The entries' data are deliberately not in name order, and the header is not padded.
+  std::string header =
+      R"({"__metadata__":{"format":"pt","source":"hand"},)"
+      R"("w":{"dtype":"F32","shape":[2],"data_offsets":[11,19]},)"
+      R"("h":{"dtype":"F16","shape":[2],"data_offsets":[19,23]},)"
+      R"("b":{"dtype":"BF16","shape":[1,2],"data_offsets":[23,27]},)"
+      R"("i":{"dtype":"I64","shape":[],"data_offsets":[3,11]},)"
+      R"("u":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})";
+  std::string data;
+  data += std::string("\x00\x07\xFF", 3);                                  // u: 0, 7, 255
+  data += std::string("\xFD\xFF\xFF\xFF\xFF\xFF\xFF\xFF", 8);               // i: -3
+  data += std::string("\x00\x00\xC0\x3F\x00\x00\x00\xC0", 8);               // w: 1.5, -2
+  data += std::string("\x00\x3C\x00\xB8", 4);                               // h: 1, -0.5
+  data += std::string("\x40\x40\x00\x3F", 4);                               // b: 3, 0.5
+  std::string p = path("hand.safetensors");
+  write_bytes(p, file_of(header, data));
+  StateDict sd = safe_load(p, "CPU");
+  ASSERT_EQ(sd.size(), 5u);
+  EXPECT_EQ(sd["u"].dtype(), DType::UInt8);
+  EXPECT_EQ(sd["u"].to_vector<uint8_t>(), (std::vector<uint8_t>{0, 7, 255}));
+  EXPECT_EQ(sd["i"].dtype(), DType::Int64);
+  EXPECT_EQ(sd["i"].shape(), Shape{});
+  EXPECT_EQ(sd["i"].item<int64_t>(), -3);
+  EXPECT_EQ(sd["w"].dtype(), DType::Float32);
+  EXPECT_EQ(sd["w"].to_vector<float>(), (std::vector<float>{1.5f, -2.f}));
+  EXPECT_EQ(sd["h"].dtype(), DType::Float16);
+  EXPECT_EQ(sd["h"].to_vector<float>(), (std::vector<float>{1.f, -0.5f}));
+  EXPECT_EQ(sd["b"].dtype(), DType::BFloat16);
+  EXPECT_EQ(sd["b"].shape(), (Shape{1, 2}));
+  EXPECT_EQ(sd["b"].to_vector<float>(), (std::vector<float>{3.f, 0.5f}));
+  EXPECT_EQ(sd["w"].device(), "CPU");
+  EXPECT_EQ(safe_metadata(p), (Metadata{{"format", "pt"}, {"source", "hand"}}));
+
+  // The same with the padding Python's safetensors writes, and a BOOL entry.
+  std::string h2 = R"({"t":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})";
+  h2.append((8 - h2.size() % 8) % 8, ' ');
+  write_bytes(p, file_of(h2, std::string("\x01\x00\x01", 3)));
+  auto sd2 = safe_load(p);
+  EXPECT_EQ(sd2["t"].dtype(), DType::Bool);
+  EXPECT_EQ(sd2["t"].to_vector<uint8_t>(), (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_TRUE(safe_metadata(p).empty());
+}
+
+TEST_F(StateTest, RefusesMalformedFiles) {
+  std::string p = path("bad.safetensors");
+  auto refuse = [&](const std::string& bytes) {
+    write_bytes(p, bytes);
+    std::string m = error_of([&] { safe_load(p); });
+    EXPECT_HAS(m, p);  // every message names the file
+    return m;
+  };
+  const std::string f32x2 = R"("dtype":"F32","shape":[2])";
+  // Too short, bad header lengths.
+  EXPECT_HAS(refuse(""), "shorter than the 8-byte header length");
+  EXPECT_HAS(refuse("\x05\x00\x00"), "shorter than the 8-byte header length");
+  EXPECT_HAS(refuse(u64le(1000) + "{}"), "header length 1000 is larger than the file");
+  EXPECT_HAS(refuse(u64le(1ull << 40) + "{}"), "is absurd");
+  // Not JSON, not an object.
+  EXPECT_HAS(refuse(file_of(R"({"a": {"dtype": )", "")), "header is not valid JSON");
+  EXPECT_HAS(refuse(file_of("[1, 2]", "")), "header must be a JSON object");
+  EXPECT_HAS(refuse(file_of(R"({"a":1,"a":2})", "")), "names 'a' twice");
+  // Entries with missing fields or wrong types.
+  EXPECT_HAS(refuse(file_of(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0'))), "entry 'a': missing \"dtype\"");
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", std::string(8, '\0'))), "missing \"shape\"");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + "}}", std::string(8, '\0'))), "missing \"data_offsets\"");
+  EXPECT_HAS(refuse(file_of(R"({"a":[1]})", "")), "entry 'a': must be an object");
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":1,"shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0'))), "\"dtype\" must be a string");
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})", std::string(8, '\0'))), "\"shape\" must be an array");
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", std::string(8, '\0'))), "shape[0] must be a non-negative integer");
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", std::string(8, '\0'))), "shape[0] must be a non-negative integer");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0]}})", std::string(8, '\0'))), "\"data_offsets\" must be [begin, end]");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":"0,8"}})", std::string(8, '\0'))), "\"data_offsets\" must be [begin, end]");
+  EXPECT_HAS(refuse(file_of(R"({"__metadata__":{"k":1}})", "")), "\"__metadata__\" value of 'k' must be a string");
+  EXPECT_HAS(refuse(file_of(R"({"__metadata__":[]})", "")), "\"__metadata__\" must be an object");
+  // Dtypes.
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0'))), "unknown dtype 'F99'");
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"I16","shape":[4],"data_offsets":[0,8]}})", std::string(8, '\0'))), "dtype 'I16' is a safetensors dtype tinygrad++ has no dtype for");
+  // Offsets and sizes.
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[8,0]}})", std::string(8, '\0'))), "data_offsets begin 8 > end 0");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,8]}})", std::string(4, '\0'))), "reach beyond the data section (4 bytes)");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,12]}})", std::string(12, '\0'))), "byte size 12 (data_offsets [0, 12]) does not match shape [2] of F32 (8 bytes)");
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"F16","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", std::string(8, '\0'))), "does not match shape");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,8]},"b":{)" + f32x2 + R"(,"data_offsets":[4,12]}})",
+                            std::string(12, '\0'))),
+             "entry 'b' data_offsets [4, 12] overlap entry 'a'");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,8]},"b":{)" + f32x2 + R"(,"data_offsets":[0,8]}})",
+                            std::string(8, '\0'))),
+             "overlap");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,8]},"b":{)" + f32x2 + R"(,"data_offsets":[12,20]}})",
+                            std::string(20, '\0'))),
+             "hole in the data section: bytes [8, 12) belong to no tensor");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[4,12]}})", std::string(12, '\0'))), "hole in the data section: bytes [0, 4)");
+  EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,8]}})", std::string(10, '\0'))), "bytes [8, 10) at the end belong to no tensor");
+  // A missing file.
+  std::string missing = path("nope.safetensors");
+  EXPECT_HAS(error_of([&] { safe_load(missing); }), "safetensors file '" + missing + "': no such file");
+  EXPECT_HAS(error_of([&] { safe_metadata(missing); }), "no such file");
+}
+
+TEST_F(StateTest, RefusesTruncatedSavedFiles) {
+  std::string p = path("good.safetensors");
+  safe_save({{"w", Tensor::ones({4, 4})}, {"b", Tensor::zeros({4})}}, p);
+  std::string good = read_bytes(p);
+  std::string t = path("cut.safetensors");
+  write_bytes(t, good.substr(0, good.size() - 3));  // data cut short
+  EXPECT_HAS(error_of([&] { safe_load(t); }), "reach beyond the data section");
+  write_bytes(t, good.substr(0, 20));  // header cut short
+  EXPECT_HAS(error_of([&] { safe_load(t); }), "is larger than the file");
+  write_bytes(t, good.substr(0, 7));
+  EXPECT_HAS(error_of([&] { safe_load(t); }), "shorter than the 8-byte header length");
+}
+
+TEST_F(StateTest, SaveReplacesAnExistingFileAtomically) {
+  std::string p = path("model.safetensors");
+  safe_save({{"w", Tensor::full({3}, 1.0)}}, p);
+  std::string first = read_bytes(p);
+  struct stat before {};
+  ASSERT_EQ(::stat(p.c_str(), &before), 0);
+  std::ifstream reader(p, std::ios::binary);  // a reader holding the old file open
+
+  safe_save({{"w", Tensor::full({3}, 2.0)}, {"v", Tensor::full({2}, 5.0)}}, p);
+  struct stat after {};
+  ASSERT_EQ(::stat(p.c_str(), &after), 0);
+  EXPECT_NE(before.st_ino, after.st_ino) << "the new file was renamed into place, not written over the old one";
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  EXPECT_EQ(safe_load(p)["w"].to_vector<float>(), (std::vector<float>{2.f, 2.f, 2.f}));
+  std::string old_seen(std::istreambuf_iterator<char>(reader), {});
+  EXPECT_EQ(old_seen, first) << "the open reader still sees the complete old file";
+
+  // Saves that fail leave the good file as it was and no temporary behind.
+  std::string good = read_bytes(p);
+  EXPECT_HAS(error_of([&] { safe_save({{"__metadata__", Tensor::ones({1})}}, p); }), "'__metadata__' is reserved");
+  EXPECT_HAS(error_of([&] { safe_save({{"bad\xFF", Tensor::ones({1})}}, p); }), "not valid UTF-8");
+  fs::create_directory(p + ".tmp");  // the temporary cannot be created
+  EXPECT_HAS(error_of([&] { safe_save({{"w", Tensor::ones({1})}}, p); }), "cannot create '" + p + ".tmp'");
+  fs::remove(p + ".tmp");
+  EXPECT_EQ(read_bytes(p), good);
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+}
+
+TEST_F(StateTest, EmptyStateDictAndHeaderOnlyReaders) {
+  std::string p = path("empty.safetensors");
+  safe_save({}, p, {{"only", "metadata"}});
+  EXPECT_TRUE(safe_load(p).empty());
+  EXPECT_EQ(safe_metadata(p).at("only"), "metadata");
+  safe_save({{"x", Tensor::zeros({2, 5}, {.dtype = DType::Float16})}}, p);
+  auto h = safe_header(p);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h["x"].dtype, DType::Float16);
+  EXPECT_EQ(h["x"].shape, (Shape{2, 5}));
+  EXPECT_EQ(h["x"].begin, 0u);
+  EXPECT_EQ(h["x"].end, 20u);
+  EXPECT_STREQ(safetensors_dtype(DType::BFloat16), "BF16");
+  EXPECT_EQ(dtype_from_safetensors("BOOL"), DType::Bool);
+}

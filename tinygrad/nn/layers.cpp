@@ -1,0 +1,212 @@
+// Layers for tg::nn: construction (shape checks, PyTorch-default initialisation, registration)
+// and forward passes written with Tensor's compositions.
+#include "tinygrad/nn/layers.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tinygrad/error.h"
+
+namespace tg::nn {
+
+namespace {
+
+// A constant-filled tensor in its own buffer (written from the host, so no kernel runs and two
+// parameters never share a hash-consed constant node).
+Tensor filled(const Shape& shape, double v, DType dt = DType::Float32) {
+  std::vector<double> host(static_cast<size_t>(tg::prod(shape)), v);
+  return Tensor::from_data(host.data(), DType::Float64, shape, {.dtype = dt});
+}
+
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's kaiming_uniform_(a=sqrt(5)) bound
+// gain*sqrt(3/fan_in) with gain = sqrt(2/(1+a^2)) = sqrt(1/3), which is the same as its bias bound.
+Tensor fan_in_uniform(const Shape& shape, int64_t fan_in) {
+  double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+  return Tensor::uniform(shape, -bound, bound);
+}
+
+void check_positive(const char* layer, const char* what, int64_t v) {
+  TG_CHECK(v > 0, layer, ": ", what, " must be positive, got ", v);
+}
+
+}  // namespace
+
+// ---- Linear ----
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_features(out) {
+  check_positive("Linear", "in_features", in);
+  check_positive("Linear", "out_features", out);
+  weight = fan_in_uniform({out, in}, in);
+  register_parameter("weight", weight);
+  if (has_bias) register_parameter("bias", bias.emplace(fan_in_uniform({out}, in)));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  TG_CHECK(x.ndim() >= 1 && x.shape().back() == in_features, "Linear: input ", x.describe(),
+           " must end in in_features=", in_features);
+  return x.linear(weight, bias);
+}
+
+// ---- Conv2d ----
+
+Conv2d::Conv2d(int64_t in, int64_t out, std::vector<int64_t> kernel_, std::vector<int64_t> stride_,
+               std::vector<int64_t> padding_, std::vector<int64_t> dilation_, int64_t groups_, bool has_bias)
+    : in_channels(in), out_channels(out), groups(groups_), kernel(std::move(kernel_)), stride(std::move(stride_)),
+      padding(std::move(padding_)), dilation(std::move(dilation_)) {
+  check_positive("Conv2d", "in_channels", in);
+  check_positive("Conv2d", "out_channels", out);
+  check_positive("Conv2d", "groups", groups);
+  TG_CHECK(in % groups == 0 && out % groups == 0, "Conv2d: groups=", groups, " must divide in_channels=", in,
+           " and out_channels=", out);
+  TG_CHECK(kernel.size() == 1 || kernel.size() == 2, "Conv2d: kernel needs 1 or 2 values, got ", kernel.size());
+  if (kernel.size() == 1) kernel.push_back(kernel[0]);
+  for (auto k : kernel) check_positive("Conv2d", "kernel size", k);
+  int64_t fan_in = in / groups * kernel[0] * kernel[1];
+  weight = fan_in_uniform({out, in / groups, kernel[0], kernel[1]}, fan_in);
+  register_parameter("weight", weight);
+  if (has_bias) register_parameter("bias", bias.emplace(fan_in_uniform({out}, fan_in)));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  TG_CHECK(x.ndim() == 4 && x.shape()[1] == in_channels, "Conv2d: input ", x.describe(), " must be [N, ",
+           in_channels, ", H, W]");
+  return x.conv2d(weight, bias, stride, padding, dilation, groups);
+}
+
+// ---- BatchNorm ----
+
+BatchNorm::BatchNorm(int64_t n, std::vector<int64_t> ranks, double eps_, double momentum_, bool affine_,
+                     bool track)
+    : num_features(n), eps(eps_), momentum(momentum_), affine(affine_), track_running_stats(track),
+      ranks_(std::move(ranks)) {
+  check_positive(type_name().c_str(), "num_features", n);
+  TG_CHECK(momentum >= 0 && momentum <= 1, type_name(), ": momentum must be in [0, 1], got ", momentum);
+  if (affine) {
+    register_parameter("weight", weight.emplace(filled({n}, 1.0)));
+    register_parameter("bias", bias.emplace(filled({n}, 0.0)));
+  }
+  if (track) {
+    register_buffer("running_mean", running_mean.emplace(filled({n}, 0.0)));
+    register_buffer("running_var", running_var.emplace(filled({n}, 1.0)));
+    register_buffer("num_batches_tracked", num_batches_tracked.emplace(filled({}, 0.0, DType::Int64)));
+  }
+}
+
+// Note [BatchNorm's running statistics]: Tensor::assign realizes at once, so a training forward
+// realizes the batch mean and variance together with the new running statistics in one
+// schedule; the normalisation below then reads the realized mean and variance (autograd still
+// sees the graph that produced them), so they are not computed twice.
+Tensor BatchNorm::forward(const Tensor& x) {
+  TG_CHECK(std::find(ranks_.begin(), ranks_.end(), x.ndim()) != ranks_.end() && x.shape()[1] == num_features,
+           type_name(), ": input ", x.describe(), " must be ",
+           ranks_ == std::vector<int64_t>{4} ? "[N, C, H, W]" : "[N, C] or [N, C, L]", " with C=", num_features);
+  std::vector<int64_t> axes;
+  Shape bshape(x.ndim(), 1);
+  bshape[1] = num_features;
+  for (int64_t a = 0; a < x.ndim(); a++)
+    if (a != 1) axes.push_back(a);
+
+  Tensor mean, var;
+  if (is_training() || !track_running_stats) {
+    mean = x.mean(axes);
+    var = (x - mean.reshape(bshape)).square().mean(axes);  // biased, for normalising
+    if (is_training() && track_running_stats) {
+      int64_t count = x.numel() / num_features;
+      TG_CHECK(count > 1, type_name(), ": training needs more than one value per channel, got input ", x.describe());
+      NoGradGuard no_grad;
+      double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+      DType rt = running_mean->dtype();
+      Tensor rm = *running_mean * (1.0 - momentum) + mean.detach().cast(rt) * momentum;
+      Tensor rv = *running_var * (1.0 - momentum) + var.detach().cast(rt) * (momentum * unbias);
+      Tensor nb = *num_batches_tracked + Tensor::scalar(1, {.dtype = DType::Int64, .device = x.device()});
+      Tensor::realize_all({mean, var, rm, rv, nb});
+      running_mean->assign(rm);
+      running_var->assign(rv);
+      num_batches_tracked->assign(nb);
+    }
+  } else {
+    mean = running_mean->cast(x.dtype());
+    var = running_var->cast(x.dtype());
+  }
+  Tensor y = (x - mean.reshape(bshape)) * (var.reshape(bshape) + eps).rsqrt();
+  if (affine) y = y * weight->reshape(bshape) + bias->reshape(bshape);
+  return y;
+}
+
+// ---- LayerNorm, RMSNorm ----
+
+LayerNorm::LayerNorm(Shape shape, double eps_, bool affine) : normalized_shape(std::move(shape)), eps(eps_) {
+  TG_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must not be empty");
+  for (auto d : normalized_shape) check_positive("LayerNorm", "normalized_shape dimension", d);
+  if (affine) {
+    register_parameter("weight", weight.emplace(filled(normalized_shape, 1.0)));
+    register_parameter("bias", bias.emplace(filled(normalized_shape, 0.0)));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  auto k = static_cast<int64_t>(normalized_shape.size());
+  bool ok = x.ndim() >= k && std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k);
+  TG_CHECK(ok, "LayerNorm: input ", x.describe(), " must end in normalized_shape ", shape_str(normalized_shape));
+  std::vector<int64_t> axes;
+  for (int64_t a = -k; a < 0; a++) axes.push_back(a);
+  Tensor y = x.layernorm(axes, eps);
+  if (weight) y = y * *weight + *bias;
+  return y;
+}
+
+RMSNorm::RMSNorm(int64_t d, double eps_) : dim(d), eps(eps_) {
+  check_positive("RMSNorm", "dim", d);
+  weight = filled({d}, 1.0);
+  register_parameter("weight", weight);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  TG_CHECK(x.ndim() >= 1 && x.shape().back() == dim, "RMSNorm: input ", x.describe(), " must end in dim=", dim);
+  return x * (x.square().mean(-1, true) + eps).rsqrt() * weight;
+}
+
+// ---- Embedding ----
+
+Embedding::Embedding(int64_t vocab, int64_t d) : vocab_size(vocab), dim(d) {
+  check_positive("Embedding", "vocab_size", vocab);
+  check_positive("Embedding", "dim", d);
+  weight = Tensor::randn({vocab, d});
+  register_parameter("weight", weight);
+}
+
+// Indices outside [0, vocab_size) select nothing and give a zero row (the lookup is a compare
+// against every row, Tensor::index_select).
+Tensor Embedding::forward(const Tensor& idx) {
+  TG_CHECK(is_int(idx.dtype()), "Embedding: indices must be an integer tensor, got ",
+           idx.describe());
+  Shape out = idx.shape();
+  out.push_back(dim);
+  return weight.index_select(0, idx.reshape({idx.numel()})).reshape(out);
+}
+
+// ---- Dropout, Sequential ----
+
+Dropout::Dropout(double p_) : p(p_) { TG_CHECK(p >= 0 && p < 1, "Dropout: p must be in [0, 1), got ", p); }
+
+Module& Sequential::append(std::unique_ptr<Module> m) {
+  TG_CHECK(m != nullptr, "Sequential: cannot append a null module");
+  Module& ref = *m;
+  register_module(std::to_string(layers_.size()), ref);
+  layers_.push_back(std::move(m));
+  if (!is_training()) ref.train(false);
+  return ref;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (auto& l : layers_) y = l->forward(y);
+  return y;
+}
+
+Module& Sequential::operator[](size_t i) {
+  TG_CHECK(i < layers_.size(), "Sequential: index ", i, " is out of range for ", layers_.size(), " layers");
+  return *layers_[i];
+}
+
+}  // namespace tg::nn

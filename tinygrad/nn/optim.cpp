@@ -1,0 +1,264 @@
+// Optimizers for tg::nn: the shared step (collect updates, one realize_all, assign), state
+// dicts, the SGD / Adam / AdamW / LAMB update rules, and clip_grad_norm.
+#include "tinygrad/nn/optim.h"
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "tinygrad/error.h"
+
+namespace tg::nn {
+
+namespace {
+
+Tensor zeros_buffer(const Tensor& like) {
+  std::vector<double> host(static_cast<size_t>(like.numel()), 0.0);
+  return Tensor::from_data(host.data(), DType::Float64, like.shape(), {.dtype = like.dtype(), .device = like.device()});
+}
+
+}  // namespace
+
+// ---- Optimizer ----
+
+Optimizer::Optimizer(std::vector<Tensor*> params, double lr_) : lr(lr_), params_(std::move(params)) {
+  TG_CHECK(lr >= 0, "optimizer: lr must be non-negative, got ", lr);
+  std::set<const Tensor*> seen;
+  for (size_t i = 0; i < params_.size(); i++) {
+    TG_CHECK(params_[i] != nullptr, "optimizer: parameter ", i, " is null");
+    TG_CHECK(is_float(params_[i]->dtype()), "optimizer: parameter ", i, " must be floating point, got ",
+             params_[i]->describe());
+    TG_CHECK(seen.insert(params_[i]).second, "optimizer: parameter ", i, " appears twice in the list");
+  }
+  state_.resize(params_.size());
+}
+
+void Optimizer::add_state(const std::string& name) {
+  state_names_.push_back(name);
+  for (size_t i = 0; i < params_.size(); i++) state_[i].emplace(name, zeros_buffer(*params_[i]));
+}
+
+Tensor& Optimizer::state(size_t i, const std::string& name) {
+  auto it = state_[i].find(name);
+  TG_ASSERT(it != state_[i].end(), "optimizer state '", name, "' was not added for parameter ", i);
+  return it->second;
+}
+
+Tensor Optimizer::scalar_input(double v, const Tensor& like) {
+  auto key = std::make_pair(like.device(), std::make_pair(like.dtype(), v));
+  auto it = scalars_.find(key);
+  if (it != scalars_.end()) return it->second;
+  Tensor t = Tensor::from_data(&v, DType::Float64, {}, {.dtype = like.dtype(), .device = like.device()});
+  scalars_.emplace(key, t);
+  return t;
+}
+
+void Optimizer::step(const Tensors& also_realize) {
+  NoGradGuard no_grad;
+  step_++;
+  scalars_.clear();
+  begin_step();
+  Updates ups;
+  for (size_t i = 0; i < params_.size(); i++) {
+    Tensor& p = *params_[i];
+    auto g = p.grad();
+    if (!g) continue;
+    TG_CHECK(g->shape() == p.shape() && g->device() == p.device(), type_name(), ": gradient ", g->describe(),
+             " of parameter ", i, " does not match the parameter ", p.describe());
+    Tensor gd = g->detach();
+    if (gd.dtype() != p.dtype()) gd = gd.cast(p.dtype());
+    update(i, p.detach(), gd, ups);
+  }
+  Tensors values = also_realize;
+  for (auto& [t, v] : ups) values.push_back(v);
+  Tensor::realize_all(values);  // parameters, state and the caller's tensors (the loss) in one schedule
+  for (auto& [t, v] : ups) t->assign(v);
+  scalars_.clear();
+}
+
+void Optimizer::zero_grad() {
+  for (auto* p : params_) p->set_grad(std::nullopt);
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict sd;
+  sd.emplace("step", Tensor::from_vector(std::vector<int64_t>{step_}, {}));
+  for (size_t i = 0; i < params_.size(); i++)
+    for (auto& [name, t] : state_[i]) sd.emplace(std::to_string(i) + "." + name, t.detach());
+  return sd;
+}
+
+void Optimizer::load_state_dict(const StateDict& sd) {
+  std::ostringstream err;
+  std::set<std::string> known{"step"};
+  auto st = sd.find("step");
+  if (st == sd.end()) err << "\n  missing key 'step'";
+  else if (st->second.numel() != 1 || is_float(st->second.dtype()))
+    err << "\n  'step' must be one integer, got " << st->second.describe();
+  std::vector<std::pair<Tensor*, Tensor>> todo;
+  for (size_t i = 0; i < params_.size(); i++) {
+    for (auto& [name, t] : state_[i]) {
+      std::string key = std::to_string(i) + "." + name;
+      known.insert(key);
+      auto it = sd.find(key);
+      if (it == sd.end()) {
+        err << "\n  missing key '" << key << "'";
+      } else if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype()) {
+        err << "\n  mismatch for '" << key << "': expected " << dtype_name(t.dtype()) << shape_str(t.shape())
+            << ", got " << dtype_name(it->second.dtype()) << shape_str(it->second.shape());
+      } else {
+        Tensor v = it->second.detach();
+        todo.emplace_back(&t, v.device() == t.device() ? v : v.to(t.device()));
+      }
+    }
+  }
+  for (auto& [key, v] : sd)
+    if (!known.count(key)) err << "\n  unexpected key '" << key << "'";
+  TG_CHECK(err.str().empty(), type_name(), ".load_state_dict: the state dict does not fit this optimizer (",
+           params_.size(), " parameters):", err.str());
+  Tensors values;
+  for (auto& [t, v] : todo) values.push_back(v);
+  Tensor::realize_all(values);
+  for (size_t i = 0; i < todo.size(); i++) todo[i].first->assign(values[i]);
+  step_ = st->second.reshape({}).item<int64_t>();
+  after_load();
+}
+
+// ---- SGD ----
+
+SGD::SGD(std::vector<Tensor*> params, double lr, double momentum_, double dampening_, double weight_decay_,
+         bool nesterov_)
+    : Optimizer(std::move(params), lr), momentum(momentum_), dampening(dampening_), weight_decay(weight_decay_),
+      nesterov(nesterov_) {
+  TG_CHECK(momentum >= 0, "SGD: momentum must be non-negative, got ", momentum);
+  TG_CHECK(weight_decay >= 0, "SGD: weight_decay must be non-negative, got ", weight_decay);
+  TG_CHECK(!nesterov || (momentum > 0 && dampening == 0), "SGD: nesterov needs momentum > 0 and dampening = 0, got momentum=",
+           momentum, " dampening=", dampening);
+  if (momentum != 0) add_state("momentum_buffer");
+  has_buffer_.assign(params_.size(), false);
+}
+
+void SGD::update(size_t i, const Tensor& p, const Tensor& g_in, Updates& out) {
+  Tensor g = weight_decay != 0 ? g_in + p * weight_decay : g_in;
+  if (momentum != 0) {
+    Tensor& buf = state(i, "momentum_buffer");
+    // With dampening 0 a zero buffer gives buf = g on the first update anyway (same kernel every step).
+    Tensor nb = (!has_buffer_[i] && dampening != 0) ? g : buf * momentum + g * (1.0 - dampening);
+    has_buffer_[i] = true;
+    out.emplace_back(&buf, nb);
+    g = nesterov ? g + nb * momentum : nb;
+  }
+  out.emplace_back(params_[i], p - g * scalar_input(lr, p));
+}
+
+// A checkpoint taken after a step has every buffer initialised (parameters that never had a
+// gradient by then are the exception; their zero buffer then acts as initialised).
+void SGD::after_load() { has_buffer_.assign(params_.size(), step_ > 0); }
+
+// ---- Adam, AdamW ----
+
+Adam::Adam(std::vector<Tensor*> params, double lr, double b1_, double b2_, double eps_, double weight_decay_)
+    : Optimizer(std::move(params), lr), b1(b1_), b2(b2_), eps(eps_), weight_decay(weight_decay_) {
+  TG_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "Adam: betas must be in [0, 1), got b1=", b1, " b2=", b2);
+  TG_CHECK(eps >= 0, "Adam: eps must be non-negative, got ", eps);
+  TG_CHECK(weight_decay >= 0, "Adam: weight_decay must be non-negative, got ", weight_decay);
+  add_state("exp_avg");
+  add_state("exp_avg_sq");
+}
+
+AdamW::AdamW(std::vector<Tensor*> params, double lr, double b1, double b2, double eps, double weight_decay)
+    : Adam(std::move(params), lr, b1, b2, eps, weight_decay) {
+  decoupled_ = true;
+}
+
+void Adam::begin_step() {
+  auto t = static_cast<double>(step_);
+  step_size_ = lr / (1.0 - std::pow(b1, t));
+  inv_sqrt_bc2_ = 1.0 / std::sqrt(1.0 - std::pow(b2, t));
+}
+
+void Adam::update(size_t i, const Tensor& p, const Tensor& g_in, Updates& out) {
+  Tensor g = (!decoupled_ && weight_decay != 0) ? g_in + p * weight_decay : g_in;
+  Tensor &m = state(i, "exp_avg"), &v = state(i, "exp_avg_sq");
+  Tensor nm = m * b1 + g * (1.0 - b1);
+  Tensor nv = v * b2 + g * g * (1.0 - b2);
+  Tensor base = (decoupled_ && weight_decay != 0) ? p * scalar_input(1.0 - lr * weight_decay, p) : p;
+  Tensor np = base - nm * scalar_input(step_size_, p) / (nv.sqrt() * scalar_input(inv_sqrt_bc2_, p) + eps);
+  out.emplace_back(&m, nm);
+  out.emplace_back(&v, nv);
+  out.emplace_back(params_[i], np);
+}
+
+// ---- LAMB ----
+
+LAMB::LAMB(std::vector<Tensor*> params, double lr, double b1_, double b2_, double eps_, double weight_decay_, bool adam_)
+    : Optimizer(std::move(params), lr), b1(b1_), b2(b2_), eps(eps_), weight_decay(weight_decay_), adam(adam_) {
+  TG_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "LAMB: betas must be in [0, 1), got b1=", b1, " b2=", b2);
+  TG_CHECK(eps >= 0, "LAMB: eps must be non-negative, got ", eps);
+  add_state("exp_avg");
+  add_state("exp_avg_sq");
+}
+
+void LAMB::begin_step() {
+  auto t = static_cast<double>(step_);
+  inv_bc1_ = 1.0 / (1.0 - std::pow(b1, t));
+  inv_bc2_ = 1.0 / (1.0 - std::pow(b2, t));
+}
+
+void LAMB::update(size_t i, const Tensor& p, const Tensor& g, Updates& out) {
+  Tensor &m = state(i, "exp_avg"), &v = state(i, "exp_avg_sq");
+  Tensor nm = m * b1 + g * (1.0 - b1);
+  Tensor nv = v * b2 + g * g * (1.0 - b2);
+  Tensor up = nm * scalar_input(inv_bc1_, p) / ((nv * scalar_input(inv_bc2_, p)).sqrt() + eps);
+  if (weight_decay != 0) up = up + p * weight_decay;
+  Tensor scale = scalar_input(lr, p);
+  if (!adam) {
+    Tensor r1 = p.square().sum().sqrt(), r2 = up.square().sum().sqrt();
+    Tensor one = r1.ones_like();
+    Tensor r = (r1 > 0.0).where((r2 > 0.0).where(r1 / r2, one), one);
+    scale = scale * r;
+  }
+  out.emplace_back(&m, nm);
+  out.emplace_back(&v, nv);
+  out.emplace_back(params_[i], p - up * scale);
+}
+
+// ---- clip_grad_norm ----
+
+double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm) {
+  TG_CHECK(max_norm >= 0, "clip_grad_norm: max_norm must be non-negative, got ", max_norm);
+  NoGradGuard no_grad;
+  std::vector<Tensor*> with_grad;
+  Tensors grads;
+  for (auto* p : params) {
+    TG_CHECK(p != nullptr, "clip_grad_norm: a parameter is null");
+    if (auto g = p->grad()) {
+      with_grad.push_back(p);
+      grads.push_back(g->detach());
+    }
+  }
+  if (grads.empty()) return 0.0;
+  std::optional<Tensor> sq;
+  for (auto& g : grads) {
+    Tensor s = g.cast(DType::Float32).square().sum();
+    sq = sq ? *sq + s.to(grads[0].device()) : s;
+  }
+  Tensor total = sq->sqrt();
+  Tensors outs = grads;
+  outs.push_back(total);
+  Tensor::realize_all(outs);  // the gradients are realized once, for the norm and for the step after
+  double norm = total.item<double>();
+  double coef = max_norm / (norm + 1e-6);
+  for (size_t i = 0; i < grads.size(); i++) {
+    Tensor& g = grads[i];
+    if (coef < 1) {
+      Tensor c = Tensor::from_data(&coef, DType::Float64, {}, {.dtype = g.dtype(), .device = g.device()});
+      with_grad[i]->set_grad(g * c);
+    } else {
+      with_grad[i]->set_grad(g);
+    }
+  }
+  return norm;
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,150 @@
+// Optimizers for tg::nn as strategy objects: SGD (momentum, dampening, Nesterov, weight decay),
+// Adam, AdamW (decoupled weight decay) and LAMB, all with PyTorch's (LAMB: tinygrad's and the
+// paper's) update rules; plus clip_grad_norm. step() builds every parameter's and state
+// tensor's new value lazily, realizes them all in one Tensor::realize_all, then assigns them.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tinygrad/tensor.h"
+
+namespace tg::nn {
+
+using StateDict = std::map<std::string, Tensor>;
+
+// Note [optimizer state names]: state tensors are created (zero) for every parameter when the
+// optimizer is constructed and keep stable names, so a checkpoint restores them exactly:
+//   "step"                 int64 scalar, the number of step() calls
+//   "<i>.momentum_buffer"  SGD with momentum != 0
+//   "<i>.exp_avg"          Adam, AdamW, LAMB: first moment
+//   "<i>.exp_avg_sq"       Adam, AdamW, LAMB: second moment
+// where <i> is the parameter's position in the list given to the constructor. The step count is
+// global (not per parameter, unlike PyTorch): a parameter without a gradient in some step is
+// left alone, but the bias corrections of later steps use the global count.
+//
+// Note [scalars that change between steps]: kernels are cached by their graph, and a constant
+// is part of it, so lr and the bias corrections (which change from step to step) enter the
+// kernels as 0-d buffers written from the host. The update kernels compile once.
+class Optimizer {
+ public:
+  Optimizer(std::vector<Tensor*> params, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter that has a gradient (gradients are read, not cleared). Tensors in `also_realize` (the loss, metrics)
+  // are computed in the same schedule, so the forward pass they share with the gradients runs once.
+  virtual void step(const Tensors& also_realize = {});
+  // Drops every parameter's gradient.
+  void zero_grad();
+
+  double lr;  // read at every step, so a schedule may set it between steps
+
+  const std::vector<Tensor*>& params() const { return params_; }
+  int64_t step_count() const { return step_; }
+  virtual std::string type_name() const = 0;
+
+  // Detached snapshots of the state (see Note [optimizer state names]).
+  virtual StateDict state_dict() const;
+  // Restores the state: the keys must be exactly this optimizer's keys, with matching shapes and
+  // dtypes (errors name the missing, unexpected and mismatched keys). Assigns in place.
+  virtual void load_state_dict(const StateDict& sd);
+
+ protected:
+  // New values computed in one step: (tensor to assign, its new lazy value).
+  using Updates = std::vector<std::pair<Tensor*, Tensor>>;
+  // Pushes the new value of parameter i (and of its state) given its gradient g. p and g are
+  // detached copies of the parameter and its gradient, g already in p's dtype.
+  virtual void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) = 0;
+  // Called once per step before the updates (step_ already counts this step), to compute host
+  // scalars such as bias corrections.
+  virtual void begin_step() {}
+  // Registers state `name` for every parameter, zero-initialised with the parameter's shape and dtype.
+  void add_state(const std::string& name);
+  Tensor& state(size_t i, const std::string& name);
+  // A host value as a 0-d buffer of like's dtype and device (see Note [scalars that change between steps]).
+  Tensor scalar_input(double v, const Tensor& like);
+  // Called after load_state_dict assigned the state.
+  virtual void after_load() {}
+
+  std::vector<Tensor*> params_;
+  int64_t step_ = 0;
+
+ private:
+  std::vector<std::string> state_names_;
+  std::vector<std::map<std::string, Tensor>> state_;  // per parameter
+  std::map<std::pair<std::string, std::pair<DType, double>>, Tensor> scalars_;  // this step's scalar inputs
+};
+
+// PyTorch's SGD: g += weight_decay * p; with momentum, buf = momentum * buf + (1 - dampening) * g
+// (buf = g on a parameter's first update), then g = nesterov ? g + momentum * buf : buf;
+// p -= lr * g.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor*> params, double lr, double momentum = 0, double dampening = 0, double weight_decay = 0,
+      bool nesterov = false);
+  std::string type_name() const override { return "SGD"; }
+  double momentum, dampening, weight_decay;
+  bool nesterov;
+
+ protected:
+  void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) override;
+  void after_load() override;
+
+ private:
+  std::vector<bool> has_buffer_;  // a parameter's first momentum update sets buf = g
+};
+
+// PyTorch's Adam (weight_decay is L2, added to the gradient):
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor*> params, double lr = 1e-3, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
+       double weight_decay = 0);
+  std::string type_name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  double b1, b2, eps, weight_decay;
+
+ protected:
+  void begin_step() override;
+  void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) override;
+  bool decoupled_ = false;
+
+ private:
+  double step_size_ = 0, inv_sqrt_bc2_ = 0;
+};
+
+// PyTorch's AdamW: p *= 1 - lr * weight_decay, then the Adam update without L2.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor*> params, double lr = 1e-3, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
+        double weight_decay = 0.01);
+};
+
+// LAMB (You et al. 2019, as tinygrad): m, v as Adam; up = m_hat / (sqrt(v_hat) + eps) + wd * p;
+// trust ratio r = |p| / |up| (1 where either norm is 0; r = 1 when adam=true); p -= lr * r * up.
+class LAMB : public Optimizer {
+ public:
+  LAMB(std::vector<Tensor*> params, double lr = 1e-3, double b1 = 0.9, double b2 = 0.999, double eps = 1e-6,
+       double weight_decay = 0, bool adam = false);
+  std::string type_name() const override { return "LAMB"; }
+  double b1, b2, eps, weight_decay;
+  bool adam;
+
+ protected:
+  void begin_step() override;
+  void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) override;
+
+ private:
+  double inv_bc1_ = 0, inv_bc2_ = 0;
+};
+
+// Scales the gradients so that their global L2 norm is at most max_norm (by
+// max_norm / (norm + 1e-6), only when that is below 1) and returns the norm before clipping.
+// Parameters without a gradient are skipped; with none at all the norm is 0. Realizes the
+// gradients (once) to compute the norm.
+double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm);
+
+}  // namespace tg::nn

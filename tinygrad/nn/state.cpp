@@ -1,0 +1,349 @@
+// safetensors reader and writer. Layout of a file:
+//   u64 little-endian N | N bytes of JSON header (space padded) | data section
+// The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
+// relative to the data section) and may hold "__metadata__": {string: string}.
+#include "tinygrad/nn/state.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+#include "tinygrad/ops.h"
+
+namespace tg::nn {
+
+// Note (byte order): safetensors data is little-endian and tinygrad++ buffers hold host-order
+// elements, so tensor bytes are copied as they are. A big-endian port would byte-swap here.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr uint64_t MAX_HEADER_BYTES = 100ull * 1000 * 1000;  // as the Rust safetensors crate
+
+struct DTypeCode {
+  const char* code;
+  DType dtype;
+};
+constexpr DTypeCode DTYPE_CODES[] = {
+    {"BOOL", DType::Bool},     {"U8", DType::UInt8},     {"I32", DType::Int32},   {"I64", DType::Int64},
+    {"F16", DType::Float16},   {"BF16", DType::BFloat16}, {"F32", DType::Float32}, {"F64", DType::Float64},
+};
+// Codes the format defines that have no tinygrad++ dtype; they get a more precise message.
+constexpr const char* OTHER_CODES[] = {"I8",      "I16",     "U16",     "U32",    "U64", "F8_E4M3",
+                                       "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
+
+std::string supported_codes() {
+  std::string s;
+  for (auto& c : DTYPE_CODES) s += (s.empty() ? "" : ", ") + std::string(c.code);
+  return s;
+}
+
+std::string where(const std::string& path) { return "safetensors file '" + path + "': "; }
+
+struct Header {
+  std::map<std::string, SafeTensorInfo> entries;
+  Metadata metadata;
+  uint64_t data_start = 0;  // file offset of the data section
+  uint64_t data_size = 0;
+};
+
+// a * b, or nullopt on overflow.
+std::optional<uint64_t> mul_checked(uint64_t a, uint64_t b) {
+  uint64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+
+SafeTensorInfo parse_entry(const std::string& path, const std::string& name, const json& e) {
+  const std::string at = where(path) + "entry '" + name + "': ";
+  TG_CHECK(e.is_object(), at, "must be an object with dtype, shape and data_offsets, got ", e.type_name());
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    TG_CHECK(e.contains(key), at, "missing \"", key, "\"");
+  SafeTensorInfo info;
+  const json& dt = e["dtype"];
+  TG_CHECK(dt.is_string(), at, "\"dtype\" must be a string, got ", dt.dump());
+  try {
+    info.dtype = dtype_from_safetensors(dt.get<std::string>());
+  } catch (const Error& err) {
+    throw Error(at + err.what());
+  }
+  const json& sh = e["shape"];
+  TG_CHECK(sh.is_array(), at, "\"shape\" must be an array of integers, got ", sh.dump());
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (size_t i = 0; i < sh.size(); i++) {
+    TG_CHECK(sh[i].is_number_unsigned(), at, "shape[", i, "] must be a non-negative integer, got ", sh[i].dump());
+    uint64_t d = sh[i].get<uint64_t>();
+    TG_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), at, "shape[", i, "]=", d, " is too large");
+    info.shape.push_back(static_cast<int64_t>(d));
+    auto n = mul_checked(numel, d);
+    if (!n) overflow = true;
+    else numel = *n;
+  }
+  const json& off = e["data_offsets"];
+  TG_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), at,
+           "\"data_offsets\" must be [begin, end] with non-negative integers, got ", off.dump());
+  info.begin = off[0].get<uint64_t>();
+  info.end = off[1].get<uint64_t>();
+  TG_CHECK(info.begin <= info.end, at, "data_offsets begin ", info.begin, " > end ", info.end);
+  auto nbytes = overflow ? std::nullopt : mul_checked(numel, itemsize(info.dtype));
+  TG_CHECK(nbytes && *nbytes == info.end - info.begin, at, "byte size ", info.end - info.begin,
+           " (data_offsets [", info.begin, ", ", info.end, "]) does not match shape ", shape_str(info.shape), " of ",
+           dt.get<std::string>(), " (", nbytes ? std::to_string(*nbytes) : std::string("overflowing"), " bytes)");
+  return info;
+}
+
+// Reads and validates the header of `f` (opened on `path`).
+Header read_header(const std::string& path, std::ifstream& f) {
+  std::error_code ec;
+  TG_CHECK(std::filesystem::exists(path, ec), where(path), "no such file");
+  TG_CHECK(std::filesystem::is_regular_file(path, ec), where(path), "not a regular file");
+  uint64_t file_size = std::filesystem::file_size(path, ec);
+  TG_CHECK(!ec, where(path), "cannot read its size: ", ec.message());
+  f.open(path, std::ios::binary);
+  TG_CHECK(f.is_open(), where(path), "cannot open: ", std::strerror(errno));
+  TG_CHECK(file_size >= 8, where(path), "file is ", file_size,
+           " bytes, shorter than the 8-byte header length (truncated or not a safetensors file)");
+  unsigned char len_bytes[8];
+  f.read(reinterpret_cast<char*>(len_bytes), 8);
+  TG_CHECK(f, where(path), "cannot read the header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | len_bytes[i];
+  TG_CHECK(n <= MAX_HEADER_BYTES, where(path), "header length ", n, " is absurd (more than ", MAX_HEADER_BYTES,
+           " bytes); not a safetensors file?");
+  TG_CHECK(n <= file_size - 8, where(path), "header length ", n, " is larger than the file (", file_size,
+           " bytes, ", file_size - 8, " after the length); the file is truncated or not a safetensors file");
+  std::string text(n, '\0');
+  f.read(text.data(), static_cast<std::streamsize>(n));
+  TG_CHECK(f, where(path), "cannot read the ", n, "-byte header");
+
+  // Duplicate names would silently shadow each other in nlohmann's object; refuse them.
+  std::string duplicate;
+  std::set<std::string> seen;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (depth == 1 && ev == json::parse_event_t::key && parsed.is_string() &&
+        !seen.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json h;
+  try {
+    h = json::parse(text, cb);
+  } catch (const json::exception& e) {
+    throw Error(where(path) + "header is not valid JSON: " + e.what());
+  }
+  TG_CHECK(h.is_object(), where(path), "header must be a JSON object, got ", h.type_name());
+  TG_CHECK(duplicate.empty(), where(path), "header names '", duplicate, "' twice");
+
+  Header out;
+  out.data_start = 8 + n;
+  out.data_size = file_size - 8 - n;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      TG_CHECK(it->is_object(), where(path), "\"__metadata__\" must be an object of strings, got ", it->type_name());
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        TG_CHECK(m->is_string(), where(path), "\"__metadata__\" value of '", m.key(), "' must be a string, got ",
+                 m->dump());
+        out.metadata[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    out.entries[it.key()] = parse_entry(path, it.key(), *it);
+  }
+
+  // The ranges must tile the data section exactly: no overlap, no hole, nothing past the end.
+  std::vector<std::pair<const std::string*, const SafeTensorInfo*>> order;
+  for (auto& [name, info] : out.entries) {
+    TG_CHECK(info.end <= out.data_size, where(path), "entry '", name, "': data_offsets [", info.begin, ", ",
+             info.end, "] reach beyond the data section (", out.data_size, " bytes)");
+    order.push_back({&name, &info});
+  }
+  std::sort(order.begin(), order.end(), [](auto& a, auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  uint64_t pos = 0;
+  const std::string* prev = nullptr;
+  for (auto& [name, info] : order) {
+    TG_CHECK(info->begin >= pos, where(path), "entry '", *name, "' data_offsets [", info->begin, ", ", info->end,
+             "] overlap entry '", (prev ? *prev : std::string()), "' (which ends at ", pos, ")");
+    TG_CHECK(info->begin == pos, where(path), "hole in the data section: bytes [", pos, ", ", info->begin,
+             ") belong to no tensor (before entry '", *name, "')");
+    pos = info->end;
+    prev = name;
+  }
+  TG_CHECK(pos == out.data_size, where(path), "hole in the data section: bytes [", pos, ", ", out.data_size,
+           ") at the end belong to no tensor");
+  return out;
+}
+
+// The tensor's elements in row-major order as raw host bytes, exactly (no conversion).
+std::vector<uint8_t> host_bytes(const Tensor& t) {
+  size_t n = static_cast<size_t>(t.numel()) * itemsize(t.dtype());
+  std::vector<uint8_t> out(n);
+  if (n == 0) return out;
+  auto buffer_of = [&](const Tensor& x) -> std::shared_ptr<Buffer> {
+    Tensor c = x;
+    c.realize();
+    const UOpPtr& u = c.uop();
+    std::shared_ptr<Buffer> b = u->op == Op::BUFFER ? u->arg_buffer() : u->realized;
+    if (b && b->dtype() == t.dtype() && b->numel() == t.numel()) return b;
+    return nullptr;
+  };
+  auto buf = buffer_of(t);
+  if (!buf) buf = buffer_of(t.contiguous());
+  TG_ASSERT(buf, "safe_save: no contiguous buffer for ", t.describe());
+  buf->copy_out(out.data(), n);
+  return out;
+}
+
+// A file descriptor for path + ".tmp" that is removed again unless commit() renamed it.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    TG_CHECK(fd_ >= 0, "safe_save: cannot create '", tmp_, "': ", std::strerror(errno));
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t n) {
+    auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      ssize_t w = ::write(fd_, p, std::min<size_t>(n, 1 << 30));
+      if (w < 0 && errno == EINTR) continue;
+      TG_CHECK(w > 0, "safe_save: cannot write '", tmp_, "': ", std::strerror(errno));
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  void commit() {
+    TG_CHECK(::fsync(fd_) == 0, "safe_save: cannot flush '", tmp_, "': ", std::strerror(errno));
+    int rc = ::close(fd_);
+    fd_ = -1;
+    TG_CHECK(rc == 0, "safe_save: cannot close '", tmp_, "': ", std::strerror(errno));
+    TG_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "safe_save: cannot rename '", tmp_, "' to '", path_,
+             "': ", std::strerror(errno));
+    committed_ = true;
+    // Make the rename itself durable (best effort: some file systems refuse fsync on directories).
+    std::string dir = std::filesystem::path(path_).parent_path().string();
+    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+const char* safetensors_dtype(DType t) {
+  for (auto& c : DTYPE_CODES)
+    if (c.dtype == t) return c.code;
+  TG_ASSERT(false, "no safetensors code for dtype ", dtype_name(t));
+  return "";  // unreachable
+}
+
+DType dtype_from_safetensors(const std::string& code) {
+  for (auto& c : DTYPE_CODES)
+    if (code == c.code) return c.dtype;
+  for (const char* c : OTHER_CODES)
+    TG_CHECK(code != c, "dtype '", code, "' is a safetensors dtype tinygrad++ has no dtype for (supported: ",
+             supported_codes(), ")");
+  TG_CHECK(false, "unknown dtype '", code, "' (supported: ", supported_codes(), ")");
+  return DType::Float32;  // unreachable
+}
+
+void safe_save(const StateDict& tensors, const std::string& path, const Metadata& metadata) {
+  TG_CHECK(!path.empty(), "safe_save: empty path");
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  Tensors all;
+  for (auto& [name, t] : tensors) {
+    TG_CHECK(name != "__metadata__", "safe_save '", path, "': '__metadata__' is reserved and cannot name a tensor");
+    uint64_t nbytes = static_cast<uint64_t>(t.numel()) * itemsize(t.dtype());
+    header[name] = {{"dtype", safetensors_dtype(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+    all.push_back(t);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    throw Error("safe_save '" + path + "': a tensor name or metadata string is not valid UTF-8 (" + e.what() + ")");
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  // Compute everything before the file exists, in one schedule.
+  Tensor::realize_all(all);
+
+  AtomicFile file(path);
+  uint64_t n = text.size();
+  unsigned char len_bytes[8];
+  for (int i = 0; i < 8; i++) len_bytes[i] = static_cast<unsigned char>(n >> (8 * i));
+  file.write(len_bytes, 8);
+  file.write(text.data(), text.size());
+  for (auto& [name, t] : tensors) {
+    auto bytes = host_bytes(t);
+    file.write(bytes.data(), bytes.size());
+  }
+  file.commit();
+}
+
+std::map<std::string, SafeTensorInfo> safe_header(const std::string& path) {
+  std::ifstream f;
+  return read_header(path, f).entries;
+}
+
+Metadata safe_metadata(const std::string& path) {
+  std::ifstream f;
+  return read_header(path, f).metadata;
+}
+
+StateDict safe_load(const std::string& path, const std::string& device) {
+  std::ifstream f;
+  Header h = read_header(path, f);
+  // Read in file order so the disk sees one forward pass.
+  std::vector<const std::pair<const std::string, SafeTensorInfo>*> order;
+  for (auto& e : h.entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->second.begin < b->second.begin; });
+  StateDict out;
+  std::vector<char> bytes;
+  for (auto* e : order) {
+    const SafeTensorInfo& info = e->second;
+    bytes.resize(info.end - info.begin);
+    f.seekg(static_cast<std::streamoff>(h.data_start + info.begin));
+    f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    TG_CHECK(f, where(path), "cannot read the data of entry '", e->first, "' (file changed while reading?)");
+    if (info.dtype == DType::Bool)
+      for (auto& b : bytes) b = b != 0;  // the engine's bools are 0 or 1
+    out.emplace(e->first, Tensor::from_data(bytes.data(), info.dtype, info.shape, {.device = device}));
+  }
+  return out;
+}
+
+}  // namespace tg::nn
