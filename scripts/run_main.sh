@@ -9,25 +9,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup.sh
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-[[ -f CMakeLists.txt ]] || { echo "run_main.sh: error: no CMakeLists.txt in $PWD; nothing to build" >&2; exit 1; }
-
-cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_WERROR=ON)
-# See scripts/test.sh: pin the LLVM that setup.sh installed.
-llvm_dir="${TG_LLVM_DIR:-}"
-if [[ -z "$llvm_dir" ]]; then
-  for v in 19 16; do
-    if command -v "llvm-config-$v" >/dev/null 2>&1; then llvm_dir="$(llvm-config-$v --cmakedir)"; break; fi
-  done
-fi
-[[ -n "$llvm_dir" ]] && cmake_args+=("-DLLVM_DIR=$llvm_dir")
-read -r -a extra_cmake_args <<<"${TG_CMAKE_ARGS:-}"
-
-cmake --fresh -S . -B build "${cmake_args[@]}" "${extra_cmake_args[@]}"
-cmake --build build -j"$(nproc)"
+bash scripts/build.sh
 
 if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
   echo "run_main.sh: error: Fashion-MNIST not in /usr/share/datasets/fashion-mnist" \

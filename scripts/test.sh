@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup.sh
+bash scripts/build.sh
 
 # mpirun refuses to start as root without these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -23,20 +23,4 @@ if ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
   export OMPI_MCA_plm_rsh_agent=""
 fi
 
-[[ -f CMakeLists.txt ]] || { echo "test.sh: error: no CMakeLists.txt in $PWD; nothing to build" >&2; exit 1; }
-
-cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_WERROR=ON)
-# Debian can have several LLVMs side by side, and a bare find_package(LLVM) takes whichever it meets
-# first (LLVM 15 on a stock Debian 12 dev machine): point it at the one setup.sh installed.
-llvm_dir="${TG_LLVM_DIR:-}"
-if [[ -z "$llvm_dir" ]]; then
-  for v in 19 16; do
-    if command -v "llvm-config-$v" >/dev/null 2>&1; then llvm_dir="$(llvm-config-$v --cmakedir)"; break; fi
-  done
-fi
-[[ -n "$llvm_dir" ]] && cmake_args+=("-DLLVM_DIR=$llvm_dir")
-read -r -a extra_cmake_args <<<"${TG_CMAKE_ARGS:-}"
-
-cmake --fresh -S . -B build "${cmake_args[@]}" "${extra_cmake_args[@]}"
-cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j2 --no-tests=error --timeout "${TG_TEST_TIMEOUT:-900}" "$@"

@@ -15,26 +15,16 @@
 #include <vector>
 
 #include "tinygrad/nn/data.h"
+#include "test_util.h"
 
 using namespace tg;
 using namespace tg::nn;
+using tg::testing_util::error_of;
 namespace fs = std::filesystem;
 
 namespace {
 
-class DataTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tg_test_data_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+class DataTest : public tg::testing_util::TempDirTest {};
 
 // IDX bytes for u8 data, built by hand: 0x00 0x00 type ndim, big-endian u32 dims, data.
 std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data, uint8_t type = 0x08) {
@@ -59,18 +49,6 @@ std::string read_all(const std::string& p) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tg::Error thrown";
-  return "";
-}
-#define EXPECT_HAS(msg, part) \
-  EXPECT_NE(std::string(msg).find(part), std::string::npos) << "message: " << (msg) << "\nexpected: " << (part)
 
 std::vector<uint8_t> iota_bytes(size_t n) {
   std::vector<uint8_t> v(n);

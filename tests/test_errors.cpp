@@ -4,24 +4,13 @@
 
 #include "tinygrad/device.h"
 #include "tinygrad/tensor.h"
+#include "test_util.h"
 
 using namespace tg;
 
 namespace {
-// Runs f, expects a tg::Error, returns its message.
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tg::Error thrown";
-  return "";
-}
-void expect_has(const std::string& msg, const std::string& part) {
-  EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nexpected to contain: " << part;
-}
+using testing_util::error_of;
+void expect_has(const std::string& msg, const std::string& part) { EXPECT_HAS(msg, part); }
 }  // namespace
 
 TEST(Errors, BroadcastMismatchNamesBothOperands) {

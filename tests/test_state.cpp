@@ -12,26 +12,16 @@
 #include <vector>
 
 #include "tinygrad/nn/state.h"
+#include "test_util.h"
 
 using namespace tg;
 using namespace tg::nn;
+using tg::testing_util::error_of;
 namespace fs = std::filesystem;
 
 namespace {
 
-class StateTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tg_test_state_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+class StateTest : public tg::testing_util::TempDirTest {};
 
 std::string read_bytes(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
@@ -51,18 +41,6 @@ std::string file_of(const std::string& header, const std::string& data) {
   return u64le(header.size()) + header + data;
 }
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tg::Error thrown";
-  return "";
-}
-#define EXPECT_HAS(msg, part) \
-  EXPECT_NE(std::string(msg).find(part), std::string::npos) << "message: " << (msg) << "\nexpected: " << (part)
 
 }  // namespace
 
