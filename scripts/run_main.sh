@@ -17,12 +17,4 @@ if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
   exit 1
 fi
 
-if [[ -x build/launcher/tg ]]; then
-  exec build/launcher/tg train configs/fmnist_mlp.yaml "$@"
-elif [[ -x build/examples/train_fmnist ]]; then
-  echo "run_main.sh: build/launcher/tg is not built yet; falling back to build/examples/train_fmnist" >&2
-  exec build/examples/train_fmnist "$@"
-else
-  echo "run_main.sh: error: neither build/launcher/tg nor build/examples/train_fmnist was built" >&2
-  exit 1
-fi
+exec build/launcher/tg train configs/fmnist_mlp.yaml "$@"

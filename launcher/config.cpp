@@ -1,0 +1,377 @@
+// The config schema, YAML loading, typed overrides, validation and the resolved-config writer.
+#include "launcher/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "launcher/registry.h"
+#include "tinygrad/error.h"
+#include "tinygrad/nn/data.h"
+
+namespace tg::launcher {
+
+const char* value_type_name(ValueType t) {
+  switch (t) {
+    case ValueType::Int: return "int";
+    case ValueType::Float: return "float";
+    case ValueType::Bool: return "bool";
+    case ValueType::String: return "string";
+    case ValueType::IntList: return "list of ints";
+  }
+  return "?";
+}
+
+const std::vector<ConfigField>& config_schema() {
+  using V = std::vector<int64_t>;
+  static const std::vector<ConfigField> schema = {
+      {"model.name", ValueType::String, std::string("mlp"), "registered model: mlp, cnn, or one of yours"},
+      {"model.hidden", ValueType::IntList, V{256}, "mlp: hidden layer widths"},
+      {"data.name", ValueType::String, std::string("fashion_mnist"), "registered dataset"},
+      {"data.root", ValueType::String, std::string(nn::FASHION_MNIST_ROOT), "dataset directory"},
+      {"data.batch_size", ValueType::Int, int64_t{128}, "training batch size"},
+      {"data.eval_batch_size", ValueType::Int, int64_t{1000}, "evaluation batch size"},
+      {"data.shuffle", ValueType::Bool, true, "shuffle the training set every epoch"},
+      {"data.seed", ValueType::Int, int64_t{0}, "shuffle seed (epoch e uses seed + e)"},
+      {"optim.name", ValueType::String, std::string("adam"), "sgd | adam | adamw | lamb"},
+      {"optim.lr", ValueType::Float, 1e-3, "peak learning rate"},
+      {"optim.momentum", ValueType::Float, 0.0, "sgd: momentum"},
+      {"optim.weight_decay", ValueType::Float, 0.0, "L2 (sgd, adam) or decoupled (adamw, lamb) weight decay"},
+      {"optim.nesterov", ValueType::Bool, false, "sgd: Nesterov momentum"},
+      {"optim.b1", ValueType::Float, 0.9, "adam, adamw, lamb: first-moment decay"},
+      {"optim.b2", ValueType::Float, 0.999, "adam, adamw, lamb: second-moment decay"},
+      {"optim.eps", ValueType::Float, 1e-8, "adam, adamw, lamb: epsilon"},
+      {"optim.clip_grad_norm", ValueType::Float, 0.0, "clip the global gradient norm to this (0: off)"},
+      {"schedule.name", ValueType::String, std::string("constant"), "constant | step | cosine"},
+      {"schedule.warmup_steps", ValueType::Int, int64_t{0}, "linear warm-up steps before the schedule"},
+      {"schedule.step_size", ValueType::Int, int64_t{1000}, "step: decay every this many steps"},
+      {"schedule.gamma", ValueType::Float, 0.1, "step: decay factor"},
+      {"schedule.min_lr", ValueType::Float, 0.0, "cosine: final learning rate"},
+      {"train.epochs", ValueType::Int, int64_t{1}, "epochs to train (when train.steps is 0)"},
+      {"train.steps", ValueType::Int, int64_t{0}, "total optimizer steps (0: train.epochs full epochs)"},
+      {"train.eval_every", ValueType::Int, int64_t{0}, "evaluate every this many steps (0: each epoch end)"},
+      {"train.checkpoint_every", ValueType::Int, int64_t{0}, "checkpoint every this many steps (0: at the end only)"},
+      {"train.log_every", ValueType::Int, int64_t{10}, "metrics record every this many steps"},
+      {"train.print_every", ValueType::Int, int64_t{100}, "plain progress line every this many steps (not a terminal)"},
+      {"train.seed", ValueType::Int, int64_t{0}, "model initialisation seed"},
+      {"train.device", ValueType::String, std::string(""), "device (empty: the default device, DEVICE knob)"},
+      {"train.run_dir", ValueType::String, std::string(""), "run directory (empty: runs/<config>-<timestamp>)"},
+      {"train.resume", ValueType::Bool, false, "continue from the latest checkpoint in train.run_dir"},
+      {"train.init_weights", ValueType::String, std::string(""), "safetensors file to load model weights from"},
+      {"train.overwrite", ValueType::Bool, false, "replace an existing run directory"},
+  };
+  return schema;
+}
+
+const ConfigField* find_field(const std::string& key) {
+  for (const auto& f : config_schema())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); j++)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+namespace {
+
+// The key part after the section ("lr" of "optim.lr").
+std::string leaf(const std::string& key) {
+  auto dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+std::string suggestion(const std::string& key) {
+  std::string near = nearest_key(key);
+  return near.empty() ? "" : " (did you mean '" + near + "'?)";
+}
+
+std::string trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+bool parse_int(const std::string& s, int64_t& out) {
+  std::string t = trim(s);
+  if (!t.empty() && t[0] == '+') t = t.substr(1);
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
+  return !t.empty() && ec == std::errc() && p == t.data() + t.size();
+}
+
+bool parse_float(const std::string& s, double& out) {
+  std::string t = trim(s);
+  if (t.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(t.c_str(), &end);
+  return end == t.c_str() + t.size() && std::isfinite(out);
+}
+
+bool parse_bool(const std::string& s, bool& out) {
+  std::string t = trim(s);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (t == "true" || t == "yes" || t == "on" || t == "1") return out = true, true;
+  if (t == "false" || t == "no" || t == "off" || t == "0") return out = false, true;
+  return false;
+}
+
+std::string shown(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a map";
+  return "nothing";
+}
+
+// Converts a YAML node to the field's type; throws naming the key, the type and the value.
+Value convert(const ConfigField& f, const YAML::Node& n, const std::string& origin) {
+  auto bad = [&]() {
+    return Error(origin + ": " + f.key + " must be " + (f.type == ValueType::Int ? "an " : "a ") +
+                 value_type_name(f.type) + ", got " + shown(n));
+  };
+  if (f.type == ValueType::IntList) {
+    std::vector<int64_t> out;
+    if (n.IsSequence()) {
+      for (const auto& item : n) {
+        int64_t v = 0;
+        if (!item.IsScalar() || !parse_int(item.Scalar(), v)) throw bad();
+        out.push_back(v);
+      }
+      return out;
+    }
+    int64_t v = 0;  // a single int is a list of one
+    if (n.IsScalar() && parse_int(n.Scalar(), v)) return std::vector<int64_t>{v};
+    throw bad();
+  }
+  if (f.type == ValueType::String && n.IsNull()) return std::string();
+  if (!n.IsScalar()) throw bad();
+  const std::string& s = n.Scalar();
+  switch (f.type) {
+    case ValueType::Int: {
+      int64_t v = 0;
+      if (!parse_int(s, v)) throw bad();
+      return v;
+    }
+    case ValueType::Float: {
+      double v = 0;
+      if (!parse_float(s, v)) throw bad();
+      return v;
+    }
+    case ValueType::Bool: {
+      bool v = false;
+      if (!parse_bool(s, v)) throw bad();
+      return v;
+    }
+    default: return s;
+  }
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& origin) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw Error(origin + ": invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+}
+
+std::string format_float(double v) {
+  char buf[64];
+  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, p);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // stays a float when read back
+  return s;
+}
+
+}  // namespace
+
+std::string nearest_key(const std::string& key) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& f : config_schema()) {
+    // Compare whole keys, and leaves too, so "lr" or "data.lr" both find "optim.lr".
+    size_t d = std::min(edit_distance(key, f.key), edit_distance(leaf(key), leaf(f.key)) + 1);
+    if (d < best_d) best_d = d, best = f.key;
+  }
+  size_t limit = std::max<size_t>(2, leaf(key).size() / 2);
+  return best_d <= limit ? best : "";
+}
+
+Config::Config() {
+  for (const auto& f : config_schema()) values_[f.key] = f.default_value;
+}
+
+const Value& Config::at(const std::string& key, ValueType want) const {
+  const ConfigField* f = find_field(key);
+  TG_CHECK(f, "config: unknown key '", key, "'", suggestion(key));
+  TG_CHECK(f->type == want, "config: ", key, " is a ", value_type_name(f->type), ", not a ", value_type_name(want));
+  return values_.at(key);
+}
+
+int64_t Config::get_int(const std::string& key) const { return std::get<int64_t>(at(key, ValueType::Int)); }
+double Config::get_float(const std::string& key) const { return std::get<double>(at(key, ValueType::Float)); }
+bool Config::get_bool(const std::string& key) const { return std::get<bool>(at(key, ValueType::Bool)); }
+const std::string& Config::get_string(const std::string& key) const {
+  return std::get<std::string>(at(key, ValueType::String));
+}
+const std::vector<int64_t>& Config::get_ints(const std::string& key) const {
+  return std::get<std::vector<int64_t>>(at(key, ValueType::IntList));
+}
+
+void Config::set_text(const std::string& key, const std::string& text, const std::string& origin) {
+  const ConfigField* f = find_field(key);
+  TG_CHECK(f, origin, ": unknown config key '", key, "'", suggestion(key));
+  YAML::Node n;
+  if (f->type == ValueType::String) {
+    n = YAML::Node(text);  // taken as it is: "runs/x", "" and "a: b" are all strings
+  } else {
+    n = parse_yaml(text, origin + " " + key);
+  }
+  values_[key] = convert(*f, n, origin);
+}
+
+void Config::set(const std::string& key, Value v) {
+  const ConfigField* f = find_field(key);
+  TG_CHECK(f, "config: unknown key '", key, "'", suggestion(key));
+  TG_CHECK(v.index() == static_cast<size_t>(f->type), "config: ", key, " must be a ", value_type_name(f->type));
+  values_[key] = std::move(v);
+}
+
+void Config::apply_override(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  TG_CHECK(eq != std::string::npos && eq > 0, "override '", assignment, "' is not of the form key=value (e.g. optim.lr=0.01)");
+  set_text(trim(assignment.substr(0, eq)), assignment.substr(eq + 1), "override");
+}
+
+void Config::validate() const {
+  auto oneof = [&](const std::string& key, const std::vector<std::string>& names) {
+    const std::string& v = get_string(key);
+    if (std::find(names.begin(), names.end(), v) != names.end()) return;
+    std::string list, near;
+    size_t best = SIZE_MAX;
+    for (const auto& n : names) {
+      list += (list.empty() ? "" : ", ") + n;
+      if (size_t d = edit_distance(v, n); d < best) best = d, near = n;
+    }
+    throw Error("config: " + key + "='" + v + "' is not one of " + list +
+                (best <= std::max<size_t>(2, v.size() / 2) ? " (did you mean '" + near + "'?)" : ""));
+  };
+  auto positive = [&](const std::string& key) {
+    TG_CHECK(get_int(key) > 0, "config: ", key, " must be > 0, got ", get_int(key));
+  };
+  auto nonneg_int = [&](const std::string& key) {
+    TG_CHECK(get_int(key) >= 0, "config: ", key, " must be >= 0, got ", get_int(key));
+  };
+  auto nonneg = [&](const std::string& key) {
+    TG_CHECK(get_float(key) >= 0, "config: ", key, " must be >= 0, got ", format_float(get_float(key)));
+  };
+  oneof("model.name", model_registry().names());
+  oneof("data.name", dataset_registry().names());
+  oneof("optim.name", {"sgd", "adam", "adamw", "lamb"});
+  oneof("schedule.name", {"constant", "step", "cosine"});
+  for (int64_t h : get_ints("model.hidden")) TG_CHECK(h > 0, "config: model.hidden widths must be > 0, got ", h);
+  positive("data.batch_size");
+  positive("data.eval_batch_size");
+  nonneg_int("data.seed");
+  nonneg("optim.lr");
+  nonneg("optim.weight_decay");
+  nonneg("optim.clip_grad_norm");
+  nonneg("optim.eps");
+  double m = get_float("optim.momentum");
+  TG_CHECK(m >= 0 && m < 1, "config: optim.momentum must be in [0, 1), got ", format_float(m));
+  TG_CHECK(!get_bool("optim.nesterov") || m > 0, "config: optim.nesterov=true needs optim.momentum > 0");
+  for (const char* b : {"optim.b1", "optim.b2"}) {
+    double v = get_float(b);
+    TG_CHECK(v >= 0 && v < 1, "config: ", b, " must be in [0, 1), got ", format_float(v));
+  }
+  nonneg_int("schedule.warmup_steps");
+  positive("schedule.step_size");
+  TG_CHECK(get_float("schedule.gamma") > 0, "config: schedule.gamma must be > 0, got ", format_float(get_float("schedule.gamma")));
+  nonneg("schedule.min_lr");
+  nonneg_int("train.epochs");
+  nonneg_int("train.steps");
+  TG_CHECK(get_int("train.epochs") > 0 || get_int("train.steps") > 0, "config: train.epochs or train.steps must be > 0");
+  nonneg_int("train.eval_every");
+  nonneg_int("train.checkpoint_every");
+  positive("train.log_every");
+  positive("train.print_every");
+  nonneg_int("train.seed");
+  TG_CHECK(!get_bool("train.resume") || !get_string("train.run_dir").empty(),
+           "config: train.resume=true needs train.run_dir (the run to continue)");
+  TG_CHECK(!(get_bool("train.resume") && get_bool("train.overwrite")),
+           "config: train.resume=true and train.overwrite=true contradict each other");
+}
+
+std::string Config::to_yaml() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::string section;
+  for (const auto& f : config_schema()) {
+    std::string sec = f.key.substr(0, f.key.find('.'));
+    if (sec != section) {
+      if (!section.empty()) out << YAML::EndMap;
+      out << YAML::Key << sec << YAML::Value << YAML::BeginMap;
+      section = sec;
+    }
+    out << YAML::Key << leaf(f.key) << YAML::Value;
+    const Value& v = values_.at(f.key);
+    switch (f.type) {
+      case ValueType::Int: out << std::get<int64_t>(v); break;
+      case ValueType::Float: out << format_float(std::get<double>(v)); break;
+      case ValueType::Bool: out << (std::get<bool>(v) ? "true" : "false"); break;
+      case ValueType::String: out << YAML::DoubleQuoted << std::get<std::string>(v); break;
+      case ValueType::IntList:
+        out << YAML::Flow << YAML::BeginSeq;
+        for (int64_t x : std::get<std::vector<int64_t>>(v)) out << x;
+        out << YAML::EndSeq;
+        break;
+    }
+  }
+  if (!section.empty()) out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& origin, const std::vector<std::string>& overrides) {
+  Config cfg;
+  YAML::Node root = parse_yaml(yaml_text, origin);
+  if (root && !root.IsNull()) {
+    TG_CHECK(root.IsMap(), origin, ": a config is a map of sections (model, data, optim, schedule, train)");
+    for (const auto& sec : root) {
+      std::string name = sec.first.Scalar();
+      // "lr: 0.01" at the top level: say where it belongs.
+      TG_CHECK(sec.second.IsMap(), origin, ": '", name, "' is not a section with keys", suggestion(name));
+      for (const auto& kv : sec.second) {
+        std::string key = name + "." + kv.first.Scalar();
+        const ConfigField* f = find_field(key);
+        TG_CHECK(f, origin, ": unknown config key '", key, "'", suggestion(key));
+        cfg.set(key, convert(*f, kv.second, origin));
+      }
+    }
+  }
+  for (const auto& o : overrides) cfg.apply_override(o);
+  cfg.validate();
+  return cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  TG_CHECK(in, "cannot read config file '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Config cfg = parse_config(ss.str(), path, overrides);
+  cfg.name = std::filesystem::path(path).stem().string();
+  return cfg;
+}
+
+}  // namespace tg::launcher

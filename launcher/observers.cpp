@@ -1,0 +1,194 @@
+// The progress printer, metrics writer, text log and checkpoint writer (see observers.h).
+#include "launcher/observers.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <sstream>
+#include <vector>
+
+#include "tinygrad/error.h"
+
+namespace tg::launcher {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string step_line(const StepEvent& e) {
+  std::ostringstream os;
+  os << "epoch " << e.epoch + 1 << " step " << e.step << "/" << e.total_steps << "  loss " << fmt("%.4f", e.loss)
+     << "  lr " << fmt("%.3g", e.lr) << "  " << fmt("%.0f", e.examples_per_s) << " examples/s";
+  return os.str();
+}
+
+}  // namespace
+
+// ---- ProgressPrinter ----
+
+ProgressPrinter::ProgressPrinter(std::FILE* out, bool tty) : out_(out), tty_(tty) {}
+
+void ProgressPrinter::end_bar() {
+  if (bar_open_) std::fputc('\n', out_);
+  bar_open_ = false;
+}
+
+void ProgressPrinter::on_train_begin(Trainer& t) {
+  const Config& c = t.config();
+  std::fprintf(out_, "training %s on %s: %lld steps (%lld per epoch), batch %lld, %s lr %g -> %s\n",
+               c.get_string("model.name").c_str(), c.get_string("data.name").c_str(),
+               static_cast<long long>(t.total_steps()), static_cast<long long>(t.batches_per_epoch()),
+               static_cast<long long>(c.get_int("data.batch_size")), c.get_string("optim.name").c_str(),
+               c.get_float("optim.lr"), t.run_dir().c_str());
+  if (t.step() > 0) std::fprintf(out_, "resumed at step %lld\n", static_cast<long long>(t.step()));
+  last_printed_ = t.step();
+  std::fflush(out_);
+}
+
+void ProgressPrinter::on_step_end(Trainer& t, const StepEvent& e) {
+  if (tty_) {
+    constexpr int WIDTH = 30;
+    int fill = static_cast<int>(WIDTH * e.step / std::max<int64_t>(1, e.total_steps));
+    std::string bar(static_cast<size_t>(fill), '#');
+    bar.resize(WIDTH, '.');
+    std::fprintf(out_, "\r[%s] %s\x1b[K", bar.c_str(), step_line(e).c_str());
+    bar_open_ = true;
+  } else {
+    int64_t every = t.config().get_int("train.print_every");
+    if (e.step / every == last_printed_ / every && e.step != e.total_steps) return;
+    std::fprintf(out_, "%s\n", step_line(e).c_str());
+    last_printed_ = e.step;
+  }
+  std::fflush(out_);
+}
+
+void ProgressPrinter::on_eval(Trainer&, const EvalEvent& e) {
+  end_bar();
+  std::fprintf(out_, "step %lld: test accuracy %.2f%% (%.1f s)\n", static_cast<long long>(e.step), 100 * e.accuracy,
+               e.seconds);
+  std::fflush(out_);
+}
+
+void ProgressPrinter::on_checkpoint(Trainer&, const CheckpointEvent& e) {
+  end_bar();
+  std::fprintf(out_, "checkpoint %s\n", e.path.c_str());
+  std::fflush(out_);
+}
+
+void ProgressPrinter::on_train_end(Trainer&, const TrainSummary& s) {
+  end_bar();
+  std::fprintf(out_, "done: %lld steps in %.1f s", static_cast<long long>(s.steps), s.seconds);
+  if (s.accuracy) std::fprintf(out_, ", test accuracy %.2f%%", 100 * *s.accuracy);
+  std::fprintf(out_, "\n");
+  std::fflush(out_);
+}
+
+// ---- MetricsWriter ----
+
+MetricsWriter::MetricsWriter(std::string path) : path_(std::move(path)) {}
+
+void MetricsWriter::on_train_begin(Trainer& t) {
+  if (t.step() > 0) {
+    // Resumed: keep the records up to the checkpoint's step, drop what came after it.
+    std::vector<std::string> keep;
+    std::ifstream in(path_);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].is_number() && j["step"].get<int64_t>() <= t.step())
+        keep.push_back(line);
+    }
+    in.close();
+    std::ofstream rewrite(path_, std::ios::trunc);
+    for (const auto& l : keep) rewrite << l << "\n";
+  }
+  out_.open(path_, std::ios::app);
+  TG_CHECK(out_, "metrics: cannot write '", path_, "'");
+}
+
+void MetricsWriter::write(const std::string& line) {
+  out_ << line << "\n";
+  out_.flush();
+}
+
+void MetricsWriter::on_step_end(Trainer&, const StepEvent& e) {
+  write(nlohmann::json{{"type", "train"},
+                       {"step", e.step},
+                       {"epoch", e.epoch},
+                       {"loss", e.loss},
+                       {"lr", e.lr},
+                       {"examples_per_s", std::round(e.examples_per_s * 10) / 10}}
+            .dump());
+}
+
+void MetricsWriter::on_eval(Trainer&, const EvalEvent& e) {
+  write(nlohmann::json{{"type", "eval"},
+                       {"step", e.step},
+                       {"epoch", e.epoch},
+                       {"eval_accuracy", e.accuracy},
+                       {"eval_seconds", std::round(e.seconds * 1000) / 1000}}
+            .dump());
+}
+
+void MetricsWriter::on_checkpoint(Trainer&, const CheckpointEvent& e) {
+  write(nlohmann::json{{"type", "checkpoint"}, {"step", e.step}, {"epoch", e.epoch}, {"path", e.path}}.dump());
+}
+
+// ---- TrainLog ----
+
+TrainLog::TrainLog(std::string path) : out_(path, std::ios::app) { TG_CHECK(out_, "train.log: cannot write '", path, "'"); }
+
+void TrainLog::line(const std::string& text) {
+  std::time_t now = std::time(nullptr);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  out_ << ts << "  " << text << "\n";
+  out_.flush();
+}
+
+void TrainLog::on_train_begin(Trainer& t) {
+  std::ostringstream os;
+  os << (t.step() > 0 ? "resume at step " + std::to_string(t.step()) : std::string("start")) << ": model "
+     << t.config().get_string("model.name") << " (" << t.model().num_parameters() << " parameters), "
+     << t.total_steps() << " steps, " << t.batches_per_epoch() << " batches per epoch";
+  line(os.str());
+}
+
+void TrainLog::on_step_end(Trainer&, const StepEvent& e) { line(step_line(e)); }
+
+void TrainLog::on_eval(Trainer&, const EvalEvent& e) {
+  line("step " + std::to_string(e.step) + ": test accuracy " + fmt("%.4f", e.accuracy));
+}
+
+void TrainLog::on_checkpoint(Trainer&, const CheckpointEvent& e) { line("checkpoint " + e.path); }
+
+void TrainLog::on_train_end(Trainer&, const TrainSummary& s) {
+  line("done: " + std::to_string(s.steps) + " steps in " + fmt("%.1f", s.seconds) + " s" +
+       (s.accuracy ? ", test accuracy " + fmt("%.4f", *s.accuracy) : std::string()));
+}
+
+// ---- CheckpointWriter ----
+
+void CheckpointWriter::on_train_begin(Trainer& t) { written_step_ = t.step() > 0 ? t.step() : -1; }
+
+void CheckpointWriter::on_step(Trainer& t, int64_t step) {
+  int64_t every = t.config().get_int("train.checkpoint_every");
+  if (every > 0 && step % every == 0) {
+    t.save_checkpoint();
+    written_step_ = step;
+  }
+}
+
+void CheckpointWriter::on_train_end(Trainer& t, const TrainSummary&) {
+  if (written_step_ != t.step() && t.step() > 0) {
+    t.save_checkpoint();
+    written_step_ = t.step();
+  }
+}
+
+}  // namespace tg::launcher

@@ -1,0 +1,74 @@
+// The standard observers of the trainer (trainer.h): a progress printer (a bar redrawn with \r on
+// a terminal, plain lines otherwise), the metrics writer (run_dir/metrics.jsonl), the text log
+// (run_dir/train.log) and the checkpoint writer (every train.checkpoint_every steps and at the end).
+#pragma once
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "launcher/trainer.h"
+
+namespace tg::launcher {
+
+class ProgressPrinter : public TrainObserver {
+ public:
+  // tty: redraw one line with \r; otherwise a line every train.print_every steps.
+  explicit ProgressPrinter(std::FILE* out = stdout, bool tty = false);
+  void on_train_begin(Trainer& t) override;
+  void on_step_end(Trainer& t, const StepEvent& e) override;
+  void on_eval(Trainer& t, const EvalEvent& e) override;
+  void on_checkpoint(Trainer& t, const CheckpointEvent& e) override;
+  void on_train_end(Trainer& t, const TrainSummary& s) override;
+
+ private:
+  void end_bar();
+  std::FILE* out_;
+  bool tty_, bar_open_ = false;
+  int64_t last_printed_ = 0;
+};
+
+// One JSON object per line: {"type":"train","step","epoch","loss","lr","examples_per_s"} or
+// {"type":"eval","step","epoch","eval_accuracy","eval_seconds"} or {"type":"checkpoint",...}.
+// A resumed run first drops the records after its checkpoint's step, so the file reads like
+// one uninterrupted run.
+class MetricsWriter : public TrainObserver {
+ public:
+  explicit MetricsWriter(std::string path);
+  void on_train_begin(Trainer& t) override;
+  void on_step_end(Trainer& t, const StepEvent& e) override;
+  void on_eval(Trainer& t, const EvalEvent& e) override;
+  void on_checkpoint(Trainer& t, const CheckpointEvent& e) override;
+
+ private:
+  void write(const std::string& line);
+  std::string path_;
+  std::ofstream out_;
+};
+
+// Plain text lines with a timestamp, appended to run_dir/train.log.
+class TrainLog : public TrainObserver {
+ public:
+  explicit TrainLog(std::string path);
+  void on_train_begin(Trainer& t) override;
+  void on_step_end(Trainer& t, const StepEvent& e) override;
+  void on_eval(Trainer& t, const EvalEvent& e) override;
+  void on_checkpoint(Trainer& t, const CheckpointEvent& e) override;
+  void on_train_end(Trainer& t, const TrainSummary& s) override;
+  void line(const std::string& text);  // also used by run_train for errors
+
+ private:
+  std::ofstream out_;
+};
+
+// Writes a checkpoint every train.checkpoint_every steps (when > 0) and at the end of training.
+class CheckpointWriter : public TrainObserver {
+ public:
+  void on_train_begin(Trainer& t) override;
+  void on_step(Trainer& t, int64_t step) override;
+  void on_train_end(Trainer& t, const TrainSummary& s) override;
+
+ private:
+  int64_t written_step_ = -1;
+};
+
+}  // namespace tg::launcher

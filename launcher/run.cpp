@@ -1,0 +1,227 @@
+// run_train, the run directory, `tg info` and the argv dispatch of the tg command (see run.h).
+#include "launcher/run.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "launcher/observers.h"
+#include "launcher/registry.h"
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/runtime/cpu.h"
+
+namespace fs = std::filesystem;
+
+namespace tg::launcher {
+
+namespace {
+
+std::string timestamp() {
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return buf;
+}
+
+bool non_empty_dir(const fs::path& p) { return fs::is_directory(p) && !fs::is_empty(p); }
+
+const char* USAGE =
+    "usage: tg <command> [args]\n"
+    "  tg train CONFIG.yaml [key=value ...]   train an experiment (e.g. optim.lr=0.01 train.steps=300)\n"
+    "  tg config CONFIG.yaml [key=value ...]  print the resolved config\n"
+    "  tg keys                                list every config key with its type and default\n"
+    "  tg info                                build features, devices, memory pools, knobs\n"
+    "  tg help                                this text\n";
+
+std::string value_text(const Value& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (auto* d = std::get_if<double>(&v)) {
+    std::ostringstream os;
+    os << *d;
+    return os.str();
+  }
+  if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  if (auto* s = std::get_if<std::string>(&v)) return "\"" + *s + "\"";
+  std::string out = "[";
+  for (int64_t x : std::get<std::vector<int64_t>>(v)) out += (out.size() > 1 ? ", " : "") + std::to_string(x);
+  return out + "]";
+}
+
+std::string keys_text() {
+  std::ostringstream os;
+  for (const auto& f : config_schema()) {
+    std::string head = f.key + " (" + value_type_name(f.type) + ", " + value_text(f.default_value) + ")";
+    os << "  " << head << std::string(head.size() < 52 ? 52 - head.size() : 1, ' ') << f.help << "\n";
+  }
+  return os.str();
+}
+
+// key=value arguments after the config path.
+std::vector<std::string> overrides_from(int argc, char** argv, int first) {
+  std::vector<std::string> out;
+  for (int i = first; i < argc; i++) {
+    std::string a = argv[i];
+    TG_CHECK(a.find('=') != std::string::npos, "unexpected argument '", a, "' (overrides are key=value, e.g. optim.lr=0.01)");
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string choose_run_dir(const Config& cfg) {
+  std::string dir = cfg.get_string("train.run_dir");
+  if (dir.empty()) {
+    std::string base = (fs::path("runs") / (cfg.name + "-" + timestamp())).string();
+    dir = base;
+    for (int i = 1; fs::exists(dir); i++) dir = base + "-" + std::to_string(i);  // never reuse one
+  }
+  if (cfg.get_bool("train.resume")) {
+    TG_CHECK(fs::is_directory(dir), "train.resume=true: no run directory '", dir, "'");
+    return dir;
+  }
+  if (non_empty_dir(dir) || (fs::exists(dir) && !fs::is_directory(dir))) {
+    TG_CHECK(cfg.get_bool("train.overwrite"), "run directory '", dir,
+             "' already exists (use train.overwrite=true to replace it or train.resume=true to continue it)");
+  }
+  return dir;
+}
+
+std::string prepare_run_dir(const Config& cfg) {
+  std::string dir = choose_run_dir(cfg);
+  if (cfg.get_bool("train.resume")) return dir;
+  if (fs::exists(dir) && cfg.get_bool("train.overwrite")) fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
+  cfg.validate();
+  // Everything that can fail on the user's input fails before the run directory is touched.
+  const std::string& init = cfg.get_string("train.init_weights");
+  TG_CHECK(init.empty() || fs::is_regular_file(init), "train.init_weights: no file '", init, "'");
+  std::string dir = choose_run_dir(cfg), resume_from;
+  if (cfg.get_bool("train.resume")) {
+    resume_from = latest_checkpoint(dir);
+    TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'");
+  }
+  Trainer trainer(cfg, dir);  // loads the data and builds the model: fails before anything is written
+  if (!init.empty()) trainer.load_weights(init);
+  if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
+  prepare_run_dir(cfg);
+  {
+    std::ofstream out(fs::path(dir) / "config.yaml", std::ios::trunc);
+    out << "# resolved config of " << cfg.name << " (" << timestamp() << ")\n" << cfg.to_yaml();
+  }
+  auto log = std::make_shared<TrainLog>((fs::path(dir) / "train.log").string());
+  // The checkpoint writer goes first, so that the others see its final checkpoint before the end.
+  trainer.add_observer(std::make_shared<CheckpointWriter>());
+  if (opt.progress) trainer.add_observer(std::make_shared<ProgressPrinter>(stdout, opt.tty));
+  trainer.add_observer(std::make_shared<MetricsWriter>((fs::path(dir) / "metrics.jsonl").string()));
+  trainer.add_observer(log);
+  try {
+    return trainer.fit();
+  } catch (const std::exception& e) {
+    log->line(std::string("error: ") + e.what());
+    throw;
+  }
+}
+
+std::string info_text() {
+  std::ostringstream os;
+  os << "tinygrad++ (tg) built " << __DATE__ << " with " <<
+#if defined(__clang__)
+      "clang " << __clang_version__
+#elif defined(__GNUC__)
+      "gcc " << __VERSION__
+#else
+      "an unknown compiler"
+#endif
+     << ", C++ " << __cplusplus << "\n";
+  os << "libraries: yaml-cpp (Debian 0.7), nlohmann-json " << NLOHMANN_JSON_VERSION_MAJOR << "."
+     << NLOHMANN_JSON_VERSION_MINOR << "." << NLOHMANN_JSON_VERSION_PATCH << "\n";
+  os << "CPU kernels: " << cpu_compiler_kind() << " (LLVM backend " << (built_with_llvm() ? "built" : "not built") << ")\n";
+  os << "default device: " << default_device() << "\n";
+  os << "devices:\n";
+  for (const auto& name : registered_devices()) {
+    os << "  " << name;
+    try {
+      Device& d = get_device(name);
+      os << ": " << d.description() << "\n";
+      PoolStats s = d.pool().stats();
+      os << "    memory pool: " << s.bytes_in_use << " B in use, peak " << s.peak_bytes << " B, " << s.bytes_cached
+         << " B cached, " << s.allocations << " allocations, " << s.reuse_hits << " reuse hits\n";
+    } catch (const std::exception& e) {
+      os << ": unavailable (" << e.what() << ")\n";
+    }
+  }
+  os << "models:";
+  for (const auto& n : model_registry().names()) os << " " << n;
+  os << "\ndatasets:";
+  for (const auto& n : dataset_registry().names()) os << " " << n;
+  os << "\nknobs (environment variables):\n";
+  for (const auto& k : all_knobs()) {
+    const char* env = std::getenv(k.name.c_str());
+    os << "  " << k.name << "=" << (env ? env : k.default_value) << (env ? "" : " (default)") << "  " << k.help << "\n";
+  }
+  return os.str();
+}
+
+int tg_main(int argc, char** argv) {
+  try {
+    std::string cmd = argc > 1 ? argv[1] : "help";
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+      std::cout << USAGE;
+      return argc > 1 ? 0 : 1;
+    }
+    if (cmd == "info") {
+      std::cout << info_text();
+      return 0;
+    }
+    if (cmd == "keys") {
+      std::cout << "config keys (type, default):\n" << keys_text();
+      return 0;
+    }
+    if (cmd == "train" || cmd == "config") {
+      TG_CHECK(argc > 2, "tg ", cmd, ": missing CONFIG.yaml (usage: tg ", cmd, " CONFIG.yaml [key=value ...])");
+      Config cfg = load_config(argv[2], overrides_from(argc, argv, 3));
+      if (cmd == "config") {
+        std::cout << cfg.to_yaml();
+        return 0;
+      }
+      RunOptions opt;
+      opt.tty = isatty(fileno(stdout)) != 0;
+      TrainSummary s;
+      try {
+        s = run_train(cfg, opt);
+      } catch (...) {
+        if (opt.tty) std::fputs("\n", stdout);  // end a progress bar line before the error
+        throw;
+      }
+      std::cout << "run directory: " << s.run_dir << "\n";
+      return 0;
+    }
+    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, help)");
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
+    std::fflush(stdout);
+    std::cerr << "error: " << msg << "\n";
+    return 1;
+  } catch (...) {
+    std::fflush(stdout);
+    std::cerr << "error: unexpected failure (not a std::exception)\n";
+    return 1;
+  }
+}
+
+}  // namespace tg::launcher

@@ -1,0 +1,38 @@
+// The entry points behind the `tg` command, callable from tests and other programs:
+// run_train (one experiment: run directory, observers, resume, training), info (build and
+// device report) and tg_main (argv dispatch; returns the exit status, prints `error: ...`).
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "launcher/config.h"
+#include "launcher/trainer.h"
+
+namespace tg::launcher {
+
+struct RunOptions {
+  bool progress = true;   // print progress to stdout
+  bool tty = false;       // redraw a progress bar (set from isatty by tg_main)
+};
+
+// Chooses the run directory: train.run_dir, or runs/<config name>-<timestamp> (a free name).
+// An existing non-empty directory is an error unless train.overwrite or train.resume; with
+// train.resume it must exist. Touches nothing.
+std::string choose_run_dir(const Config& cfg);
+// choose_run_dir, then makes the directory (emptied first under train.overwrite).
+std::string prepare_run_dir(const Config& cfg);
+
+// Runs one experiment: prepares the run directory, writes config.yaml, attaches the observers
+// (progress, metrics.jsonl, train.log, checkpoints), loads train.init_weights, resumes from the
+// latest checkpoint when train.resume, trains, and returns the summary.
+TrainSummary run_train(const Config& cfg, const RunOptions& opt = {});
+
+// `tg info`: build features, devices, memory pools, versions and knobs.
+std::string info_text();
+
+// The whole command line: `tg train CONFIG [key=value ...]`, `tg config CONFIG [key=value ...]`,
+// `tg keys`, `tg info`, `tg help`. Errors print one `error: ...` line to stderr and return 1.
+int tg_main(int argc, char** argv);
+
+}  // namespace tg::launcher

@@ -1,0 +1,245 @@
+// The training loop, checkpoints and the optimizer / schedule builders (see trainer.h).
+#include "launcher/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+#include "tinygrad/nn/state.h"
+
+namespace fs = std::filesystem;
+
+namespace tg::launcher {
+
+namespace {
+
+constexpr const char* CHECKPOINT_FORMAT = "tg-checkpoint-1";
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// "step_120.safetensors" -> 120; -1 for anything else.
+int64_t checkpoint_step(const fs::path& p) {
+  std::string n = p.filename().string();
+  const std::string pre = "step_", suf = ".safetensors";
+  if (n.size() <= pre.size() + suf.size() || n.rfind(pre, 0) != 0 || n.substr(n.size() - suf.size()) != suf) return -1;
+  std::string digits = n.substr(pre.size(), n.size() - pre.size() - suf.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const Config& c, std::vector<Tensor*> params) {
+  const std::string& name = c.get_string("optim.name");
+  double lr = c.get_float("optim.lr"), wd = c.get_float("optim.weight_decay");
+  double b1 = c.get_float("optim.b1"), b2 = c.get_float("optim.b2"), eps = c.get_float("optim.eps");
+  if (name == "sgd")
+    return std::make_unique<nn::SGD>(std::move(params), lr, c.get_float("optim.momentum"), 0.0, wd,
+                                     c.get_bool("optim.nesterov"));
+  if (name == "adam") return std::make_unique<nn::Adam>(std::move(params), lr, b1, b2, eps, wd);
+  if (name == "adamw") return std::make_unique<nn::AdamW>(std::move(params), lr, b1, b2, eps, wd);
+  if (name == "lamb") return std::make_unique<nn::LAMB>(std::move(params), lr, b1, b2, eps, wd);
+  throw Error("config: optim.name='" + name + "' is not one of sgd, adam, adamw, lamb");
+}
+
+std::unique_ptr<nn::LRSchedule> make_schedule(const Config& c, int64_t total_steps) {
+  const std::string& name = c.get_string("schedule.name");
+  double lr = c.get_float("optim.lr");
+  int64_t warmup = c.get_int("schedule.warmup_steps");
+  std::unique_ptr<nn::LRSchedule> s;
+  if (name == "constant") {
+    s = std::make_unique<nn::ConstantLR>(lr);
+  } else if (name == "step") {
+    s = std::make_unique<nn::StepLR>(lr, c.get_int("schedule.step_size"), c.get_float("schedule.gamma"));
+  } else if (name == "cosine") {
+    s = std::make_unique<nn::CosineLR>(lr, std::max<int64_t>(1, total_steps - warmup), c.get_float("schedule.min_lr"));
+  } else {
+    throw Error("config: schedule.name='" + name + "' is not one of constant, step, cosine");
+  }
+  if (warmup > 0) s = std::make_unique<nn::WarmupLR>(std::move(s), warmup);
+  return s;
+}
+
+Trainer::Trainer(const Config& cfg, std::string run_dir) : cfg_(cfg), run_dir_(std::move(run_dir)) {
+  const std::string& device = cfg_.get_string("train.device");
+  if (!device.empty()) {
+    // The engine's tensors go to the default device; a different one is chosen with DEVICE.
+    TG_CHECK(canonical_device(device) == canonical_device(default_device()), "train.device='", device,
+             "' differs from the default device ", default_device(), " (set the environment variable DEVICE=", device,
+             " instead)");
+    get_device(device);  // an unknown device fails here, naming it
+  }
+  data_ = make_dataset(cfg_);
+  train_loader_ = std::make_unique<nn::DataLoader>(
+      data_.train, nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.batch_size"),
+                                         .shuffle = cfg_.get_bool("data.shuffle"),
+                                         .seed = static_cast<uint64_t>(cfg_.get_int("data.seed")),
+                                         .mean = data_.mean,
+                                         .std = data_.std});
+  test_loader_ = std::make_unique<nn::DataLoader>(
+      data_.test, nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.eval_batch_size"), .shuffle = false,
+                                        .mean = data_.mean, .std = data_.std});
+  TG_CHECK(data_.train.size() > 0 && data_.test.size() > 0, "dataset '", cfg_.get_string("data.name"),
+           "' has an empty split (train ", data_.train.size(), ", test ", data_.test.size(), " examples)");
+  int64_t steps = cfg_.get_int("train.steps");
+  total_steps_ = steps > 0 ? steps : cfg_.get_int("train.epochs") * train_loader_->batches_per_epoch();
+  Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
+  model_ = make_model(cfg_);
+  TG_CHECK(model_, "model '", cfg_.get_string("model.name"), "': the factory returned no model");
+  optim_ = make_optimizer(cfg_, model_->parameters());
+  schedule_ = make_schedule(cfg_, total_steps_);
+}
+
+double Trainer::evaluate() {
+  NoGradGuard no_grad;
+  model_->train(false);
+  int64_t correct = 0, seen = 0;
+  test_loader_->start_epoch(0);
+  while (auto b = test_loader_->next()) {
+    correct += (*model_)(b->x).argmax(-1).eq(b->y).sum().item<int64_t>();
+    seen += b->y.shape(0);
+  }
+  model_->train(true);
+  TG_CHECK(seen > 0, "evaluate: the test split of '", cfg_.get_string("data.name"), "' is empty");
+  return static_cast<double>(correct) / static_cast<double>(seen);
+}
+
+TrainSummary Trainer::fit() {
+  auto t_fit = std::chrono::steady_clock::now();
+  const int64_t bpe = batches_per_epoch();
+  const int64_t log_every = cfg_.get_int("train.log_every"), eval_every = cfg_.get_int("train.eval_every");
+  const double clip = cfg_.get_float("optim.clip_grad_norm");
+  emit([&](TrainObserver& o) { o.on_train_begin(*this); });
+
+  auto run_eval = [&]() {
+    auto t0 = std::chrono::steady_clock::now();
+    double acc = evaluate();
+    last_accuracy_ = acc;
+    last_eval_step_ = step_;
+    EvalEvent ev{step_, (step_ - 1) / bpe, acc, seconds_since(t0)};
+    emit([&](TrainObserver& o) { o.on_eval(*this, ev); });
+  };
+
+  auto t_window = std::chrono::steady_clock::now();
+  int64_t window_examples = 0;
+  while (step_ < total_steps_) {
+    int64_t epoch = step_ / bpe;
+    train_loader_->start_epoch(epoch, step_ % bpe);  // a resumed run skips the batches it has seen
+    while (step_ < total_steps_) {
+      auto b = train_loader_->next();
+      if (!b) break;
+      double lr = schedule_->lr_at(step_);
+      optim_->lr = lr;
+      Tensor loss = (*model_)(b->x).sparse_categorical_crossentropy(b->y);
+      optim_->zero_grad();
+      loss.backward();
+      if (clip > 0) nn::clip_grad_norm(optim_->params(), clip);
+      optim_->step();
+      step_++;
+      window_examples += b->y.shape(0);
+      bool last = step_ == total_steps_;
+      if (step_ % log_every == 0 || last) {
+        double loss_v = loss.item<float>();
+        TG_CHECK(std::isfinite(loss_v), "train: the loss is ", loss_v, " at step ", step_,
+                 " (try a smaller optim.lr or optim.clip_grad_norm)");
+        double dt = seconds_since(t_window);
+        StepEvent ev{step_, total_steps_, epoch, b->index, bpe, loss_v, lr,
+                     dt > 0 ? static_cast<double>(window_examples) / dt : 0.0};
+        emit([&](TrainObserver& o) { o.on_step_end(*this, ev); });
+        t_window = std::chrono::steady_clock::now();
+        window_examples = 0;
+      }
+      bool epoch_end = b->index == bpe - 1;
+      if ((eval_every > 0 && step_ % eval_every == 0) || (eval_every == 0 && epoch_end) || last) {
+        if (last_eval_step_ != step_) run_eval();
+        t_window = std::chrono::steady_clock::now();  // evaluation time is not training throughput
+        window_examples = 0;
+      }
+      emit([&](TrainObserver& o) { o.on_step(*this, step_); });  // after the step's records (checkpoints)
+    }
+  }
+  if (last_eval_step_ != step_ && step_ > 0) run_eval();
+  TrainSummary sum{step_, last_accuracy_, seconds_since(t_fit), run_dir_, last_checkpoint_};
+  emit([&](TrainObserver& o) { o.on_train_end(*this, sum); });
+  sum.last_checkpoint = last_checkpoint_;  // an observer may have written the final checkpoint
+  return sum;
+}
+
+std::string Trainer::save_checkpoint() {
+  fs::path dir = fs::path(run_dir_) / "checkpoints";
+  fs::create_directories(dir);
+  nn::StateDict sd;
+  for (auto& [k, v] : model_->state_dict()) sd.emplace("model." + k, v);
+  for (auto& [k, v] : optim_->state_dict()) sd.emplace("optim." + k, v);
+  nn::Metadata meta{{"format", CHECKPOINT_FORMAT},
+                    {"step", std::to_string(step_)},
+                    {"epoch", std::to_string(epoch())},
+                    {"batch_in_epoch", std::to_string(step_ % batches_per_epoch())},
+                    {"batch_size", std::to_string(cfg_.get_int("data.batch_size"))},
+                    {"model", cfg_.get_string("model.name")},
+                    {"optimizer", optim_->type_name()}};
+  std::string path = (dir / ("step_" + std::to_string(step_) + ".safetensors")).string();
+  nn::safe_save(sd, path, meta);
+  last_checkpoint_ = path;
+  CheckpointEvent ev{step_, epoch(), path};
+  emit([&](TrainObserver& o) { o.on_checkpoint(*this, ev); });
+  return path;
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  nn::Metadata meta = nn::safe_metadata(path);
+  TG_CHECK(meta.count("format") && meta.at("format") == CHECKPOINT_FORMAT && meta.count("step"), "checkpoint '", path,
+           "' has no trainer metadata (not written by tg train)");
+  int64_t saved_bs = meta.count("batch_size") ? std::stoll(meta.at("batch_size")) : 0;
+  TG_CHECK(saved_bs == cfg_.get_int("data.batch_size"), "checkpoint '", path, "' was written with data.batch_size=",
+           saved_bs, ", the config has ", cfg_.get_int("data.batch_size"), " (a resumed run must keep it)");
+  nn::StateDict all = nn::safe_load(path), model_sd, optim_sd;
+  for (auto& [k, v] : all) {
+    if (k.rfind("model.", 0) == 0) model_sd.emplace(k.substr(6), v);
+    else if (k.rfind("optim.", 0) == 0) optim_sd.emplace(k.substr(6), v);
+  }
+  model_->load_state_dict(model_sd);
+  optim_->load_state_dict(optim_sd);
+  step_ = std::stoll(meta.at("step"));
+  TG_CHECK(step_ >= 0 && step_ <= total_steps_, "checkpoint '", path, "' is at step ", step_,
+           ", beyond this run's total of ", total_steps_, " steps (raise train.steps or train.epochs)");
+  last_checkpoint_ = path;
+  last_eval_step_ = step_;  // do not evaluate again right away
+}
+
+void Trainer::load_weights(const std::string& path) {
+  TG_CHECK(fs::exists(path), "train.init_weights: no file '", path, "'");
+  nn::StateDict all = nn::safe_load(path), sd;
+  bool prefixed = std::any_of(all.begin(), all.end(), [](const auto& kv) { return kv.first.rfind("model.", 0) == 0; });
+  for (auto& [k, v] : all) {
+    if (!prefixed) sd.emplace(k, v);
+    else if (k.rfind("model.", 0) == 0) sd.emplace(k.substr(6), v);
+  }
+  model_->load_state_dict(sd);
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  fs::path dir = fs::path(run_dir) / "checkpoints";
+  if (!fs::is_directory(dir)) return "";
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (int64_t s = checkpoint_step(e.path()); s >= 0 && e.is_regular_file()) found.emplace_back(s, e.path().string());
+  std::sort(found.rbegin(), found.rend());
+  for (const auto& [s, p] : found) {
+    try {
+      nn::safe_header(p);  // validates the header against the file size
+      auto meta = nn::safe_metadata(p);
+      if (meta.count("step") && std::stoll(meta.at("step")) == s) return p;
+    } catch (const std::exception&) {
+      // a damaged file: take the previous one
+    }
+  }
+  return "";
+}
+
+}  // namespace tg::launcher

@@ -1,0 +1,126 @@
+// The training loop of `tg train`: builds model, data, optimizer and schedule from a Config,
+// runs steps, evaluates, and emits events (step end, eval, checkpoint written, begin/end) to
+// observers. Observers print progress, write metrics.jsonl and train.log, and write checkpoints;
+// the trainer itself never prints. Checkpoints hold the model state ("model." prefix), the
+// optimizer state ("optim." prefix) and the trainer state (step, epoch) in the metadata.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/config.h"
+#include "launcher/registry.h"
+#include "tinygrad/nn/data.h"
+#include "tinygrad/nn/module.h"
+#include "tinygrad/nn/optim.h"
+#include "tinygrad/nn/schedule.h"
+
+namespace tg::launcher {
+
+struct StepEvent {
+  int64_t step = 0;         // steps done, 1-based (this one included)
+  int64_t total_steps = 0;
+  int64_t epoch = 0;        // the epoch of this step's batch, 0-based
+  int64_t batch = 0;        // this batch's index in its epoch, 0-based
+  int64_t batches_per_epoch = 0;
+  double loss = 0;          // this step's training loss
+  double lr = 0;            // the learning rate this step used
+  double examples_per_s = 0;  // since the previous step event
+};
+
+struct EvalEvent {
+  int64_t step = 0, epoch = 0;
+  double accuracy = 0;  // on the test split
+  double seconds = 0;   // the evaluation's wall time
+};
+
+struct CheckpointEvent {
+  int64_t step = 0, epoch = 0;
+  std::string path;
+};
+
+struct TrainSummary {
+  int64_t steps = 0;              // the step count at the end
+  std::optional<double> accuracy; // the last evaluation
+  double seconds = 0;             // wall time of fit()
+  std::string run_dir, last_checkpoint;
+};
+
+class Trainer;
+
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_train_begin(Trainer&) {}
+  // Every step, after the optimizer update (the loss is not read).
+  virtual void on_step(Trainer&, int64_t /*step*/) {}
+  // Every train.log_every steps and at the last step (the loss is read from the device then).
+  virtual void on_step_end(Trainer&, const StepEvent&) {}
+  virtual void on_eval(Trainer&, const EvalEvent&) {}
+  virtual void on_checkpoint(Trainer&, const CheckpointEvent&) {}
+  virtual void on_train_end(Trainer&, const TrainSummary&) {}
+};
+
+class Trainer {
+ public:
+  // Builds everything from the config (the model with Tensor::manual_seed(train.seed)). The run
+  // directory must exist; checkpoints go to run_dir/checkpoints.
+  Trainer(const Config& cfg, std::string run_dir);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void add_observer(std::shared_ptr<TrainObserver> obs) { observers_.push_back(std::move(obs)); }
+  // Trains from the current step to total_steps(), evaluating every train.eval_every steps (or at
+  // each epoch end when 0) and at the end.
+  TrainSummary fit();
+  double evaluate();  // accuracy on the test split (model in eval mode meanwhile)
+
+  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint.
+  std::string save_checkpoint();
+  // Restores model, optimizer and step from a checkpoint written by save_checkpoint.
+  void load_checkpoint(const std::string& path);
+  // Loads model weights only (keys with or without the "model." prefix), e.g. train.init_weights.
+  void load_weights(const std::string& path);
+
+  int64_t step() const { return step_; }
+  int64_t epoch() const { return step_ / batches_per_epoch(); }
+  int64_t total_steps() const { return total_steps_; }
+  int64_t batches_per_epoch() const { return train_loader_->batches_per_epoch(); }
+  const Config& config() const { return cfg_; }
+  const std::string& run_dir() const { return run_dir_; }
+  nn::Module& model() { return *model_; }
+  nn::Optimizer& optimizer() { return *optim_; }
+  const nn::LRSchedule& schedule() const { return *schedule_; }
+  const std::string& last_checkpoint() const { return last_checkpoint_; }
+
+ private:
+  template <class F>
+  void emit(F f) {
+    for (auto& o : observers_) f(*o);
+  }
+
+  Config cfg_;
+  std::string run_dir_;
+  DataSplits data_;
+  std::unique_ptr<nn::DataLoader> train_loader_, test_loader_;
+  std::unique_ptr<nn::Module> model_;
+  std::unique_ptr<nn::Optimizer> optim_;
+  std::unique_ptr<nn::LRSchedule> schedule_;
+  std::vector<std::shared_ptr<TrainObserver>> observers_;
+  int64_t step_ = 0, total_steps_ = 0;
+  std::optional<double> last_accuracy_;
+  int64_t last_eval_step_ = -1;
+  std::string last_checkpoint_;
+};
+
+// The newest complete checkpoint in run_dir/checkpoints (a readable step_<N>.safetensors with
+// trainer metadata; leftover .tmp files and damaged files are passed over); empty when none.
+std::string latest_checkpoint(const std::string& run_dir);
+
+// Builders from the config, also used on their own.
+std::unique_ptr<nn::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor*> params);
+std::unique_ptr<nn::LRSchedule> make_schedule(const Config& cfg, int64_t total_steps);
+
+}  // namespace tg::launcher

@@ -1,0 +1,343 @@
+// Unit tests of the launcher (no training): the config schema, YAML parsing, typed overrides,
+// unknown-key suggestions, bad values, the run-directory rules, the registries and the tg
+// command's error path.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "launcher/config.h"
+#include "launcher/registry.h"
+#include "launcher/run.h"
+#include "launcher/trainer.h"
+#include "tinygrad/error.h"
+#include "tinygrad/nn/layers.h"
+#include "tinygrad/nn/state.h"
+
+namespace fs = std::filesystem;
+using namespace tg;
+using namespace tg::launcher;
+
+namespace {
+
+// The message of the tg::Error that f throws ("" when it does not throw).
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("tg_test_launcher_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+// A user's model and dataset, registered with one line each as a user would.
+class TinyNet : public nn::Module {
+ public:
+  TinyNet() { register_module("fc", fc); }
+  Tensor forward(const Tensor& x) override { return fc(x.flatten(1)); }
+  nn::Linear fc{4, 3};
+};
+TG_REGISTER_MODEL("test_tiny", [](const Config&) { return std::make_unique<TinyNet>(); });
+TG_REGISTER_DATASET("test_empty", [](const Config&) { return DataSplits{}; });
+
+// 2x2 "images" of 3 classes: the bright pixel is the label (pixel 3 is noise).
+nn::Dataset synth(int64_t n, int seed) {
+  nn::Dataset d;
+  d.item_shape = {1, 2, 2};
+  for (int64_t i = 0; i < n; i++) {
+    int32_t label = static_cast<int32_t>((i * 7 + seed) % 3);
+    for (int j = 0; j < 4; j++) d.host_images.push_back(static_cast<uint8_t>(j == label ? 220 : 20 + (i * 13 + j) % 30));
+    d.host_labels.push_back(label);
+  }
+  d.images = Tensor::from_vector(d.host_images, {n, 1, 2, 2});
+  d.labels = Tensor::from_vector(d.host_labels, {n});
+  return d;
+}
+TG_REGISTER_DATASET("test_synth", [](const Config&) { return DataSplits{synth(48, 0), synth(24, 1), 0.3, 0.3, 3}; });
+
+std::vector<std::pair<int64_t, double>> train_losses(const fs::path& run_dir) {
+  std::vector<std::pair<int64_t, double>> out;
+  std::ifstream in(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"type\":\"train\"") != std::string::npos) {
+      auto step_at = line.find("\"step\":"), loss_at = line.find("\"loss\":");
+      out.emplace_back(std::stoll(line.substr(step_at + 7)), std::stod(line.substr(loss_at + 7)));
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST(LauncherConfig, DefaultsAreTyped) {
+  Config c;
+  EXPECT_EQ(c.get_string("model.name"), "mlp");
+  EXPECT_EQ(c.get_ints("model.hidden"), std::vector<int64_t>{256});
+  EXPECT_EQ(c.get_int("data.batch_size"), 128);
+  EXPECT_DOUBLE_EQ(c.get_float("optim.lr"), 1e-3);
+  EXPECT_TRUE(c.get_bool("data.shuffle"));
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_NE(error_of([&] { c.get_int("optim.lr"); }).find("optim.lr is a float, not a int"), std::string::npos);
+  // Every default matches its declared type.
+  for (const auto& f : config_schema()) EXPECT_EQ(f.default_value.index(), static_cast<size_t>(f.type)) << f.key;
+}
+
+TEST(LauncherConfig, ParsesYamlSections) {
+  Config c = parse_config(
+      "model: {name: mlp, hidden: [128, 64]}\n"
+      "data:\n  batch_size: 32\n  shuffle: no\n"
+      "optim:\n  name: sgd\n  lr: 0.05\n  momentum: 0.9\n  nesterov: true\n"
+      "train:\n  steps: 10\n",
+      "test.yaml");
+  EXPECT_EQ(c.get_ints("model.hidden"), (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(c.get_int("data.batch_size"), 32);
+  EXPECT_FALSE(c.get_bool("data.shuffle"));
+  EXPECT_EQ(c.get_string("optim.name"), "sgd");
+  EXPECT_DOUBLE_EQ(c.get_float("optim.lr"), 0.05);
+  EXPECT_TRUE(c.get_bool("optim.nesterov"));
+  EXPECT_EQ(c.get_int("train.steps"), 10);
+  EXPECT_EQ(c.get_int("train.epochs"), 1);  // untouched keys keep their defaults
+  EXPECT_NO_THROW(parse_config("", "empty.yaml"));
+}
+
+TEST(LauncherConfig, TypedOverrides) {
+  Config c = parse_config("optim: {lr: 0.1}\n", "t.yaml",
+                          {"optim.lr=0.01", "data.shuffle=false", "model.hidden=[32, 16, 8]", "train.steps=7",
+                           "train.run_dir=runs/my run", "optim.weight_decay=1e-4", "model.hidden=[64]"});
+  EXPECT_DOUBLE_EQ(c.get_float("optim.lr"), 0.01);  // the override wins over the file
+  EXPECT_FALSE(c.get_bool("data.shuffle"));
+  EXPECT_EQ(c.get_ints("model.hidden"), std::vector<int64_t>{64});  // the last one wins
+  EXPECT_EQ(c.get_int("train.steps"), 7);
+  EXPECT_EQ(c.get_string("train.run_dir"), "runs/my run");
+  EXPECT_DOUBLE_EQ(c.get_float("optim.weight_decay"), 1e-4);
+  Config d = parse_config("", "t.yaml", {"optim.lr=1", "model.hidden=512"});
+  EXPECT_DOUBLE_EQ(d.get_float("optim.lr"), 1.0);  // an int is a valid float
+  EXPECT_EQ(d.get_ints("model.hidden"), std::vector<int64_t>{512});  // one int is a list of one
+}
+
+TEST(LauncherConfig, UnknownKeySuggestsNearest) {
+  EXPECT_EQ(error_of([] { parse_config("optim:\n  lrr: 0.1\n", "cfg.yaml"); }),
+            "cfg.yaml: unknown config key 'optim.lrr' (did you mean 'optim.lr'?)");
+  EXPECT_EQ(error_of([] { parse_config("", "cfg.yaml", {"trian.epochs=3"}); }),
+            "override: unknown config key 'trian.epochs' (did you mean 'train.epochs'?)");
+  EXPECT_EQ(error_of([] { parse_config("", "cfg.yaml", {"data.batchsize=3"}); }),
+            "override: unknown config key 'data.batchsize' (did you mean 'data.batch_size'?)");
+  // A key in the wrong section finds its section.
+  EXPECT_EQ(nearest_key("data.lr"), "optim.lr");
+  // Nothing close: no suggestion.
+  EXPECT_EQ(error_of([] { parse_config("", "c", {"zzzzzzzz.qqqqqqqq=1"}); }),
+            "override: unknown config key 'zzzzzzzz.qqqqqqqq'");
+  // A top-level scalar is not a section.
+  EXPECT_NE(error_of([] { parse_config("lr: 0.1\n", "c.yaml"); }).find("'lr' is not a section"), std::string::npos);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+}
+
+TEST(LauncherConfig, BadValuesAreOneLineErrors) {
+  auto err = [](std::vector<std::string> o) { return error_of([&] { parse_config("", "c.yaml", o); }); };
+  EXPECT_EQ(err({"optim.lr=-0.1"}), "config: optim.lr must be >= 0, got -0.1");
+  EXPECT_EQ(err({"data.batch_size=0"}), "config: data.batch_size must be > 0, got 0");
+  EXPECT_EQ(err({"data.batch_size=1.5"}), "override: data.batch_size must be an int, got '1.5'");
+  EXPECT_EQ(err({"optim.lr=fast"}), "override: optim.lr must be a float, got 'fast'");
+  EXPECT_EQ(err({"data.shuffle=maybe"}), "override: data.shuffle must be a bool, got 'maybe'");
+  EXPECT_EQ(err({"model.hidden=[256, x]"}), "override: model.hidden must be a list of ints, got a list");
+  EXPECT_EQ(err({"model.hidden=[0]"}), "config: model.hidden widths must be > 0, got 0");
+  EXPECT_EQ(err({"optim.name=adamm"}), "config: optim.name='adamm' is not one of sgd, adam, adamw, lamb (did you mean 'adam'?)");
+  EXPECT_EQ(err({"model.name=mpl"}).rfind("config: model.name='mpl' is not one of ", 0), 0u);
+  EXPECT_NE(err({"model.name=mpl"}).find("(did you mean 'mlp'?)"), std::string::npos);
+  EXPECT_EQ(err({"optim.momentum=1.5"}), "config: optim.momentum must be in [0, 1), got 1.5");
+  EXPECT_EQ(err({"optim.nesterov=true"}), "config: optim.nesterov=true needs optim.momentum > 0");
+  EXPECT_EQ(err({"train.epochs=0"}), "config: train.epochs or train.steps must be > 0");
+  EXPECT_EQ(err({"train.resume=true"}), "config: train.resume=true needs train.run_dir (the run to continue)");
+  EXPECT_EQ(err({"lr"}), "override 'lr' is not of the form key=value (e.g. optim.lr=0.01)");
+  EXPECT_EQ(error_of([] { parse_config("data:\n  batch_size: [1, 2]\n", "c.yaml"); }),
+            "c.yaml: data.batch_size must be an int, got a list");
+  EXPECT_EQ(error_of([] { parse_config("model: [1, 2\n", "c.yaml"); }).rfind("c.yaml: invalid YAML at line", 0), 0u);
+  EXPECT_EQ(error_of([] { load_config("/nonexistent/x.yaml"); }), "cannot read config file '/nonexistent/x.yaml'");
+  for (const auto& o : std::vector<std::string>{"optim.lr=-1", "trian.x=1", "optim.name=adamm"})
+    EXPECT_EQ(err({o}).find('\n'), std::string::npos) << o;
+}
+
+TEST(LauncherConfig, ResolvedYamlRoundTrips) {
+  Config c = parse_config("", "c.yaml", {"optim.lr=3e-4", "model.hidden=[10, 20]", "train.run_dir=a b", "optim.b2=0.98",
+                                         "data.shuffle=false", "optim.weight_decay=0"});
+  Config back = parse_config(c.to_yaml(), "resolved.yaml");
+  EXPECT_EQ(back.values(), c.values());
+}
+
+TEST(LauncherConfig, LoadsTheShippedConfigs) {
+  for (const char* name : {"fmnist_mlp", "fmnist_cnn"}) {
+    Config c = load_config(std::string(TG_SOURCE_DIR) + "/configs/" + name + ".yaml");
+    EXPECT_EQ(c.name, name);
+    EXPECT_EQ(c.get_string("optim.name"), "adam");
+    EXPECT_EQ(c.get_int("data.batch_size"), 128);
+  }
+}
+
+TEST(LauncherRunDir, ExistingRunDirIsNotOverwritten) {
+  fs::path dir = temp_dir("rundir");
+  fs::create_directories(dir);
+  std::ofstream(dir / "keep.txt") << "precious";
+  Config c = parse_config("", "c.yaml", {"train.run_dir=" + dir.string()});
+  std::string msg = error_of([&] { prepare_run_dir(c); });
+  EXPECT_EQ(msg, "run directory '" + dir.string() +
+                     "' already exists (use train.overwrite=true to replace it or train.resume=true to continue it)");
+  EXPECT_NE(error_of([&] { run_train(c, {.progress = false}); }).find("already exists"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "keep.txt"));
+  // overwrite=true empties it; resume=true keeps it.
+  Config r = parse_config("", "c.yaml", {"train.run_dir=" + dir.string(), "train.resume=true"});
+  EXPECT_EQ(prepare_run_dir(r), dir.string());
+  EXPECT_TRUE(fs::exists(dir / "keep.txt"));
+  EXPECT_NE(error_of([&] { run_train(r, {.progress = false}); }).find("no complete checkpoint"), std::string::npos);
+  Config o = parse_config("", "c.yaml", {"train.run_dir=" + dir.string(), "train.overwrite=true"});
+  EXPECT_EQ(prepare_run_dir(o), dir.string());
+  EXPECT_FALSE(fs::exists(dir / "keep.txt"));
+  EXPECT_TRUE(fs::is_directory(dir));
+  // An empty existing directory is fine.
+  EXPECT_EQ(prepare_run_dir(c), dir.string());
+  fs::remove_all(dir);
+}
+
+TEST(LauncherRunDir, DefaultNameIsFreshPerRun) {
+  Config c;
+  c.name = "unit";
+  std::string a = choose_run_dir(c);
+  EXPECT_EQ(a.rfind("runs/unit-", 0), 0u);
+  fs::create_directories(a);
+  std::ofstream(fs::path(a) / "x") << 1;
+  std::string b = choose_run_dir(c);  // same second: a suffix, never the same directory
+  EXPECT_NE(a, b);
+  fs::remove_all(a);
+  std::error_code ec;
+  fs::remove("runs", ec);  // only when empty
+}
+
+TEST(LauncherRunDir, LatestCompleteCheckpoint) {
+  fs::path dir = temp_dir("ckpt");
+  fs::create_directories(dir / "checkpoints");
+  EXPECT_EQ(latest_checkpoint(dir.string()), "");
+  for (int s : {5, 10})
+    nn::safe_save({{"model.w", Tensor::ones({2})}}, (dir / "checkpoints" / ("step_" + std::to_string(s) + ".safetensors")).string(),
+                  {{"format", "tg-checkpoint-1"}, {"step", std::to_string(s)}});
+  std::ofstream(dir / "checkpoints" / "step_20.safetensors") << "truncated garbage";
+  std::ofstream(dir / "checkpoints" / "step_30.safetensors.tmp") << "partial";
+  EXPECT_EQ(latest_checkpoint(dir.string()), (dir / "checkpoints" / "step_10.safetensors").string());
+  fs::remove_all(dir);
+}
+
+TEST(LauncherRegistry, BuiltinsAndUserRegistrations) {
+  auto models = model_registry().names(), datasets = dataset_registry().names();
+  for (const char* m : {"mlp", "cnn", "test_tiny"})
+    EXPECT_NE(std::find(models.begin(), models.end(), m), models.end()) << m;
+  EXPECT_NE(std::find(datasets.begin(), datasets.end(), "fashion_mnist"), datasets.end());
+  EXPECT_NE(std::find(datasets.begin(), datasets.end(), "test_empty"), datasets.end());
+
+  Config c = parse_config("", "c.yaml", {"model.hidden=[256]"});
+  auto mlp = make_model(c);
+  EXPECT_EQ(mlp->num_parameters(), 784 * 256 + 256 + 256 * 10 + 10);
+  EXPECT_EQ((*mlp)(Tensor::zeros({2, 1, 28, 28})).shape(), (Shape{2, 10}));
+  auto cnn = make_model(parse_config("", "c.yaml", {"model.name=cnn"}));
+  // conv 1->32 5x5, 32->32 5x5, bn 32, conv 32->64 3x3, 64->64 3x3, bn 64, linear 576->10
+  EXPECT_EQ(cnn->num_parameters(), 832 + 25632 + 64 + 18496 + 36928 + 128 + 5770);
+  EXPECT_EQ((*cnn)(Tensor::zeros({2, 1, 28, 28})).shape(), (Shape{2, 10}));
+  auto tiny = make_model(parse_config("", "c.yaml", {"model.name=test_tiny"}));  // the user's model validates
+  EXPECT_EQ(tiny->num_parameters(), 4 * 3 + 3);
+
+  EXPECT_EQ(error_of([] { model_registry().add("mlp", [](const Config&) { return make_mlp({8}); }); }),
+            "register model 'mlp': the name is already registered");
+  EXPECT_EQ(error_of([] { model_registry().get("nope"); }).rfind("unknown model 'nope' (registered: ", 0), 0u);
+  EXPECT_EQ(error_of([] { Trainer t(parse_config("", "c.yaml", {"data.name=test_empty"}), "/nonexistent"); }),
+            "dataset 'test_empty' has an empty split (train 0, test 0 examples)");
+}
+
+TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
+  auto run = [](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    testing::internal::CaptureStderr();
+    testing::internal::CaptureStdout();
+    int rc = tg_main(static_cast<int>(argv.size()), argv.data());
+    testing::internal::GetCapturedStdout();
+    return std::make_pair(rc, testing::internal::GetCapturedStderr());
+  };
+  std::string cfg = std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml";
+  auto [rc, err] = run({"tg", "train", cfg, "optim.lrr=0.1"});
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(err, "error: override: unknown config key 'optim.lrr' (did you mean 'optim.lr'?)\n");
+  EXPECT_EQ(run({"tg", "frobnicate"}).second, "error: unknown command 'frobnicate' (commands: train, config, keys, info, help)\n");
+  EXPECT_EQ(run({"tg", "train"}).first, 1);
+  EXPECT_EQ(run({"tg", "train", cfg, "stray"}).second,
+            "error: unexpected argument 'stray' (overrides are key=value, e.g. optim.lr=0.01)\n");
+  auto [rc2, err2] = run({"tg", "train", cfg, "data.root=/nonexistent", "train.run_dir=/nonexistent/run"});
+  EXPECT_EQ(rc2, 1);
+  EXPECT_NE(err2.find("dataset-fashion-mnist"), std::string::npos) << err2;
+  EXPECT_FALSE(fs::exists("/nonexistent/run"));
+  EXPECT_EQ(run({"tg", "config", cfg, "optim.lr=0.5"}).first, 0);
+  EXPECT_EQ(run({"tg", "info"}).first, 0);
+}
+
+TEST(LauncherInfo, NamesFeaturesDevicesAndKnobs) {
+  std::string info = info_text();
+  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json"})
+    EXPECT_NE(info.find(want), std::string::npos) << want << "\n" << info;
+}
+
+// The trainer on a tiny synthetic dataset: records, checkpoints (contents and metadata), resume.
+TEST(LauncherTrainer, RecordsCheckpointsAndResumes) {
+  fs::path dir = temp_dir("trainer"), copy = temp_dir("trainer_resume");
+  std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8", "train.steps=9",
+                                "train.checkpoint_every=3", "train.log_every=1", "optim.lr=0.05",
+                                "train.run_dir=" + dir.string()};
+  TrainSummary s = run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  EXPECT_EQ(s.steps, 9);
+  ASSERT_TRUE(s.accuracy.has_value());
+  for (const char* f : {"config.yaml", "metrics.jsonl", "train.log", "checkpoints/step_3.safetensors",
+                        "checkpoints/step_6.safetensors", "checkpoints/step_9.safetensors"})
+    EXPECT_TRUE(fs::exists(dir / f)) << f;
+  auto losses = train_losses(dir);
+  ASSERT_EQ(losses.size(), 9u);
+  EXPECT_EQ(losses.front().first, 1);
+  // 6 batches per epoch: evaluated at the epoch end (step 6) and at the end (step 9).
+  std::ifstream in(dir / "metrics.jsonl");
+  int evals = 0;
+  for (std::string line; std::getline(in, line);) evals += line.find("\"eval_accuracy\"") != std::string::npos;
+  EXPECT_EQ(evals, 2);
+
+  std::string ckpt = (dir / "checkpoints" / "step_9.safetensors").string();
+  auto meta = nn::safe_metadata(ckpt);
+  EXPECT_EQ(meta.at("step"), "9");
+  EXPECT_EQ(meta.at("epoch"), "1");
+  EXPECT_EQ(meta.at("batch_in_epoch"), "3");
+  auto header = nn::safe_header(ckpt);
+  for (const char* k : {"model.fc.weight", "model.fc.bias", "optim.step", "optim.0.exp_avg", "optim.1.exp_avg_sq"})
+    EXPECT_TRUE(header.count(k)) << k;
+
+  // Resume from step 3 in a copy without the later checkpoints: the same losses from step 4 on.
+  fs::copy(dir, copy, fs::copy_options::recursive);
+  fs::remove(copy / "checkpoints" / "step_6.safetensors");
+  fs::remove(copy / "checkpoints" / "step_9.safetensors");
+  o.back() = "train.run_dir=" + copy.string();
+  o.push_back("train.resume=true");
+  TrainSummary r = run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  EXPECT_EQ(r.steps, 9);
+  EXPECT_EQ(train_losses(copy), losses);
+  EXPECT_EQ(r.accuracy, s.accuracy);
+
+  // A checkpoint of another batch size cannot be resumed; init_weights takes a checkpoint.
+  auto bad = o;
+  bad.push_back("data.batch_size=4");
+  EXPECT_NE(error_of([&] { run_train(parse_config("", "synth.yaml", bad), {.progress = false}); }).find("batch_size"),
+            std::string::npos);
+  fs::path init = temp_dir("trainer_init");
+  std::vector<std::string> i = {"model.name=test_tiny", "data.name=test_synth", "train.steps=1", "optim.lr=0",
+                                "train.run_dir=" + init.string(), "train.init_weights=" + ckpt};
+  EXPECT_EQ(run_train(parse_config("", "synth.yaml", i), {.progress = false}).accuracy, s.accuracy);
+  for (const auto& p : {dir, copy, init}) fs::remove_all(p);
+}
