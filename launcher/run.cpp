@@ -147,7 +147,7 @@ std::string info_text() {
       "an unknown compiler"
 #endif
      << ", C++ " << __cplusplus << "\n";
-  os << "libraries: yaml-cpp (Debian 0.7), nlohmann-json " << NLOHMANN_JSON_VERSION_MAJOR << "."
+  os << "libraries: yaml-cpp " << TG_YAML_CPP_VERSION << ", nlohmann-json " << NLOHMANN_JSON_VERSION_MAJOR << "."
      << NLOHMANN_JSON_VERSION_MINOR << "." << NLOHMANN_JSON_VERSION_PATCH << "\n";
   os << "CPU kernels: " << cpu_compiler_kind() << " (LLVM backend " << (built_with_llvm() ? "built" : "not built") << ")\n";
   os << "default device: " << default_device() << "\n";
