@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "tinygrad/nn/layers.h"
+#include "test_util.h"
 
 using namespace tg;
 using namespace tg::nn;
@@ -21,17 +22,7 @@ void expect_near(const std::vector<float>& got, const std::vector<double>& want,
   for (size_t i = 0; i < got.size(); i++) EXPECT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << "at " << i;
 }
 
-// Expects fn to throw tg::Error whose message contains every part.
-template <class F>
-void expect_error(F&& fn, std::vector<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected tg::Error";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
+using tg::testing_util::expect_error;
 
 // Linear -> ReLU -> BatchNorm1d -> Linear, as a child "layers", plus a model-level parameter.
 struct Net : Module {

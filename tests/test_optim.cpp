@@ -9,6 +9,7 @@
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/nn/optim.h"
 #include "tinygrad/nn/schedule.h"
+#include "test_util.h"
 
 using namespace tg;
 using namespace tg::nn;
@@ -17,16 +18,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-template <class F>
-void expect_error(F&& fn, std::vector<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected tg::Error";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
+using tg::testing_util::expect_error;
 
 // The quadratic: loss = sum(0.5 * c * p^2 - b * p) over two parameters (a [2,2] and a [3]), so
 // grad = c * p - b. Reference optimizers run the same update on doubles.

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tinygrad/error.h"
 
@@ -21,6 +22,18 @@ std::string error_of(F f) {
   }
   ADD_FAILURE() << "no tg::Error thrown";
   return "";
+}
+
+// Expects fn to throw tg::Error whose message contains every part.
+template <class F>
+void expect_error(F&& fn, std::vector<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected tg::Error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    for (auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
 }
 
 // A fresh directory per test, removed afterwards.
