@@ -1,6 +1,8 @@
 // run_train, the run directory, `tg info` and the argv dispatch of the tg command (see run.h).
 #include "launcher/run.h"
 
+#include "launcher/bench.h"
+
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -40,6 +42,7 @@ const char* USAGE =
     "  tg config CONFIG.yaml [key=value ...]  print the resolved config\n"
     "  tg keys                                list every config key with its type and default\n"
     "  tg info                                build features, devices, memory pools, knobs\n"
+    "  tg bench [--reps=N] [WORKLOAD ...]     time the benchmark workloads (JSON lines; all by default)\n"
     "  tg help                                this text\n";
 
 std::string value_text(const Value& v) {
@@ -187,6 +190,19 @@ int tg_main(int argc, char** argv) {
       std::cout << info_text();
       return 0;
     }
+    if (cmd == "bench") {
+      int reps = 10;
+      std::vector<std::string> names;
+      for (int i = 2; i < argc; i++) {
+        std::string a = argv[i];
+        if (a.rfind("--reps=", 0) == 0) reps = std::stoi(a.substr(7));
+        else names.push_back(a);
+      }
+      for (auto& n : names.empty() ? bench_names() : names) {
+        for (auto& r : run_bench({n}, reps)) std::cout << bench_json(r) << std::endl;
+      }
+      return 0;
+    }
     if (cmd == "keys") {
       std::cout << "config keys (type, default):\n" << keys_text();
       return 0;
@@ -210,7 +226,7 @@ int tg_main(int argc, char** argv) {
       std::cout << "run directory: " << s.run_dir << "\n";
       return 0;
     }
-    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, help)");
+    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, help)");
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);

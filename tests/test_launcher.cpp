@@ -271,7 +271,11 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
   auto [rc, err] = run({"tg", "train", cfg, "optim.lrr=0.1"});
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(err, "error: override: unknown config key 'optim.lrr' (did you mean 'optim.lr'?)\n");
-  EXPECT_EQ(run({"tg", "frobnicate"}).second, "error: unknown command 'frobnicate' (commands: train, config, keys, info, help)\n");
+  EXPECT_EQ(run({"tg", "frobnicate"}).second,
+            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, help)\n");
+  EXPECT_EQ(run({"tg", "bench", "matmul_999"}).second,
+            "error: tg bench: unknown workload 'matmul_999' (workloads: cnn_step, conv2d, copy, elementwise, "
+            "layernorm, matmul_1024, matmul_2048, mlp_step, softmax)\n");
   EXPECT_EQ(run({"tg", "train"}).first, 1);
   EXPECT_EQ(run({"tg", "train", cfg, "stray"}).second,
             "error: unexpected argument 'stray' (overrides are key=value, e.g. optim.lr=0.01)\n");

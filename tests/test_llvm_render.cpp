@@ -60,7 +60,7 @@ LinearKernel binary_kernel(const std::string& name, Op op, DType t, int64_t n) {
 TEST(LLVMRender, RendersTheEntryPointAndLiterals) {
   auto k = binary_kernel("add_f32", Op::ADD, dtypes::float32, 16);
   std::string ir = LLVMRenderer().render(k);
-  EXPECT_NE(ir.find("define void @\"add_f32\"(ptr %bufs)"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("define void @\"add_f32\"(ptr %bufs, i64 %lo, i64 %hi)"), std::string::npos) << ir;
   EXPECT_NE(ir.find("fadd nsz contract float"), std::string::npos) << ir;
   EXPECT_NE(ir.find("noalias readonly %b1"), std::string::npos) << ir;
   EXPECT_NE(ir.find("ptr noalias %b0"), std::string::npos) << ir;

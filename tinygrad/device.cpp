@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
@@ -181,6 +182,19 @@ void Buffer::copy_out(void* host, size_t bytes) const {
   TG_ASSERT(ptr_, "copy_out of an unallocated buffer");
   dev_->synchronize();
   dev_->allocator().copy_out(host, ptr_, bytes);
+}
+
+std::string cache_dir() {
+  std::string dir = knobs::CACHEDIR.get();
+  if (!dir.empty()) return dir;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/tinygrad++";
+}
+
+uint64_t stable_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
 }
 
 }  // namespace tg

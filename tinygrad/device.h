@@ -108,6 +108,11 @@ std::vector<std::string> registered_devices();
 void register_builtin_devices();
 std::string default_device();  // DEVICE knob, else CPU
 
+// On-disk caches (compiled kernels, BEAM results) live under cache_dir(): CACHEDIR, else
+// $HOME/.cache/tinygrad++. stable_hash is FNV-1a, the same in every run, for cache file names.
+std::string cache_dir();
+uint64_t stable_hash(const std::string& s);
+
 // Device memory for one array of `numel` elements of `dtype`. Memory is taken from the pool
 // on first use and returned to it when the Buffer dies.
 class Buffer {

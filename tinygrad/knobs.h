@@ -42,6 +42,10 @@ const std::vector<KnobInfo>& all_knobs();
 namespace knobs {
 extern IntKnob DEBUG;       // 1 kernels, 2 time+memory, 3 optimizations, 4 source
 extern IntKnob CPU_LLVM;    // 1: CPU kernels through LLVM ORC JIT (default when built), 0: system C compiler
+extern IntKnob BEAM;      // >0: search kernel optimizations with this beam width (winners cached on disk)
+extern IntKnob NOOPT;     // 1: no kernel optimizations (one output element per loop iteration)
+extern IntKnob THREADS;   // CPU kernel threads (0: all cores)
+extern IntKnob JIT;       // 1: the trainer captures its step once and replays it
 extern StringKnob DEVICE;   // default device
 extern StringKnob CC;       // system C compiler for CPU kernels without LLVM
 extern StringKnob CACHEDIR; // where compiled kernels may be cached on disk

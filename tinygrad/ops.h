@@ -38,6 +38,8 @@ enum class Op : uint8_t {
   ALLREDUCE,
   // kernel graph
   DEFINE_GLOBAL, RANGE, ENDRANGE, SPECIAL, LOAD, STORE, REDUCE, DEFINE_ACC, ASSIGN,
+  // a kernel with several stores (after upcasting) is rooted at a SINK of them
+  SINK,
 };
 const char* op_name(Op op);
 

@@ -4,6 +4,12 @@
 // in topological order. An accumulator (DEFINE_ACC) is declared where its REDUCE was; before it
 // come the parts of the reduce's input that do not depend on the reduce loops (hoisted), then the
 // reduce loops open, the dependent part and the ASSIGN run inside, and the loops close.
+//
+// Note [accumulator groups]: after UPCAST and UNROLL (codegen/opt.h) a kernel has one accumulator
+// per lane, all over the same reduce loops. They form a group that opens those loops once: every
+// member's hoisted part first, then all the declarations, the loops, every member's update, and
+// the loops close. The lanes' arithmetic thus sits side by side in one loop body, where the
+// backend compiler can vectorize it.
 #include "tinygrad/codegen/linearize.h"
 
 #include <algorithm>
@@ -69,6 +75,7 @@ LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_d
   // REDUCE -> DEFINE_ACC (read) + ASSIGN (update)
   std::unordered_map<const UOp*, UOpPtr> remap;
   std::unordered_map<const UOp*, UOpPtr> assign_of;  // DEFINE_ACC -> ASSIGN
+  std::vector<UOpPtr> accs;                          // in creation order
   int64_t acc_id = 0;
   for (auto& n : toposort({store})) {
     std::vector<UOpPtr> src;
@@ -79,6 +86,7 @@ LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_d
       acc_src.insert(acc_src.end(), src.begin() + 1, src.end());
       auto acc = make_uop(Op::DEFINE_ACC, n->dtype, acc_src, Arg{acc_id++});
       assign_of[acc.get()] = make_uop(Op::ASSIGN, n->dtype, {acc, make_uop(rop, n->dtype, {acc, src[0]})});
+      accs.push_back(acc);
       remap[n.get()] = acc;
     } else {
       remap[n.get()] = src == n->src ? n : make_uop(n->op, n->dtype, src, n->arg);
@@ -119,32 +127,44 @@ LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_d
   std::unordered_set<const UOp*> emitted;
   for (auto& r : outer) emitted.insert(r.get());
   std::function<void(const UOpPtr&, const std::set<const UOp*>*)> emit_tree;
+  // Accumulators over the same loops share one loop nest (Note [accumulator groups]).
+  std::function<void(const UOpPtr&)> emit_group = [&](const UOpPtr& first) {
+    auto loops_of = [](const UOpPtr& acc) { return std::vector<UOpPtr>(acc->src.begin() + 1, acc->src.end()); };
+    std::vector<UOpPtr> group;
+    for (auto& a : accs)
+      if (!emitted.count(a.get()) && loops_of(a) == loops_of(first)) group.push_back(a);
+    std::set<const UOp*> mine;
+    for (auto& r : loops_of(first)) mine.insert(r.get());
+    for (auto& a : group) emit_tree(assign_of.at(a.get())->src[1]->src[1], &mine);  // hoisted parts
+    for (auto& a : group) {
+      k.uops.push_back(a);
+      emitted.insert(a.get());
+    }
+    for (auto& r : loops_of(first)) {
+      k.uops.push_back(r);
+      emitted.insert(r.get());
+    }
+    for (auto& a : group) {
+      auto& assign = assign_of.at(a.get());
+      emit_tree(assign->src[1]->src[1], nullptr);
+      emit_tree(assign->src[1], nullptr);
+      k.uops.push_back(assign);
+    }
+    auto loops = loops_of(first);
+    for (size_t i = loops.size(); i-- > 0;) k.uops.push_back(make_uop(Op::ENDRANGE, dtypes::index, {loops[i]}));
+  };
   // Emits the not-yet-emitted part of `root`'s graph; with `only_without`, only the nodes that
   // depend on none of those ranges.
   emit_tree = [&](const UOpPtr& root, const std::set<const UOp*>* only_without) {
     for (auto& n : toposort({root}, [&](const UOp& u) { return !emitted.count(&u); })) {
-      if (emitted.count(n.get()) || n->op == Op::CONST) continue;
+      if (emitted.count(n.get()) || n->op == Op::CONST || n->op == Op::SINK) continue;
       if (only_without) {
         bool dep = false;
         for (auto* r : depends(n)) dep |= only_without->count(r) > 0;
         if (dep || n->op == Op::RANGE) continue;
       }
       if (n->op == Op::DEFINE_ACC) {
-        auto& assign = assign_of.at(n.get());
-        std::set<const UOp*> mine;
-        for (size_t i = 1; i < n->src.size(); i++) mine.insert(n->src[i].get());
-        const UOpPtr& value = assign->src[1]->src[1];
-        emit_tree(value, &mine);  // hoisted part: independent of this reduce's loops
-        k.uops.push_back(n);
-        emitted.insert(n.get());
-        for (size_t i = 1; i < n->src.size(); i++) {
-          k.uops.push_back(n->src[i]);
-          emitted.insert(n->src[i].get());
-        }
-        emit_tree(value, nullptr);
-        emit_tree(assign->src[1], nullptr);
-        k.uops.push_back(assign);
-        for (size_t i = n->src.size(); i-- > 1;) k.uops.push_back(make_uop(Op::ENDRANGE, dtypes::index, {n->src[i]}));
+        emit_group(n);
         continue;
       }
       if (n->op == Op::RANGE) continue;  // a reduce's loop: opened with its accumulator
@@ -158,15 +178,30 @@ LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_d
   return k;
 }
 
-std::string kernel_name(const LinearKernel& k) {
-  bool reduce = false;
-  for (auto& u : k.uops) reduce |= u->op == Op::DEFINE_ACC;
-  std::string name = reduce ? "r" : "E";
-  for (auto s : k.global_size) name += "_" + std::to_string(s);
+// Note [when to thread]: waking the pool's threads costs some microseconds, so a kernel whose
+// loop bodies run fewer than THREAD_MIN_WORK uops in all stays on the calling thread.
+std::vector<int64_t> launch_size(const LinearKernel& k) {
+  constexpr double THREAD_MIN_WORK = 1 << 17;
+  double iterations = 1;
   for (auto& u : k.uops)
-    if (u->op == Op::DEFINE_ACC)
-      for (size_t i = 1; i < u->src.size(); i++)
-        name += (i == 1 ? "__" : "_") + std::to_string(static_cast<int64_t>(u->src[i]->src[0]->const_value()));
+    if (u->op == Op::RANGE) iterations *= u->src[0]->const_value();
+  double work = iterations * static_cast<double>(k.uops.size());
+  return work >= THREAD_MIN_WORK ? k.global_size : std::vector<int64_t>{};
+}
+
+std::string kernel_name(const LinearKernel& k) {
+  const UOp* acc = nullptr;
+  int64_t stores = 0;
+  for (auto& u : k.uops) {
+    if (u->op == Op::DEFINE_ACC && !acc) acc = u.get();
+    stores += u->op == Op::STORE;
+  }
+  std::string name = acc ? "r" : "E";
+  for (auto s : k.global_size) name += "_" + std::to_string(s);
+  if (acc)
+    for (size_t i = 1; i < acc->src.size(); i++)
+      name += (i == 1 ? "__" : "_") + std::to_string(static_cast<int64_t>(acc->src[i]->src[0]->const_value()));
+  if (stores > 1) name += "_x" + std::to_string(stores);  // upcast lanes
   return name;
 }
 

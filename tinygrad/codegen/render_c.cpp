@@ -70,7 +70,10 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
     switch (u->op) {
       case Op::RANGE: {
         v = "ridx" + std::to_string(u->arg_int());
-        line("for (long long " + v + " = 0; " + v + " < " + s(0) + "; " + v + "++) {");
+        if (&u == &k.uops.front() && !k.global_size.empty())  // the thread-split loop: [lo, min(hi, n))
+          line("for (long long " + v + " = lo; " + v + " < (hi < " + s(0) + " ? hi : " + s(0) + "); " + v + "++) {");
+        else
+          line("for (long long " + v + " = 0; " + v + " < " + s(0) + "; " + v + "++) {");
         depth++;
         break;
       }
@@ -152,7 +155,9 @@ std::string CRenderer::prelude() const {
          "x += 0x7fffu + ((x >> 16) & 1u); return (unsigned short)(x >> 16); }\n";
 }
 
-std::string CRenderer::signature(const LinearKernel& k) const { return "void " + k.name + "(void** bufs)"; }
+std::string CRenderer::signature(const LinearKernel& k) const {
+  return "void " + k.name + "(void** bufs, long long lo, long long hi)";
+}
 
 std::string CRenderer::param_decl(const LinearKernel& k, size_t i) const {
   std::string T = type_name(k.params[i].dtype);

@@ -368,10 +368,17 @@ void Writer::render(const UOpPtr& up, size_t n) {
       check(u.src.size() == 1, "RANGE needs its end as src[0]");
       const std::string T = reg_type(u.dtype), base = "r" + std::to_string(n);
       check(is_int(u.dtype), "RANGE of dtype ", dtype_name(u.dtype));
-      std::string end = operand_as(u.src[0], u.dtype), pred = block_;
+      std::string end = operand_as(u.src[0], u.dtype), start = "0";
+      if (n == 0 && !k_.global_size.empty()) {  // the thread-split loop: [lo, min(hi, end))
+        check(u.dtype == DType::Int64, "the thread-split loop must count in i64");
+        std::string below = emit_tmp("icmp slt i64 %hi, " + end);
+        end = emit_tmp("select i1 " + below + ", i64 %hi, i64 " + end);
+        start = "%lo";
+      }
+      std::string pred = block_;
       emit("br label %" + base + ".head");
       label(base + ".head");
-      emit(name + " = phi " + T + " [ 0, %" + pred + " ], [ " + name + ".next, %" + base + ".latch ]");
+      emit(name + " = phi " + T + " [ " + start + ", %" + pred + " ], [ " + name + ".next, %" + base + ".latch ]");
       std::string c = emit_tmp("icmp slt " + T + " " + name + ", " + end);
       emit("br i1 " + c + ", label %" + base + ".body, label %" + base + ".exit");
       label(base + ".body");
@@ -420,7 +427,8 @@ void Writer::render(const UOpPtr& up, size_t n) {
 
 // note "noalias parameters": the kernel body is an internal function `@"<name>.impl"` that takes
 // the buffers as separate parameters marked noalias (and readonly where the kernel never stores to
-// them); the exported `@"<name>"(ptr %bufs)` loads them from the array and calls it. The impl is
+// them) and the thread's [lo, hi) of the first loop; the exported `@"<name>"(ptr %bufs, i64 %lo,
+// i64 %hi)` loads the buffers from the array and calls it. The impl is
 // alwaysinline, and the inliner turns noalias into scoped alias metadata, so the vectorizer needs no
 // runtime overlap checks. This is only valid while no buffer is passed for two parameters of which
 // one is written (tinygrad's rule too); LLVMRendererOptions::noalias = false drops the promise.
@@ -447,15 +455,16 @@ std::string Writer::run() {
     if (!written_[i]) out << "readonly ";
     out << "%b" << i;
   }
+  out << (k_.params.empty() ? "" : ", ") << "i64 %lo, i64 %hi";
   out << ") #0 {\nentry:\n" << allocas_.str() << body_.str() << "  ret void\n}\n\n";
-  out << "define void @\"" << k_.name << "\"(ptr %bufs) #1 {\nentry:\n";
+  out << "define void @\"" << k_.name << "\"(ptr %bufs, i64 %lo, i64 %hi) #1 {\nentry:\n";
   for (size_t i = 0; i < k_.params.size(); i++) {
     out << "  %p" << i << " = getelementptr inbounds ptr, ptr %bufs, i64 " << i << "\n";
     out << "  %b" << i << " = load ptr, ptr %p" << i << ", align 8\n";
   }
   out << "  call void " << impl << "(";
   for (size_t i = 0; i < k_.params.size(); i++) out << (i ? ", " : "") << "ptr %b" << i;
-  out << ")\n  ret void\n}\n\n";
+  out << (k_.params.empty() ? "" : ", ") << "i64 %lo, i64 %hi)\n  ret void\n}\n\n";
   for (auto& d : declares_) out << d << "\n";
   out << "\nattributes #0 = { alwaysinline nounwind \"no-trapping-math\"=\"true\" }\n";
   out << "attributes #1 = { nounwind \"no-trapping-math\"=\"true\" }\n";

@@ -20,7 +20,9 @@ struct LinearKernel {
   std::string name;
   std::vector<UOpPtr> uops;
   std::vector<KernelParam> params;
-  std::vector<int64_t> global_size;  // trip counts of the outermost loops (for GPU launches)
+  // Trip counts of the outermost loops (the output's), outermost first. CPU kernels take a range
+  // [lo, hi) of the first one as arguments, so a launch can split it across threads.
+  std::vector<int64_t> global_size;
 };
 
 struct Renderer {

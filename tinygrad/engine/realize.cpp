@@ -1,11 +1,14 @@
 // Schedule execution.
 #include "tinygrad/engine/realize.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <unordered_map>
 
 #include "tinygrad/codegen/linearize.h"
+#include "tinygrad/codegen/opt.h"
+#include "tinygrad/engine/beam.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
@@ -29,7 +32,10 @@ struct CompiledKernel {
   std::string name;
   std::string source;
   Program* program;
+  std::vector<int64_t> global_size;  // empty: too little work to split across threads
+  std::vector<Opt> opts;
 };
+
 
 // Kernel graphs are hash-consed, so the same kernel in a later step is the same node: the
 // cache keeps the key alive and maps it to its compiled program.
@@ -48,6 +54,12 @@ std::vector<DType> param_dtypes(const ScheduleItem& item) {
   return d;
 }
 
+std::vector<Opt> choose_opts(const ScheduleItem& item) {
+  if (knobs::NOOPT.get()) return {};
+  if (knobs::BEAM.get() > 0) return beam_search(item, knobs::BEAM.get());
+  return hand_coded_opts(item.ast);
+}
+
 const CompiledKernel& compiled(const ScheduleItem& item) {
   auto& cache = kernel_cache();
   {
@@ -56,13 +68,16 @@ const CompiledKernel& compiled(const ScheduleItem& item) {
     if (auto it = m.find(item.ast.get()); it != m.end()) return it->second.second;
   }
   Device& dev = get_device(item.device);
-  LinearKernel k = linearize(item.ast, param_dtypes(item));
+  std::vector<Opt> opts = choose_opts(item);
+  LinearKernel k = linearize(opts.empty() ? item.ast : apply_opts(item.ast, opts), param_dtypes(item));
   std::string src = dev.renderer().render(k);
+  if (knobs::DEBUG >= 3) std::fprintf(stderr, "opts %-40s %s\n", k.name.c_str(), opts_str(opts).c_str());
   if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", src.c_str());
   Program& prog = dev.get_program(k.name, src);
+  std::vector<int64_t> global = launch_size(k);
   std::lock_guard<std::mutex> lock(cache.mu);
   auto& slot = cache.by_device[item.device][item.ast.get()];
-  slot = {item.ast, CompiledKernel{k.name, src, &prog}};
+  slot = {item.ast, CompiledKernel{k.name, src, &prog, global, opts}};
   return slot.second;
 }
 
@@ -72,7 +87,7 @@ void run_kernel(const ScheduleItem& item) {
   std::vector<void*> ptrs;
   for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
   bool timed = knobs::DEBUG >= 2;
-  auto t = ck.program->launch(ptrs, {}, {}, timed);
+  auto t = ck.program->launch(ptrs, ck.global_size, {}, timed);
   counters.kernels_run++;
   if (knobs::DEBUG >= 2) {
     auto st = get_device(item.device).pool().stats();

@@ -4,16 +4,19 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 
 #include "tinygrad/codegen/render_c.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/runtime/thread_pool.h"
 #ifdef TG_WITH_LLVM
 #include "tinygrad/codegen/render_llvm.h"
 #include "tinygrad/runtime/cpu_llvm.h"
@@ -21,16 +24,20 @@
 
 namespace tg {
 
-uint64_t stable_hash(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
-std::optional<double> HostProgram::launch(const std::vector<void*>& buffers, const std::vector<int64_t>&,
+// Splits the first loop (global_size[0] iterations) across the CPU thread pool; an empty
+// global_size runs the whole kernel on the calling thread.
+std::optional<double> HostProgram::launch(const std::vector<void*>& buffers, const std::vector<int64_t>& global_size,
                                           const std::vector<int64_t>&, bool wait) {
   auto t0 = std::chrono::steady_clock::now();
-  entry_(const_cast<void**>(buffers.data()));
+  void** bufs = const_cast<void**>(buffers.data());
+  int64_t n = global_size.empty() ? 0 : global_size[0];
+  auto& pool = ThreadPool::cpu();
+  int parts = static_cast<int>(std::min<int64_t>(pool.size(), n));
+  if (parts <= 1) {
+    entry_(bufs, 0, std::numeric_limits<long long>::max());
+  } else {
+    pool.run(parts, [&](int i) { entry_(bufs, n * i / parts, n * (i + 1) / parts); });
+  }
   if (!wait) return std::nullopt;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -46,14 +53,6 @@ class HostAllocator : public Allocator {
   void* host_view(void* ptr) override { return ptr; }
 };
 
-std::filesystem::path cache_dir() {
-  std::string dir = knobs::CACHEDIR.get();
-  if (dir.empty()) {
-    const char* home = std::getenv("HOME");
-    dir = std::string(home && *home ? home : "/tmp") + "/.cache/tinygrad++";
-  }
-  return dir;
-}
 
 // Compiles C with the system compiler into a shared object (cached on disk by source hash).
 class SystemCCompiler : public Compiler {
@@ -61,7 +60,7 @@ class SystemCCompiler : public Compiler {
   std::string cache_key() const override { return "cc:" + knobs::CC.get() + " " + flags(); }
 
   std::unique_ptr<Program> compile(const std::string& name, const std::string& source) override {
-    auto dir = cache_dir() / "cc";
+    auto dir = std::filesystem::path(cache_dir()) / "cc";
     std::filesystem::create_directories(dir);
     char hex[32];
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(stable_hash(cache_key() + source)));

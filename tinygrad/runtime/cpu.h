@@ -16,7 +16,8 @@ bool built_with_llvm();
 // A CPU kernel entry point: void kernel(void** bufs).
 class HostProgram : public Program {
  public:
-  using Entry = void (*)(void**);
+  // bufs, then the [lo, hi) of the kernel's first loop this call runs
+  using Entry = void (*)(void**, long long, long long);
   HostProgram(Entry entry, std::shared_ptr<void> keepalive) : entry_(entry), keepalive_(std::move(keepalive)) {}
   std::optional<double> launch(const std::vector<void*>& buffers, const std::vector<int64_t>& global_size,
                                const std::vector<int64_t>& local_size, bool wait) override;
@@ -27,6 +28,5 @@ class HostProgram : public Program {
 };
 
 // 64-bit FNV-1a, for cache keys that must be stable across runs.
-uint64_t stable_hash(const std::string& s);
 
 }  // namespace tg

@@ -29,6 +29,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include "tinygrad/error.h"
+#include "tinygrad/runtime/cpu.h"
 
 namespace tg {
 namespace {
@@ -152,30 +153,6 @@ struct JitState {
   }
 };
 
-using KernelFn = void (*)(void**);
-
-class LLVMProgram : public Program {
- public:
-  LLVMProgram(std::shared_ptr<JitState> state, orc::JITDylib* jd, KernelFn fn)
-      : state_(std::move(state)), jd_(jd), fn_(fn) {}
-  ~LLVMProgram() override {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    llvm::consumeError(state_->jit->getExecutionSession().removeJITDylib(*jd_));
-  }
-  std::optional<double> launch(const std::vector<void*>& buffers, const std::vector<int64_t>& /*global_size*/,
-                               const std::vector<int64_t>& /*local_size*/, bool wait) override {
-    auto t0 = std::chrono::steady_clock::now();
-    fn_(const_cast<void**>(buffers.data()));  // CPU kernels loop over their whole range themselves
-    if (!wait) return std::nullopt;
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-
- private:
-  std::shared_ptr<JitState> state_;
-  orc::JITDylib* jd_;
-  KernelFn fn_;
-};
-
 class LLVMCompiler : public Compiler {
  public:
   std::string cache_key() const override {
@@ -212,7 +189,12 @@ class LLVMCompiler : public Compiler {
     if (auto err = jit.addIRModule(*jd, std::move(tsm))) fail("cannot add", std::move(err));
     auto sym = jit.lookup(*jd, name);
     if (!sym) fail("cannot find the entry point of", sym.takeError());
-    return std::make_unique<LLVMProgram>(state_, &*jd, sym->toPtr<KernelFn>());
+    // the program keeps its JITDylib, and the JIT, alive; the last owner removes the dylib
+    std::shared_ptr<void> keep(static_cast<void*>(&*jd), [state = state_](void* dylib) {
+      std::lock_guard<std::mutex> lock(state->mu);
+      llvm::consumeError(state->jit->getExecutionSession().removeJITDylib(*static_cast<orc::JITDylib*>(dylib)));
+    });
+    return std::make_unique<HostProgram>(sym->toPtr<HostProgram::Entry>(), std::move(keep));
   }
 
  private:

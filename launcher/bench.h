@@ -1,0 +1,24 @@
+// `tg bench`: the project's side of the benchmark suite (scripts/bench/ runs it beside PyTorch).
+// Each workload runs on random data after warm-up steps (compilation excluded) and reports the
+// median time of its timed repetitions, plus GFLOP/s or GB/s where those are the measure.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tg::launcher {
+
+struct BenchResult {
+  std::string name;
+  double ms = 0;          // median milliseconds per repetition
+  double gflops = 0;      // 0 when not a measure of this workload
+  double gbps = 0;
+  double first_ms = 0;    // the first repetition, compilation included
+};
+
+// Workloads: mlp_step, cnn_step, matmul_1024, matmul_2048, elementwise, copy, softmax,
+// layernorm, conv2d. An empty list runs all.
+std::vector<std::string> bench_names();
+std::vector<BenchResult> run_bench(const std::vector<std::string>& names, int repetitions);
+std::string bench_json(const BenchResult& r);  // one JSON object per line
+
+}  // namespace tg::launcher

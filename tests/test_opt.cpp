@@ -1,0 +1,176 @@
+// The kernel optimizer (UPCAST, UNROLL, hand-coded choice, BEAM with its disk cache) and the
+// CPU thread pool: every optimized kernel must compute what the unoptimized one does.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/test_util.h"
+#include "tinygrad/codegen/linearize.h"
+#include "tinygrad/codegen/opt.h"
+#include "tinygrad/codegen/renderer.h"
+#include "tinygrad/device.h"
+#include "tinygrad/engine/beam.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/runtime/thread_pool.h"
+#include "tinygrad/schedule/schedule.h"
+#include "tinygrad/tensor.h"
+
+using namespace tg;
+using tg::testing_util::expect_error;
+
+namespace {
+
+// The one kernel that computes t from realized inputs.
+ScheduleItem only_kernel(const Tensor& t) {
+  auto items = create_schedule({t.uop()});
+  EXPECT_EQ(items.size(), 1u);
+  return items.at(0);
+}
+
+// Runs item's kernel with opts and returns its output.
+std::vector<float> run_with(const ScheduleItem& item, const std::vector<Opt>& opts) {
+  std::vector<DType> dtypes;
+  std::vector<void*> ptrs;
+  for (auto& b : item.buffers) {
+    dtypes.push_back(b->dtype());
+    ptrs.push_back(b->ensure_allocated());
+  }
+  Device& dev = get_device(item.device);
+  LinearKernel k = linearize(apply_opts(item.ast, opts), dtypes);
+  dev.get_program(k.name, dev.renderer().render(k)).launch(ptrs, k.global_size, {}, true);
+  std::vector<float> out(item.buffers[0]->numel());
+  item.buffers[0]->copy_out(out.data(), out.size() * sizeof(float));
+  return out;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol = 1e-4) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); i++) ASSERT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << "at flat " << i;
+}
+
+Tensor realized_randn(const Shape& s, uint64_t seed) {
+  Tensor::manual_seed(seed);
+  return Tensor::randn(s).realize();
+}
+
+}  // namespace
+
+TEST(Opt, UpcastAndUnrollKeepAMatmulsResult) {
+  Tensor a = realized_randn({12, 20}, 1), b = realized_randn({20, 8}, 2);
+  ScheduleItem item = only_kernel(a.matmul(b));
+  auto axes = kernel_axes(item.ast);
+  ASSERT_EQ(axes.size(), 3u);
+  EXPECT_TRUE(axes[2].reduce);
+  auto plain = run_with(item, {});
+  std::vector<std::vector<Opt>> cases = {
+      {{OptOp::UPCAST, 1, 8}},
+      {{OptOp::UPCAST, 0, 4}, {OptOp::UPCAST, 1, 2}},
+      {{OptOp::UNROLL, 2, 4}},
+      {{OptOp::UNROLL, 2, 20}},                                          // the whole reduce loop
+      {{OptOp::UPCAST, 0, 3}, {OptOp::UNROLL, 2, 5}, {OptOp::UPCAST, 1, 4}},
+      {{OptOp::UPCAST, 0, 2}, {OptOp::UPCAST, 0, 2}},                    // twice on one loop
+  };
+  for (auto& opts : cases) {
+    SCOPED_TRACE(opts_str(opts));
+    expect_close(run_with(item, opts), plain);
+  }
+}
+
+TEST(Opt, PaddedConvolutionAndMaxReduce) {
+  Tensor x = realized_randn({2, 3, 6, 6}, 3), w = realized_randn({4, 3, 3, 3}, 4);
+  ScheduleItem conv = only_kernel(x.conv2d(w, std::nullopt, {1}, {1}));
+  auto plain = run_with(conv, {});
+  auto axes = kernel_axes(conv.ast);
+  std::vector<Opt> opts;
+  for (auto& ax : axes)
+    if (ax.size % 2 == 0 && opts.size() < 3) opts.push_back({ax.reduce ? OptOp::UNROLL : OptOp::UPCAST, ax.id, 2});
+  ASSERT_FALSE(opts.empty());
+  expect_close(run_with(conv, opts), plain);
+  expect_close(run_with(conv, hand_coded_opts(conv.ast)), plain);
+
+  ScheduleItem mx = only_kernel(x.max(3));
+  auto mx_plain = run_with(mx, {});
+  expect_close(run_with(mx, {{OptOp::UNROLL, kernel_axes(mx.ast).back().id, 3}}), mx_plain, 0);
+}
+
+TEST(Opt, HandCodedOptsTileAMatmul) {
+  Tensor a = realized_randn({64, 32}, 5), b = realized_randn({32, 64}, 6);
+  ScheduleItem item = only_kernel(a.matmul(b));
+  auto opts = hand_coded_opts(item.ast);
+  ASSERT_EQ(opts.size(), 2u) << opts_str(opts);
+  EXPECT_EQ(opts[0].op, OptOp::UPCAST);
+  EXPECT_EQ(opts[0].axis, 1);  // the contiguous output loop, widest
+  EXPECT_EQ(opts[1].axis, 0);
+  EXPECT_LE(lane_count(opts), 128);
+  // a sum over the contiguous last axis gets partial accumulators
+  ScheduleItem sum = only_kernel(a.sum(1));
+  auto sopts = hand_coded_opts(sum.ast);
+  ASSERT_FALSE(sopts.empty());
+  EXPECT_EQ(sopts[0].op, OptOp::UNROLL);
+  expect_close(run_with(sum, sopts), run_with(sum, {}));
+}
+
+TEST(Opt, BadOptsAreNamed) {
+  Tensor a = realized_randn({6, 10}, 7);
+  ScheduleItem item = only_kernel(a.sum(1));
+  expect_error([&] { apply_opts(item.ast, {{OptOp::UPCAST, 0, 4}}); }, {"UPCAST(0,4)", "does not divide", "size 6"});
+  expect_error([&] { apply_opts(item.ast, {{OptOp::UPCAST, 1, 2}}); }, {"UPCAST(1,2)", "reduce loop"});
+  expect_error([&] { apply_opts(item.ast, {{OptOp::UNROLL, 0, 2}}); }, {"UNROLL(0,2)", "output loop"});
+  expect_error([&] { apply_opts(item.ast, {{OptOp::UPCAST, 9, 2}}); }, {"no loop 9"});
+  EXPECT_EQ(opts_str(parse_opts("UPCAST(1,8) UNROLL(2,4)")), "UPCAST(1,8) UNROLL(2,4)");
+  expect_error([] { parse_opts("UPCAST(1;8)"); }, {"cannot parse 'UPCAST(1;8)'"});
+  expect_error([] { parse_opts("SPLIT(1,8)"); }, {"unknown opt 'SPLIT'"});
+}
+
+class Beam : public tg::testing_util::TempDirTest {};
+
+TEST_F(Beam, FindsOptsThatComputeTheSameAndCachesThem) {
+  knobs::CACHEDIR.set(dir_.string());
+  Tensor a = realized_randn({32, 48}, 8), b = realized_randn({48, 32}, 9);
+  ScheduleItem item = only_kernel(a.matmul(b));
+  auto plain = run_with(item, {});
+  auto opts = beam_search(item, 2);
+  expect_close(run_with(item, opts), plain);
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir_ / "beam")) files += e.path().extension() == ".txt";
+  EXPECT_EQ(files, 1u);
+  EXPECT_EQ(beam_search(item, 2), opts);  // from the cache
+  // a damaged cache entry is searched again, not trusted
+  for (auto& e : std::filesystem::directory_iterator(dir_ / "beam")) std::ofstream(e.path()) << "UPCAST(7,3)";
+  auto again = beam_search(item, 2);
+  expect_close(run_with(item, again), plain);
+  knobs::CACHEDIR.set("");
+}
+
+TEST(ThreadPool, RunsEveryPartOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(3);
+  for (int round = 0; round < 100; round++) pool.run(3, [&](int i) { hits[i]++; });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 100);
+  pool.run(1, [&](int i) { hits[i]++; });
+  EXPECT_EQ(hits[0].load(), 101);
+}
+
+TEST(ThreadPool, SplitKernelsMatchOneThread) {
+  Tensor x = realized_randn({1024, 300}, 10), y = realized_randn({300, 256}, 11);
+  ScheduleItem item = only_kernel(x.matmul(y));
+  std::vector<DType> dtypes;
+  std::vector<void*> ptrs;
+  for (auto& b : item.buffers) dtypes.push_back(b->dtype()), ptrs.push_back(b->ensure_allocated());
+  Device& dev = get_device(item.device);
+  LinearKernel k = linearize(apply_opts(item.ast, hand_coded_opts(item.ast)), dtypes);
+  Program& p = dev.get_program(k.name, dev.renderer().render(k));
+  auto read = [&] {
+    std::vector<float> out(item.buffers[0]->numel());
+    item.buffers[0]->copy_out(out.data(), out.size() * 4);
+    return out;
+  };
+  p.launch(ptrs, {}, {}, true);  // one thread, the whole range
+  auto one = read();
+  ASSERT_FALSE(k.global_size.empty());
+  p.launch(ptrs, k.global_size, {}, true);  // split across the pool
+  EXPECT_EQ(read(), one);
+}

@@ -1,0 +1,309 @@
+// The kernel optimizer: UPCAST and UNROLL as graph substitutions, and the hand-coded choice of
+// them. See Note [upcast and unroll] in opt.h.
+#include "tinygrad/codegen/opt.h"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tinygrad/error.h"
+#include "tinygrad/rewrite.h"
+
+namespace tg {
+
+std::string opt_str(const Opt& o) {
+  return std::string(o.op == OptOp::UPCAST ? "UPCAST" : "UNROLL") + "(" + std::to_string(o.axis) + "," +
+         std::to_string(o.amount) + ")";
+}
+
+std::string opts_str(const std::vector<Opt>& opts) {
+  std::string s;
+  for (auto& o : opts) s += (s.empty() ? "" : " ") + opt_str(o);
+  return s;
+}
+
+std::vector<Opt> parse_opts(const std::string& text) {
+  std::vector<Opt> out;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    Opt o{};
+    char name[8] = {};
+    long long axis = 0, amount = 0;
+    TG_CHECK(std::sscanf(word.c_str(), "%6[A-Z](%lld,%lld)", name, &axis, &amount) == 3,
+             "kernel opts: cannot parse '", word, "' (expected UPCAST(axis,amount) or UNROLL(axis,amount))");
+    std::string n = name;
+    TG_CHECK(n == "UPCAST" || n == "UNROLL", "kernel opts: unknown opt '", n, "' in '", word, "'");
+    o.op = n == "UPCAST" ? OptOp::UPCAST : OptOp::UNROLL;
+    o.axis = axis;
+    o.amount = amount;
+    out.push_back(o);
+  }
+  return out;
+}
+
+int64_t lane_count(const std::vector<Opt>& opts) {
+  int64_t n = 1;
+  for (auto& o : opts) n *= o.amount;
+  return n;
+}
+
+namespace {
+
+std::vector<UOpPtr> stores_of(const UOpPtr& ast) {
+  if (ast->op == Op::SINK) return ast->src;
+  TG_ASSERT(ast->op == Op::STORE, "kernel optimizer: a kernel is rooted at STORE or SINK, not ", op_name(ast->op));
+  return {ast};
+}
+
+// root with every node in `from` replaced by its image, rebuilt bottom-up.
+UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& from) {
+  std::unordered_map<const UOp*, UOpPtr> image;
+  for (auto& n : toposort({root})) {
+    if (auto it = from.find(n.get()); it != from.end()) {
+      image[n.get()] = it->second;
+      continue;
+    }
+    std::vector<UOpPtr> src;
+    bool same = true;
+    for (auto& s : n->src) {
+      src.push_back(image.at(s.get()));
+      same &= src.back() == s;
+    }
+    image[n.get()] = same ? n : make_uop(n->op, n->dtype, src, n->arg);
+  }
+  return image.at(root.get());
+}
+
+// r -> r'*amount + lane, where r' runs size/amount times (a constant 0 when that is 1).
+UOpPtr lane_index(const KernelAxis& ax, int64_t amount, int64_t lane) {
+  if (ax.size == amount) return kint(lane);
+  auto outer = make_uop(Op::RANGE, dtypes::index, {kint(ax.size / amount)}, Arg{ax.id});
+  return kalu(Op::ADD, kalu(Op::MUL, outer, kint(amount)), kint(lane));
+}
+
+const KernelAxis* find_axis(const std::vector<KernelAxis>& axes, int64_t id) {
+  for (auto& a : axes)
+    if (a.id == id) return &a;
+  return nullptr;
+}
+
+std::string why_not(const UOpPtr& ast, const Opt& opt) {
+  auto axes = kernel_axes(ast);
+  const KernelAxis* ax = find_axis(axes, opt.axis);
+  if (!ax) return "the kernel has no loop " + std::to_string(opt.axis);
+  if (opt.amount < 2) return "the amount must be at least 2";
+  if (ax->size % opt.amount != 0)
+    return "the amount does not divide loop " + std::to_string(opt.axis) + "'s size " + std::to_string(ax->size);
+  if (opt.op == OptOp::UPCAST && ax->reduce) return "loop " + std::to_string(opt.axis) + " is a reduce loop (UNROLL it)";
+  if (opt.op == OptOp::UNROLL && !ax->reduce) return "loop " + std::to_string(opt.axis) + " is an output loop (UPCAST it)";
+  return {};
+}
+
+UOpPtr upcast(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
+  std::vector<UOpPtr> stores;
+  RewriteMemo memo;
+  for (auto& st : stores_of(ast))
+    for (int64_t c = 0; c < amount; c++)
+      stores.push_back(graph_rewrite(substitute(st, {{ax.range.get(), lane_index(ax, amount, c)}}), symbolic(), memo));
+  return make_uop(Op::SINK, DType::Float32, stores);
+}
+
+UOpPtr unroll(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
+  std::unordered_map<const UOp*, UOpPtr> replaced;
+  RewriteMemo memo;
+  UOpPtr outer = ax.size == amount ? nullptr : make_uop(Op::RANGE, dtypes::index, {kint(ax.size / amount)}, Arg{ax.id});
+  for (auto& n : toposort({ast})) {
+    if (n->op != Op::REDUCE) continue;
+    auto pos = std::find(n->src.begin() + 1, n->src.end(), ax.range);
+    if (pos == n->src.end()) continue;
+    std::vector<UOpPtr> ranges;
+    for (auto it = n->src.begin() + 1; it != n->src.end(); ++it)
+      if (*it != ax.range) ranges.push_back(*it);
+      else if (outer) ranges.push_back(outer);
+    Op rop = std::get<Op>(n->arg);
+    UOpPtr combined;
+    for (int64_t c = 0; c < amount; c++) {
+      UOpPtr v = graph_rewrite(substitute(n->src[0], {{ax.range.get(), lane_index(ax, amount, c)}}), symbolic(), memo);
+      if (!ranges.empty()) {
+        std::vector<UOpPtr> src{v};
+        src.insert(src.end(), ranges.begin(), ranges.end());
+        v = make_uop(Op::REDUCE, n->dtype, src, n->arg);
+      }
+      combined = combined ? make_uop(rop, n->dtype, {combined, v}) : v;
+    }
+    replaced[n.get()] = combined;
+  }
+  UOpPtr out = substitute(ast, replaced);
+  return out->op == Op::SINK ? out : make_uop(Op::SINK, DType::Float32, {out});
+}
+
+}  // namespace
+
+std::vector<KernelAxis> kernel_axes(const UOpPtr& ast) {
+  std::unordered_set<const UOp*> reduce_ranges;
+  std::vector<KernelAxis> axes;
+  auto order = toposort({ast});
+  for (auto& n : order)
+    if (n->op == Op::REDUCE)
+      for (size_t i = 1; i < n->src.size(); i++) reduce_ranges.insert(n->src[i].get());
+  for (auto& n : order)
+    if (n->op == Op::RANGE)
+      axes.push_back({n, n->arg_int(), static_cast<int64_t>(n->src[0]->const_value()), reduce_ranges.count(n.get()) > 0});
+  std::sort(axes.begin(), axes.end(), [](const KernelAxis& a, const KernelAxis& b) { return a.id < b.id; });
+  return axes;
+}
+
+bool opt_applies(const UOpPtr& ast, const Opt& opt) { return why_not(ast, opt).empty(); }
+
+UOpPtr apply_opts(const UOpPtr& ast_in, const std::vector<Opt>& opts) {
+  UOpPtr ast = ast_in->op == Op::SINK ? ast_in : make_uop(Op::SINK, DType::Float32, {ast_in});
+  for (auto& opt : opts) {
+    std::string err = why_not(ast, opt);
+    TG_CHECK(err.empty(), "kernel optimizer: ", opt_str(opt), " does not apply: ", err);
+    const KernelAxis ax = *find_axis(kernel_axes(ast), opt.axis);
+    ast = opt.op == OptOp::UPCAST ? upcast(ast, ax, opt.amount) : unroll(ast, ax, opt.amount);
+  }
+  return ast;
+}
+
+// ---- hand-coded heuristics ---------------------------------------------------------------------
+
+namespace {
+
+// Integer value of an index expression with the given ranges set (all others 0).
+int64_t eval_index(const UOpPtr& u, const std::unordered_map<const UOp*, int64_t>& env) {
+  auto s = [&](size_t i) { return eval_index(u->src[i], env); };
+  switch (u->op) {
+    case Op::CONST: return static_cast<int64_t>(u->const_value());
+    case Op::RANGE: {
+      auto it = env.find(u.get());
+      return it == env.end() ? 0 : it->second;
+    }
+    case Op::ADD: return s(0) + s(1);
+    case Op::MUL: return s(0) * s(1);
+    case Op::IDIV: { int64_t d = s(1); return d == 0 ? 0 : s(0) / d; }
+    case Op::MOD: { int64_t d = s(1); return d == 0 ? 0 : s(0) % d; }
+    case Op::NEG: return -s(0);
+    case Op::MAX: return std::max(s(0), s(1));
+    case Op::CMPLT: return s(0) < s(1);
+    case Op::CMPNE: return s(0) != s(1);
+    case Op::AND: return s(0) & s(1);
+    case Op::OR: return s(0) | s(1);
+    case Op::WHERE: return s(0) ? s(1) : s(2);
+    case Op::CAST: return s(0);
+    default: return 0;
+  }
+}
+
+struct LoadInfo {
+  std::unordered_set<const UOp*> ranges;  // the loops its address depends on
+  UOpPtr index;
+};
+
+std::unordered_set<const UOp*> ranges_in(const UOpPtr& u) {
+  std::unordered_set<const UOp*> r;
+  for (auto& n : toposort({u}))
+    if (n->op == Op::RANGE) r.insert(n.get());
+  return r;
+}
+
+int64_t stride(const UOpPtr& index, const UOpPtr& range) {
+  return eval_index(index, {{range.get(), 1}}) - eval_index(index, {});
+}
+
+// The largest of the amounts that divides size (size itself when it is small enough).
+int64_t pick_amount(int64_t size, std::initializer_list<int64_t> amounts, int64_t max_lanes) {
+  for (auto a : amounts)
+    if (a <= max_lanes && size % a == 0 && size >= a) return a;
+  if (size <= max_lanes && size > 1 && size <= 8) return size;
+  return 0;
+}
+
+}  // namespace
+
+// Note [hand-coded opts]: a reduce kernel whose inputs are reused along some output loops (a
+// matmul's A along the columns, its B along the rows; a convolution's weights along batch and
+// pixels, its input along the output channels) gets a register tile: the output loop that is
+// contiguous in memory for the stores and the reused loads is upcast widest (vector lanes), one
+// more reuse loop narrower, within MAX_LANES accumulators. When the contiguous loop is the
+// reduce loop itself (a matmul with a transposed operand, a sum over the last axis), that loop
+// is unrolled into partial accumulators, which vectorize. Elementwise kernels are left to the
+// compiler's loop vectorizer.
+std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
+  constexpr int64_t MAX_LANES = 128;
+  auto axes = kernel_axes(ast);
+  std::vector<const KernelAxis*> outputs, reduces;
+  for (auto& a : axes)
+    if (a.size > 1) (a.reduce ? reduces : outputs).push_back(&a);
+  if (reduces.empty()) return {};
+
+  std::vector<LoadInfo> loads;
+  std::vector<UOpPtr> store_index;
+  std::unordered_set<const UOp*> reduce_set;
+  for (auto* r : reduces) reduce_set.insert(r->range.get());
+  for (auto& n : toposort({ast})) {
+    if (n->op == Op::STORE) store_index.push_back(n->src[1]);
+    if (n->op != Op::LOAD) continue;
+    LoadInfo li{ranges_in(n->src[1]), n->src[1]};
+    bool in_loop = false;
+    for (auto* r : li.ranges) in_loop |= reduce_set.count(r) > 0;
+    if (in_loop) loads.push_back(std::move(li));
+  }
+  if (loads.empty()) return {};
+
+  auto reused_along = [&](const KernelAxis& ax) {
+    int independent = 0, dependent = 0;
+    for (auto& l : loads) (l.ranges.count(ax.range.get()) ? dependent : independent)++;
+    return independent > 0 && dependent > 0;
+  };
+  // contiguous: every load that moves along ax moves by one element (and the stores do too)
+  auto contiguous = [&](const KernelAxis& ax, bool check_stores) {
+    for (auto& l : loads)
+      if (l.ranges.count(ax.range.get()) && stride(l.index, ax.range) != 1) return false;
+    if (check_stores)
+      for (auto& s : store_index)
+        if (stride(s, ax.range) != 1) return false;
+    return true;
+  };
+
+  std::vector<Opt> opts;
+  int64_t lanes = 1;
+  const KernelAxis* wide = nullptr;
+  for (auto* ax : outputs)
+    if (reused_along(*ax) && contiguous(*ax, true)) wide = ax;
+  const KernelAxis* red = reduces.back();
+  bool unroll_reduce = !wide && contiguous(*red, false);
+  if (wide) {
+    if (int64_t a = pick_amount(wide->size, {32, 16, 8, 4, 2}, MAX_LANES)) {
+      opts.push_back({OptOp::UPCAST, wide->id, a});
+      lanes *= a;
+    }
+  } else if (unroll_reduce) {
+    // partial sums along the contiguous reduce loop, and one reuse loop (the outermost) by 2
+    if (int64_t a = pick_amount(red->size, {16, 8, 4, 2}, MAX_LANES)) {
+      opts.push_back({OptOp::UNROLL, red->id, a});
+      lanes *= a;
+    }
+    for (auto* ax : outputs)
+      if (reused_along(*ax)) {
+        if (int64_t a = pick_amount(ax->size, {2}, MAX_LANES / lanes)) opts.push_back({OptOp::UPCAST, ax->id, a});
+        break;
+      }
+    return opts;
+  }
+  // narrower tiles along the other reuse loops, innermost first
+  for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) {
+    const KernelAxis* ax = *it;
+    if (ax == wide || !reused_along(*ax)) continue;
+    int64_t a = pick_amount(ax->size, {4, 2}, MAX_LANES / lanes);
+    if (!a) continue;
+    opts.push_back({OptOp::UPCAST, ax->id, a});
+    lanes *= a;
+    if (lanes * 2 > MAX_LANES) break;
+  }
+  return opts;
+}
+
+}  // namespace tg

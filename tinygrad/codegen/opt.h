@@ -1,0 +1,55 @@
+// The kernel optimizer: transformations of a kernel graph (rooted at STORE or SINK) that keep its
+// result and change its loops, the hand-coded heuristics that pick them, and the search space
+// BEAM explores (engine/beam.cpp).
+//
+// Note [upcast and unroll]: both split a loop of size n by an amount a that divides n into an
+// outer loop of n/a iterations and a lanes that are written out as straight-line code: the loop
+// variable r becomes r'*a + c for the constants c = 0..a-1, and hash-consing shares every node
+// that does not depend on r between the lanes. UPCAST splits an output loop, so each lane is its
+// own STORE (and its own accumulator, if the kernel reduces). UNROLL splits a reduce loop into a
+// partial accumulators that are combined after the loop. The lanes of an axis that is contiguous
+// in memory become vector loads, FMAs and stores when the backend compiles them (LLVM's SLP
+// vectorizer on the CPU); lanes of an axis that some input does not depend on reuse that input's
+// loads from registers (a matmul's register tile).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "tinygrad/ops.h"
+
+namespace tg {
+
+enum class OptOp { UPCAST, UNROLL };
+
+struct Opt {
+  OptOp op;
+  int64_t axis;    // the RANGE's id (its arg)
+  int64_t amount;  // divides the loop's size
+  bool operator==(const Opt& o) const { return op == o.op && axis == o.axis && amount == o.amount; }
+};
+std::string opt_str(const Opt& o);           // "UPCAST(1,8)"
+std::string opts_str(const std::vector<Opt>& opts);
+std::vector<Opt> parse_opts(const std::string& s);  // inverse of opts_str; throws on bad text
+
+// One loop of a kernel graph.
+struct KernelAxis {
+  UOpPtr range;
+  int64_t id = 0, size = 0;
+  bool reduce = false;
+};
+std::vector<KernelAxis> kernel_axes(const UOpPtr& ast);
+
+// Applies opts in order. Throws tg::Error naming the opt when one does not apply (no such loop,
+// or an amount that does not divide its size). The result is rooted at SINK.
+UOpPtr apply_opts(const UOpPtr& ast, const std::vector<Opt>& opts);
+// Whether opt applies to ast (the check apply_opts makes).
+bool opt_applies(const UOpPtr& ast, const Opt& opt);
+
+// The default choice: a register tile over the output loops that inputs are reused along, and
+// partial accumulators for reductions over contiguous memory.
+std::vector<Opt> hand_coded_opts(const UOpPtr& ast);
+
+// Lanes a kernel would have after opts (the product of all amounts), to bound register use.
+int64_t lane_count(const std::vector<Opt>& opts);
+
+}  // namespace tg
