@@ -46,12 +46,11 @@ void StringKnob::set(const std::string& v) {
 }
 
 namespace knobs {
-IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run; 2: per-kernel time and memory; 4: generated source");
+IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run; 2: per-kernel time and memory; 3: applied kernel optimizations; 4: generated source");
 IntKnob CPU_LLVM("CPU_LLVM", 1, "1: CPU kernels through the LLVM ORC JIT (when built with LLVM); 0: system C compiler");
 IntKnob BEAM("BEAM", 0, "beam width of the kernel optimization search (0: hand-coded heuristics); winners are cached on disk");
 IntKnob NOOPT("NOOPT", 0, "1: run kernels without optimizations");
 IntKnob THREADS("THREADS", 0, "threads for CPU kernels (0: all cores)");
-IntKnob JIT("JIT", 1, "1: training steps are captured once and replayed; 0: every step is scheduled anew");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
 StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used");
 StringKnob CACHEDIR("CACHEDIR", "", "directory for on-disk caches (empty: $HOME/.cache/tinygrad++)");

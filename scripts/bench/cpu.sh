@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# scripts/bench/cpu.sh: the CPU benchmark, the project beside PyTorch in one run on this machine.
+# Installs PyTorch from Debian (python3-torch, with libopenblas0-pthread so it uses OpenBLAS),
+# builds the project when build/ has no tg yet, runs `tg bench` and torch_cpu.py on the same
+# workloads, prints the ratios and writes them into docs/PERFORMANCE.md.
+#
+#   bash scripts/bench/cpu.sh [--reps=N] [WORKLOAD ...]
+#   TG_SKIP_APT=1   skip the apt step
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+if [[ -z "${TG_SKIP_APT:-}" ]]; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch libopenblas0-pthread
+fi
+[[ -x build/launcher/tg ]] || bash scripts/build.sh
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+build/launcher/tg bench "$@" | tee "$out/tg.jsonl"
+/usr/bin/python3 scripts/bench/torch_cpu.py "$@" | tee "$out/torch.jsonl"
+machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(date -u +%Y-%m-%d)"
+/usr/bin/python3 scripts/bench/report.py "$out/tg.jsonl" "$out/torch.jsonl" docs/PERFORMANCE.md \
+  "bash scripts/bench/cpu.sh $*" "$machine"

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Turns the JSON lines of `tg bench` and torch_cpu.py into the CPU section of
+docs/PERFORMANCE.md (between its bench markers), with ratios against PyTorch.
+
+  report.py TG.jsonl TORCH.jsonl PERFORMANCE.md COMMAND MACHINE"""
+import json
+import sys
+
+BEGIN, END = "<!-- bench:cpu begin -->", "<!-- bench:cpu end -->"
+
+# workload -> (what it is, target: the project's time over PyTorch's, at most)
+WORKLOADS = {
+    "mlp_step": ("MLP 784-512-512-10 training step, batch 512, SGD momentum 0.9", 0.5),
+    "cnn_step": ("CNN (configs/fmnist_cnn.yaml's model) training step, batch 512, Adam", 0.8),
+    "matmul_1024": ("matmul 1024x1024x1024 float32", 1 / 0.8),
+    "matmul_2048": ("matmul 2048x2048x2048 float32", 1 / 0.8),
+    "elementwise": ("relu(x*y+z) over 2^24 float32 (fused)", None),
+    "copy": ("copy of 2^24 float32", None),
+    "softmax": ("softmax over (4096, 1024)", None),
+    "layernorm": ("layernorm over (4096, 1024)", None),
+    "conv2d": ("conv2d 32->32 5x5 on (512,32,24,24), forward + backward", None),
+}
+
+
+def load(path):
+    with open(path) as f:
+        return {r["name"]: r for r in map(json.loads, filter(str.strip, f))}
+
+
+def figure(r):
+    s = f"{r['ms']:.2f} ms"
+    if "gflops" in r:
+        s += f" ({r['gflops']:.1f} GFLOP/s)"
+    if "gbps" in r:
+        s += f" ({r['gbps']:.1f} GB/s)"
+    return s
+
+
+def main():
+    tg_path, torch_path, doc_path, command, machine = sys.argv[1:6]
+    tg, pt = load(tg_path), load(torch_path)
+    rows = ["| workload | tinygrad++ | PyTorch | time ratio (tinygrad++ / PyTorch) | target |",
+            "| --- | --- | --- | --- | --- |"]
+    for name, (what, target) in WORKLOADS.items():
+        if name not in tg or name not in pt:
+            continue
+        ratio = tg[name]["ms"] / pt[name]["ms"]
+        goal = "" if target is None else (f"<= {target:.2f}" + (" (met)" if ratio <= target else " (not met)"))
+        rows.append(f"| {what} | {figure(tg[name])} | {figure(pt[name])} | {ratio:.2f} | {goal} |")
+    notes = []
+    if "elementwise" in tg and "copy" in tg:
+        r = tg["elementwise"]["gbps"] / tg["copy"]["gbps"]
+        notes.append(f"- Fused elementwise bandwidth over the project's own copy bandwidth: {r:.2f} (target >= 0.8).")
+    if "cnn_step" in tg:
+        notes.append(f"- CNN first step, compilation included: {tg['cnn_step']['first_ms'] / 1e3:.2f} s (target < 10 s).")
+    if "mlp_step" in tg:
+        notes.append(f"- MLP first step, compilation included: {tg['mlp_step']['first_ms'] / 1e3:.2f} s.")
+    section = "\n".join([BEGIN, "", f"Measured on {machine} with", "", "```sh", command, "```", ""] + rows + [""] +
+                        notes + ["", END])
+    with open(doc_path) as f:
+        doc = f.read()
+    if BEGIN in doc and END in doc:
+        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END):]
+    else:
+        doc = doc.rstrip() + "\n\n## CPU, beside PyTorch\n\n" + section + "\n"
+    with open(doc_path, "w") as f:
+        f.write(doc)
+    print(section)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""PyTorch's side of the CPU benchmark: the workloads of `tg bench` (launcher/bench.cpp), with the
+same shapes, optimizers and timing rule (median of the timed repetitions after two warm-ups).
+Prints one JSON object per line, as `tg bench` does."""
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+STREAM_N = 1 << 24
+
+
+def measure(name, reps, step):
+    t0 = time.perf_counter()
+    step()
+    first = (time.perf_counter() - t0) * 1e3
+    step()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t) * 1e3)
+    times.sort()
+    return {"name": name, "ms": times[len(times) // 2], "first_ms": first}
+
+
+def train_step(name, reps, model, opt):
+    x = torch.randn(512, 1, 28, 28)
+    y = torch.randint(0, 10, (512,))
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+    return measure(name, reps, step)
+
+
+def mlp(reps):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    return train_step("mlp_step", reps, model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+
+
+def cnn(reps):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32),
+                          nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(),
+                          nn.BatchNorm2d(64), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(576, 10))
+    return train_step("cnn_step", reps, model, torch.optim.Adam(model.parameters(), lr=1e-3))
+
+
+def matmul(n, reps):
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    r = measure(f"matmul_{n}", reps, lambda: a @ b)
+    r["gflops"] = 2.0 * n ** 3 / (r["ms"] * 1e6)
+    return r
+
+
+def stream(name, reps, fn, nbytes):
+    r = measure(name, reps, fn)
+    r["gbps"] = nbytes / (r["ms"] * 1e6)
+    return r
+
+
+def conv2d(reps):
+    x = torch.randn(512, 32, 24, 24, requires_grad=True)
+    w = (torch.randn(32, 32, 5, 5) * 0.05).requires_grad_()
+
+    def step():
+        x.grad = w.grad = None
+        F.conv2d(x, w).sum().backward()
+    r = measure("conv2d", reps, step)
+    r["gflops"] = 3 * 2.0 * 512 * 32 * 20 * 20 * 32 * 25 / (r["ms"] * 1e6)
+    return r
+
+
+def main():
+    reps = 10
+    names = []
+    for a in sys.argv[1:]:
+        if a.startswith("--reps="):
+            reps = int(a[7:])
+        else:
+            names.append(a)
+    torch.set_num_threads(int(os.environ.get("THREADS") or os.cpu_count()))
+    x, y, z = torch.randn(STREAM_N), torch.randn(STREAM_N), torch.randn(STREAM_N)
+    s = torch.randn(4096, 1024)
+    workloads = {
+        "cnn_step": lambda: cnn(reps),
+        "conv2d": lambda: conv2d(reps),
+        "copy": lambda: stream("copy", reps, lambda: x.clone(), 2.0 * 4 * STREAM_N),
+        "elementwise": lambda: stream("elementwise", reps, lambda: torch.relu(x * y + z), 4.0 * 4 * STREAM_N),
+        "layernorm": lambda: stream("layernorm", reps, lambda: F.layer_norm(s, (1024,)), 2.0 * 4 * 4096 * 1024),
+        "matmul_1024": lambda: matmul(1024, reps),
+        "matmul_2048": lambda: matmul(2048, max(1, reps // 2)),
+        "mlp_step": lambda: mlp(reps),
+        "softmax": lambda: stream("softmax", reps, lambda: torch.softmax(s, -1), 2.0 * 4 * 4096 * 1024),
+    }
+    for n in names or sorted(workloads):
+        with torch.no_grad() if n not in ("mlp_step", "cnn_step", "conv2d") else torch.enable_grad():
+            print(json.dumps(workloads[n]()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
