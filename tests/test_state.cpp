@@ -290,3 +290,49 @@ TEST_F(StateTest, EmptyStateDictAndHeaderOnlyReaders) {
   EXPECT_STREQ(safetensors_dtype(DType::BFloat16), "BF16");
   EXPECT_EQ(dtype_from_safetensors("BOOL"), DType::Bool);
 }
+
+// Note [python interop]: where python3 has the safetensors library and PyTorch (the GPU machine
+// does; Debian 12 packages neither safetensors module), files go both ways: Python loads what
+// safe_save wrote and checks every dtype and value, then writes its own file, which safe_load
+// must read back with the same values and metadata.
+TEST_F(StateTest, FilesGoBothWaysWithThePythonLibrary) {
+  if (std::system("python3 -c 'import safetensors.torch, torch' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 with the safetensors library and torch not found; interop not checked here";
+  StateDict sd;
+  sd.emplace("f32", Tensor::from_vector(std::vector<float>{1.5f, -2.0f, 3.25f, 0.0f, 1e-3f, -7.0f}, {2, 3}));
+  sd.emplace("f16", Tensor::from_vector(std::vector<float>{0.5f, -1.0f, 65504.0f}, {3}, {.dtype = DType::Float16}));
+  sd.emplace("bf16", Tensor::from_vector(std::vector<float>{1.0f, -3.5f, 256.0f}, {3}, {.dtype = DType::BFloat16}));
+  sd.emplace("i64", Tensor::from_vector(std::vector<int64_t>{1, -2, int64_t{1} << 40}, {3}));
+  sd.emplace("u8", Tensor::from_vector(std::vector<uint8_t>{0, 7, 255}, {1, 3}));
+  safe_save(sd, path("ours.safetensors"), {{"writer", "tinygrad++"}});
+  write_bytes(path("check.py"), R"(import sys, torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+t = load_file(sys.argv[1])
+want = {"f32": torch.tensor([[1.5, -2.0, 3.25], [0.0, 1e-3, -7.0]], dtype=torch.float32),
+        "f16": torch.tensor([0.5, -1.0, 65504.0], dtype=torch.float16),
+        "bf16": torch.tensor([1.0, -3.5, 256.0], dtype=torch.bfloat16),
+        "i64": torch.tensor([1, -2, 1 << 40], dtype=torch.int64),
+        "u8": torch.tensor([[0, 7, 255]], dtype=torch.uint8)}
+assert sorted(t) == sorted(want), sorted(t)
+for k, v in want.items():
+    assert t[k].dtype == v.dtype and t[k].shape == v.shape and torch.equal(t[k], v), (k, t[k])
+with safe_open(sys.argv[1], "pt") as f:
+    assert f.metadata() == {"writer": "tinygrad++"}, f.metadata()
+save_file({"py_" + k: v.flip(-1).contiguous() for k, v in want.items()}, sys.argv[2], metadata={"writer": "python"})
+print("python: ok")
+)");
+  std::string cmd = "python3 " + path("check.py") + " " + path("ours.safetensors") + " " + path("theirs.safetensors");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  StateDict back = safe_load(path("theirs.safetensors"));
+  ASSERT_EQ(back.size(), 5u);
+  EXPECT_EQ(back.at("py_f32").shape(), (Shape{2, 3}));
+  EXPECT_EQ(back.at("py_f32").to_vector<float>(), (std::vector<float>{3.25f, -2.0f, 1.5f, -7.0f, 1e-3f, 0.0f}));
+  EXPECT_EQ(back.at("py_f16").dtype(), DType::Float16);
+  EXPECT_EQ(back.at("py_f16").to_vector<float>(), (std::vector<float>{65504.0f, -1.0f, 0.5f}));
+  EXPECT_EQ(back.at("py_bf16").dtype(), DType::BFloat16);
+  EXPECT_EQ(back.at("py_bf16").to_vector<float>(), (std::vector<float>{256.0f, -3.5f, 1.0f}));
+  EXPECT_EQ(back.at("py_i64").to_vector<int64_t>(), (std::vector<int64_t>{int64_t{1} << 40, -2, 1}));
+  EXPECT_EQ(back.at("py_u8").to_vector<uint8_t>(), (std::vector<uint8_t>{255, 7, 0}));
+  EXPECT_EQ(safe_metadata(path("theirs.safetensors")), (Metadata{{"writer", "python"}}));
+}
