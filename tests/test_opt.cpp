@@ -174,3 +174,23 @@ TEST(ThreadPool, SplitKernelsMatchOneThread) {
   p.launch(ptrs, k.global_size, {}, true);  // split across the pool
   EXPECT_EQ(read(), one);
 }
+
+// Note [exp2 by arithmetic] against the C library, over the whole float range and its edges.
+TEST(Transcendental, Exp2MatchesTheCLibrary) {
+  std::vector<float> xs = {-200.f, -150.f, -149.5f, -140.f, -126.5f, -126.f, -125.7f, -20.25f, -1.f, -0.5f, -1e-7f,
+                           0.f, 1e-7f, 0.49999f, 0.5f, 1.f, 3.3f, 10.3f, 63.99f, 126.9f, 127.9f, 128.f, 200.f,
+                           INFINITY, -INFINITY, NAN};
+  for (int i = -2000; i <= 2000; i++) xs.push_back(static_cast<float>(i) * 0.0637f);
+  auto got = Tensor::from_vector(xs, {static_cast<int64_t>(xs.size())}).exp2().to_vector<float>();
+  for (size_t i = 0; i < xs.size(); i++) {
+    float want = std::exp2(xs[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[i])) << "exp2(" << xs[i] << ")";
+    } else if (std::isinf(want) || want == 0) {
+      EXPECT_EQ(got[i], want) << "exp2(" << xs[i] << ")";
+    } else {
+      // 2 ulp for normal results; denormals keep their absolute accuracy
+      EXPECT_NEAR(got[i], want, std::max(2.5e-7 * want, 1.5e-45)) << "exp2(" << xs[i] << ")";
+    }
+  }
+}

@@ -71,7 +71,9 @@ class Compiler {
   virtual std::unique_ptr<Program> compile(const std::string& name, const std::string& source) = 0;
 };
 
-enum class Feature { HostMemory, Timing, Float16, BFloat16 };
+// NativeTranscendentals: exp2 and friends are fast instructions (GPUs); without it, kernels
+// compute them with plain arithmetic (codegen/transcendental.h).
+enum class Feature { HostMemory, Timing, Float16, BFloat16, NativeTranscendentals };
 
 class Device {
  public:

@@ -17,6 +17,7 @@
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/renderer.h"
 #include "tinygrad/device.h"
+#include "tinygrad/engine/realize.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 
@@ -84,7 +85,7 @@ double time_candidate(const ScheduleItem& item, Device& dev, const std::vector<O
   std::vector<DType> dtypes;
   for (auto& b : item.buffers) dtypes.push_back(b->dtype());
   try {
-    LinearKernel k = linearize(apply_opts(item.ast, opts), dtypes);
+    LinearKernel k = linearize(device_kernel_graph(item, opts), dtypes);
     Program& prog = dev.get_program(k.name, dev.renderer().render(k));
     auto global = launch_size(k);
     double best = std::numeric_limits<double>::infinity();

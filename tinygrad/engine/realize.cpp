@@ -8,6 +8,7 @@
 
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt.h"
+#include "tinygrad/codegen/transcendental.h"
 #include "tinygrad/engine/beam.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -69,7 +70,7 @@ const CompiledKernel& compiled(const ScheduleItem& item) {
   }
   Device& dev = get_device(item.device);
   std::vector<Opt> opts = choose_opts(item);
-  LinearKernel k = linearize(opts.empty() ? item.ast : apply_opts(item.ast, opts), param_dtypes(item));
+  LinearKernel k = linearize(device_kernel_graph(item, opts), param_dtypes(item));
   std::string src = dev.renderer().render(k);
   if (knobs::DEBUG >= 3) std::fprintf(stderr, "opts %-40s %s\n", k.name.c_str(), opts_str(opts).c_str());
   if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", src.c_str());
@@ -114,6 +115,12 @@ void run_copy(const ScheduleItem& item) {
 }
 
 }  // namespace
+
+UOpPtr device_kernel_graph(const ScheduleItem& item, const std::vector<Opt>& opts) {
+  UOpPtr ast = opts.empty() ? item.ast : apply_opts(item.ast, opts);
+  if (!get_device(item.device).supports(Feature::NativeTranscendentals)) ast = decompose_transcendentals(ast);
+  return ast;
+}
 
 void set_collective_runner(CollectiveRunner runner) { collective_runner() = std::move(runner); }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tinygrad/codegen/opt.h"
 #include "tinygrad/schedule/schedule.h"
 
 namespace tg {
@@ -25,6 +26,10 @@ using CollectiveRunner = std::function<void(const ScheduleItem& item)>;
 void set_collective_runner(CollectiveRunner runner);
 
 void run_schedule(const std::vector<ScheduleItem>& schedule);
+
+// The kernel graph item's device compiles: item.ast with opts applied, and transcendental
+// functions in plain arithmetic where the device has no fast ones.
+UOpPtr device_kernel_graph(const ScheduleItem& item, const std::vector<Opt>& opts);
 
 // The rendered source of a kernel graph for a device (as DEBUG=4 prints it).
 std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device);
