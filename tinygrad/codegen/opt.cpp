@@ -297,7 +297,7 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
   for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) {
     const KernelAxis* ax = *it;
     if (ax == wide || !reused_along(*ax)) continue;
-    int64_t a = pick_amount(ax->size, {4, 2}, MAX_LANES / lanes);
+    int64_t a = pick_amount(ax->size, {8, 4, 2}, MAX_LANES / lanes);
     if (!a) continue;
     opts.push_back({OptOp::UPCAST, ax->id, a});
     lanes *= a;
