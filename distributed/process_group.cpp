@@ -5,6 +5,9 @@
 #include <cstdlib>
 
 #include "tinygrad/error.h"
+#ifdef TG_WITH_MPI
+#include "distributed/mpi_backend.h"
+#endif
 
 namespace tg::dist {
 
@@ -39,6 +42,22 @@ int env_int(const char* name, int fallback) {
 bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
 int env_rank() { return env_int("OMPI_COMM_WORLD_RANK", 0); }
 int env_world_size() { return env_int("OMPI_COMM_WORLD_SIZE", 1); }
+
+std::unique_ptr<ProcessGroup> world_group() {
+#ifdef TG_WITH_MPI
+  return mpi_world_group();
+#else
+  throw Error("distributed: this build has no mpi backend (MPI was not found at configure time; install libopenmpi-dev)");
+#endif
+}
+
+bool built_with_mpi() {
+#ifdef TG_WITH_MPI
+  return true;
+#else
+  return false;
+#endif
+}
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {

@@ -68,6 +68,11 @@ bool launched_by_mpirun();
 int env_rank();
 int env_world_size();
 
+// The group of every process of this job: the mpi backend's MPI_COMM_WORLD (a single process
+// outside mpirun). An error naming the missing backend when the build has no MPI.
+std::unique_ptr<ProcessGroup> world_group();
+bool built_with_mpi();
+
 // Checks that dtype is one the collectives support; `what` names the collective.
 void check_collective_dtype(const char* what, DType dtype);
 // Element-wise reduce of `count` elements of src into dst (dst = dst op src).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "distributed/coordinated_step.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/nn/state.h"
@@ -65,7 +66,12 @@ std::unique_ptr<nn::LRSchedule> make_schedule(const Config& c, int64_t total_ste
   return s;
 }
 
-Trainer::Trainer(const Config& cfg, std::string run_dir) : cfg_(cfg), run_dir_(std::move(run_dir)) {
+Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* group)
+    : cfg_(cfg), run_dir_(std::move(run_dir)), group_(group) {
+  TG_CHECK(!group_ || cfg_.get_string("distributed.strategy") == "ddp", "trainer: a process group was given but distributed.strategy='",
+           cfg_.get_string("distributed.strategy"), "'");
+  TG_CHECK(group_ || cfg_.get_string("distributed.strategy") == "none", "trainer: distributed.strategy='",
+           cfg_.get_string("distributed.strategy"), "' needs a process group");
   const std::string& device = cfg_.get_string("train.device");
   if (!device.empty()) {
     // The engine's tensors go to the default device; a different one is chosen with DEVICE.
@@ -93,6 +99,14 @@ Trainer::Trainer(const Config& cfg, std::string run_dir) : cfg_(cfg), run_dir_(s
   TG_CHECK(model_, "model '", cfg_.get_string("model.name"), "': the factory returned no model");
   optim_ = make_optimizer(cfg_, model_->parameters());
   schedule_ = make_schedule(cfg_, total_steps_);
+  if (group_) {
+    dist::shard_range(cfg_.get_int("data.batch_size"), group_->rank(), group_->size());  // checks divisibility
+    group_->set_timeout(dist::Seconds(cfg_.get_float("distributed.timeout_s")));
+    engine_ = std::make_unique<dist::CollectiveEngine>(*group_);
+    dp_ = std::make_unique<dist::DataParallel>(*group_, model_->parameters(),
+                                               dist::DataParallelOptions{cfg_.get_float("distributed.bucket_mb")});
+    dp_->broadcast_parameters(0);
+  }
 }
 
 double Trainer::evaluate() {
@@ -114,6 +128,7 @@ TrainSummary Trainer::fit() {
   const int64_t bpe = batches_per_epoch();
   const int64_t log_every = cfg_.get_int("train.log_every"), eval_every = cfg_.get_int("train.eval_every");
   const double clip = cfg_.get_float("optim.clip_grad_norm");
+  const bool skip_nonfinite = cfg_.get_bool("distributed.skip_nonfinite");
   emit([&](TrainObserver& o) { o.on_train_begin(*this); });
 
   auto run_eval = [&]() {
@@ -135,17 +150,36 @@ TrainSummary Trainer::fit() {
       if (!b) break;
       double lr = schedule_->lr_at(step_);
       optim_->lr = lr;
-      Tensor loss = (*model_)(b->x).sparse_categorical_crossentropy(b->y);
+      Tensor x = b->x, y = b->y;
+      if (dp_) {
+        x = dist::shard_batch(x, rank(), world_size());
+        y = dist::shard_batch(y, rank(), world_size());
+      }
+      Tensor loss = (*model_)(x).sparse_categorical_crossentropy(y);
       optim_->zero_grad();
       loss.backward();
-      if (clip > 0) nn::clip_grad_norm(optim_->params(), clip);
-      optim_->step();
+      bool skipped = false;
+      if (dp_) {
+        Tensors first = dp_->reduce_gradients();
+        first.push_back(loss);
+        auto out = dist::coordinated_step(*group_, *optim_, first, {.max_norm = clip, .skip_nonfinite = skip_nonfinite});
+        skipped = out.skipped;
+        if (skipped) {
+          skipped_++;
+          SkipEvent ev{step_ + 1, out.grad_norm};
+          emit([&](TrainObserver& o) { o.on_step_skipped(*this, ev); });
+        }
+      } else {
+        if (clip > 0) nn::clip_grad_norm(optim_->params(), clip);
+        optim_->step();
+      }
       step_++;
       window_examples += b->y.shape(0);
       bool last = step_ == total_steps_;
       if (step_ % log_every == 0 || last) {
         double loss_v = loss.item<float>();
-        TG_CHECK(std::isfinite(loss_v), "train: the loss is ", loss_v, " at step ", step_,
+        if (group_) group_->all_reduce(&loss_v, 1, DType::Float64, dist::ReduceOp::Avg)->wait();  // the global batch's loss
+        TG_CHECK(std::isfinite(loss_v) || (skipped && skip_nonfinite), "train: the loss is ", loss_v, " at step ", step_,
                  " (try a smaller optim.lr or optim.clip_grad_norm)");
         double dt = seconds_since(t_window);
         StepEvent ev{step_, total_steps_, epoch, b->index, bpe, loss_v, lr,
@@ -156,15 +190,15 @@ TrainSummary Trainer::fit() {
       }
       bool epoch_end = b->index == bpe - 1;
       if ((eval_every > 0 && step_ % eval_every == 0) || (eval_every == 0 && epoch_end) || last) {
-        if (last_eval_step_ != step_) run_eval();
+        if (last_eval_step_ != step_ && rank() == 0) run_eval();  // rank 0 evaluates for everyone
         t_window = std::chrono::steady_clock::now();  // evaluation time is not training throughput
         window_examples = 0;
       }
       emit([&](TrainObserver& o) { o.on_step(*this, step_); });  // after the step's records (checkpoints)
     }
   }
-  if (last_eval_step_ != step_ && step_ > 0) run_eval();
-  TrainSummary sum{step_, last_accuracy_, seconds_since(t_fit), run_dir_, last_checkpoint_};
+  if (last_eval_step_ != step_ && step_ > 0 && rank() == 0) run_eval();
+  TrainSummary sum{step_, skipped_, last_accuracy_, seconds_since(t_fit), run_dir_, last_checkpoint_};
   emit([&](TrainObserver& o) { o.on_train_end(*this, sum); });
   sum.last_checkpoint = last_checkpoint_;  // an observer may have written the final checkpoint
   return sum;
