@@ -12,6 +12,7 @@
 #include "distributed/coordinated_step.h"
 #include "distributed/data_parallel.h"
 #include "distributed/mpi_backend.h"
+#include "distributed/zero.h"
 #include "test_util.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/nn/layers.h"
@@ -61,42 +62,50 @@ struct Trained {
   size_t buckets = 0;
 };
 
-// Trains `steps` steps on a global batch of `global` examples, sharded when `ddp`.
-Trained train(bool ddp, int steps, int64_t global, double bucket_mb, bool adam) {
-  Tensor::manual_seed(7 + (ddp ? world().rank() : 0));  // ranks start different: the broadcast fixes that
+enum class Mode { One, Ddp, Zero1 };
+
+std::unique_ptr<nn::Optimizer> make_opt(std::vector<Tensor*> ps, bool adam) {
+  if (adam) return std::make_unique<nn::Adam>(std::move(ps), 1e-2);
+  return std::make_unique<nn::SGD>(std::move(ps), 0.1, 0.9);
+}
+
+// Trains `steps` steps on a global batch of `global` examples: in one process (rank 0's initial
+// parameters), or sharded over the ranks (every rank starts different; the broadcast fixes that).
+Trained train(Mode mode, int steps, int64_t global, double bucket_mb, bool adam, double max_norm = 0) {
+  Tensor::manual_seed(7 + (mode != Mode::One ? world().rank() : 0));
   auto net = make_mlp();
-  std::unique_ptr<nn::Optimizer> opt;
-  if (adam) opt = std::make_unique<nn::Adam>(net->parameters(), 1e-2);
-  else opt = std::make_unique<nn::SGD>(net->parameters(), 0.1, 0.9);
   Trained out;
   std::unique_ptr<CollectiveEngine> engine;
   std::unique_ptr<DataParallel> dp;
-  if (ddp) {
+  std::unique_ptr<Zero1> zero;
+  std::unique_ptr<nn::Optimizer> opt;
+  if (mode != Mode::One) {
     engine = std::make_unique<CollectiveEngine>(world());
     dp = std::make_unique<DataParallel>(world(), net->parameters(), DataParallelOptions{bucket_mb});
     dp->broadcast_parameters();
     out.buckets = dp->buckets().size();
-  } else {
-    Tensor::manual_seed(7);
-    net = make_mlp();  // rank 0's initial parameters
-    if (adam) opt = std::make_unique<nn::Adam>(net->parameters(), 1e-2);
-    else opt = std::make_unique<nn::SGD>(net->parameters(), 0.1, 0.9);
   }
+  if (mode == Mode::Zero1) zero = std::make_unique<Zero1>(world(), net->parameters(), [adam](std::vector<Tensor*> ps) { return make_opt(ps, adam); });
+  else opt = make_opt(net->parameters(), adam);
   for (int s = 0; s < steps; s++) {
     auto [x, y] = global_batch(s, global);
-    if (ddp) {
+    if (mode != Mode::One) {
       x = shard_batch(x, world().rank(), world().size());
       y = shard_batch(y, world().rank(), world().size());
     }
     Tensor loss = (*net)(x).sparse_categorical_crossentropy(y);
-    opt->zero_grad();
+    for (Tensor* p : net->parameters()) p->zero_grad();
     loss.backward();
     uint64_t before = GlobalCounters::get().collectives;
-    if (ddp) {
+    StepOptions so{.max_norm = max_norm, .skip_nonfinite = max_norm > 0};
+    if (mode == Mode::Ddp) {
       Tensors first = dp->reduce_gradients();
       first.push_back(loss);
-      coordinated_step(world(), *opt, first, StepOptions{.max_norm = 0, .skip_nonfinite = false});
+      coordinated_step(world(), *opt, first, so);
+    } else if (mode == Mode::Zero1) {
+      zero->step({loss}, so);
     } else {
+      if (max_norm > 0) nn::clip_grad_norm(opt->params(), max_norm);
       opt->step({loss});
     }
     out.collectives_per_step.push_back(GlobalCounters::get().collectives - before);
@@ -161,8 +170,8 @@ TEST(Mpi, DataParallelEqualsOneProcess) {
   const int n = world().size();
   const int64_t global = 8 * n;
   for (bool adam : {false, true}) {
-    Trained ref = train(false, 4, global, 25, adam);
-    Trained dp = train(true, 4, global, 25, adam);
+    Trained ref = train(Mode::One, 4, global, 25, adam);
+    Trained dp = train(Mode::Ddp, 4, global, 25, adam);
     double err = max_rel_diff(dp.params, ref.params);
     if (world().rank() == 0) std::printf("world %d, %s: max relative difference %.3g\n", n, adam ? "adam" : "sgd", err);
     EXPECT_LT(err, 1e-5) << (adam ? "adam" : "sgd");
@@ -172,7 +181,25 @@ TEST(Mpi, DataParallelEqualsOneProcess) {
 
 TEST(Mpi, OneAllReducePerBucket) {
   // 0.001 MB buckets: the 12x32, 32x16 and 16x5 weights and their biases fall into several
-  Trained dp = train(true, 2, 4 * world().size(), 0.001, false);
+  Trained dp = train(Mode::Ddp, 2, 4 * world().size(), 0.001, false);
   EXPECT_GT(dp.buckets, 2u);
   for (uint64_t c : dp.collectives_per_step) EXPECT_EQ(c, dp.buckets);
+}
+
+TEST(Mpi, ClippedDataParallelEqualsOneProcess) {
+  const int64_t global = 8 * world().size();
+  Trained ref = train(Mode::One, 3, global, 25, false, 0.05);
+  Trained dp = train(Mode::Ddp, 3, global, 25, false, 0.05);
+  EXPECT_LT(max_rel_diff(dp.params, ref.params), 1e-5);
+}
+
+TEST(Mpi, Zero1EqualsDataParallel) {
+  const int64_t global = 8 * world().size();
+  for (bool adam : {false, true}) {
+    Trained dp = train(Mode::Ddp, 4, global, 25, adam, 0.5);
+    Trained z = train(Mode::Zero1, 4, global, 25, adam, 0.5);
+    double err = max_rel_diff(z.params, dp.params);
+    if (world().rank() == 0) std::printf("world %d, %s: zero1 vs ddp max relative difference %.3g\n", world().size(), adam ? "adam" : "sgd", err);
+    EXPECT_LT(err, 1e-5) << (adam ? "adam" : "sgd");
+  }
 }
