@@ -22,16 +22,22 @@ Zero1::Zero1(ProcessGroup& pg, std::vector<Tensor*> params, const OptimizerFacto
   }
   const int n = pg_.size();
   shard_ = (total_ + n - 1) / n;
-  std::vector<float> flat(static_cast<size_t>(shard_ * n), 0.0f);
+  reload_parameters();
+  optim_ = make_optimizer({&block_});
+  TG_CHECK(optim_->type_name() != "LAMB", "zero1: LAMB needs per-parameter norms; use sgd, adam or adamw");
+}
+
+void Zero1::reload_parameters() {
+  std::vector<float> flat(static_cast<size_t>(shard_ * pg_.size()), 0.0f);
   int64_t off = 0;
   for (Tensor* p : params_) {
     auto v = host_of(*p);
     std::copy(v.begin(), v.end(), flat.begin() + off);
     off += p->numel();
   }
-  block_ = Tensor::from_data(flat.data() + shard_ * pg_.rank(), DType::Float32, {shard_});
-  optim_ = make_optimizer({&block_});
-  TG_CHECK(optim_->type_name() != "LAMB", "zero1: LAMB needs per-parameter norms; use sgd, adam or adamw");
+  Tensor mine = Tensor::from_data(flat.data() + shard_ * pg_.rank(), DType::Float32, {shard_});
+  if (optim_) block_.assign(mine);  // the optimizer holds a pointer to block_
+  else block_ = mine;
 }
 
 StepOutcome Zero1::step(const Tensors& also_realize, const StepOptions& opt) {

@@ -27,6 +27,9 @@ class Zero1 {
   // (the loss) in one schedule, then reduce-scatter, decision, local update, all-gather.
   StepOutcome step(const Tensors& also_realize, const StepOptions& opt);
 
+  // Takes this rank's block from the parameters again (after they were loaded from a file).
+  void reload_parameters();
+
   nn::Optimizer& shard_optimizer() { return *optim_; }  // set lr here; its state is this rank's block
   int64_t shard_size() const { return shard_; }
   int64_t flat_size() const { return total_; }

@@ -64,7 +64,7 @@ const std::vector<ConfigField>& config_schema() {
       {"train.resume", ValueType::Bool, false, "continue from the latest checkpoint in train.run_dir"},
       {"train.init_weights", ValueType::String, std::string(""), "safetensors file to load model weights from"},
       {"train.overwrite", ValueType::Bool, false, "replace an existing run directory"},
-      {"distributed.strategy", ValueType::String, std::string("none"), "none | ddp (data parallel over the mpirun ranks)"},
+      {"distributed.strategy", ValueType::String, std::string("none"), "none | ddp (data parallel over the mpirun ranks) | zero1 (ddp with sharded optimizer state)"},
       {"distributed.bucket_mb", ValueType::Float, 25.0, "ddp: gradient bucket size in MB (one all-reduce per bucket)"},
       {"distributed.timeout_s", ValueType::Float, 300.0, "ddp: a collective not done in this many seconds ends the run"},
       {"distributed.skip_nonfinite", ValueType::Bool, true, "ddp: skip a step (on every rank) when a gradient is inf/NaN"},
@@ -283,7 +283,7 @@ void Config::validate() const {
   oneof("data.name", dataset_registry().names());
   oneof("optim.name", {"sgd", "adam", "adamw", "lamb"});
   oneof("schedule.name", {"constant", "step", "cosine"});
-  oneof("distributed.strategy", {"none", "ddp"});
+  oneof("distributed.strategy", {"none", "ddp", "zero1"});
   TG_CHECK(get_float("distributed.bucket_mb") > 0, "config: distributed.bucket_mb must be > 0, got ",
            format_float(get_float("distributed.bucket_mb")));
   TG_CHECK(get_float("distributed.timeout_s") > 0, "config: distributed.timeout_s must be > 0, got ",

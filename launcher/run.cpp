@@ -134,7 +134,11 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   Trainer trainer(cfg, dir, group.get());  // loads the data and builds the model: fails before anything is written
   if (!init.empty()) trainer.load_weights(init);
   if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
-  if (!lead) return trainer.fit();
+  if (!lead) {
+    // zero1: every rank writes its optimizer shard whenever rank 0 writes a checkpoint
+    if (cfg.get_string("distributed.strategy") == "zero1") trainer.add_observer(std::make_shared<CheckpointWriter>());
+    return trainer.fit();
+  }
   Config named = cfg;
   named.set("train.run_dir", dir);  // the directory chosen above, even when a second has passed since
   prepare_run_dir(named);

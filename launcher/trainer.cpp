@@ -68,7 +68,7 @@ std::unique_ptr<nn::LRSchedule> make_schedule(const Config& c, int64_t total_ste
 
 Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* group)
     : cfg_(cfg), run_dir_(std::move(run_dir)), group_(group) {
-  TG_CHECK(!group_ || cfg_.get_string("distributed.strategy") == "ddp", "trainer: a process group was given but distributed.strategy='",
+  TG_CHECK(!group_ || cfg_.get_string("distributed.strategy") != "none", "trainer: a process group was given but distributed.strategy='",
            cfg_.get_string("distributed.strategy"), "'");
   TG_CHECK(group_ || cfg_.get_string("distributed.strategy") == "none", "trainer: distributed.strategy='",
            cfg_.get_string("distributed.strategy"), "' needs a process group");
@@ -97,7 +97,8 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
   model_ = make_model(cfg_);
   TG_CHECK(model_, "model '", cfg_.get_string("model.name"), "': the factory returned no model");
-  optim_ = make_optimizer(cfg_, model_->parameters());
+  const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
+  if (!zero1) optim_ = make_optimizer(cfg_, model_->parameters());
   schedule_ = make_schedule(cfg_, total_steps_);
   if (group_) {
     dist::shard_range(cfg_.get_int("data.batch_size"), group_->rank(), group_->size());  // checks divisibility
@@ -106,6 +107,9 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
     dp_ = std::make_unique<dist::DataParallel>(*group_, model_->parameters(),
                                                dist::DataParallelOptions{cfg_.get_float("distributed.bucket_mb")});
     dp_->broadcast_parameters(0);
+    if (zero1)
+      zero_ = std::make_unique<dist::Zero1>(*group_, model_->parameters(),
+                                            [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps)); });
   }
 }
 
@@ -149,20 +153,26 @@ TrainSummary Trainer::fit() {
       auto b = train_loader_->next();
       if (!b) break;
       double lr = schedule_->lr_at(step_);
-      optim_->lr = lr;
+      optimizer().lr = lr;
       Tensor x = b->x, y = b->y;
       if (dp_) {
         x = dist::shard_batch(x, rank(), world_size());
         y = dist::shard_batch(y, rank(), world_size());
       }
       Tensor loss = (*model_)(x).sparse_categorical_crossentropy(y);
-      optim_->zero_grad();
+      for (Tensor* p : model_->parameters()) p->zero_grad();
       loss.backward();
       bool skipped = false;
       if (dp_) {
-        Tensors first = dp_->reduce_gradients();
-        first.push_back(loss);
-        auto out = dist::coordinated_step(*group_, *optim_, first, {.max_norm = clip, .skip_nonfinite = skip_nonfinite});
+        dist::StepOptions so{.max_norm = clip, .skip_nonfinite = skip_nonfinite};
+        dist::StepOutcome out;
+        if (zero_) {
+          out = zero_->step({loss}, so);
+        } else {
+          Tensors first = dp_->reduce_gradients();
+          first.push_back(loss);
+          out = dist::coordinated_step(*group_, *optim_, first, so);
+        }
         skipped = out.skipped;
         if (skipped) {
           skipped_++;
@@ -209,16 +219,24 @@ std::string Trainer::save_checkpoint() {
   fs::create_directories(dir);
   nn::StateDict sd;
   for (auto& [k, v] : model_->state_dict()) sd.emplace("model." + k, v);
-  for (auto& [k, v] : optim_->state_dict()) sd.emplace("optim." + k, v);
+  if (!zero_)
+    for (auto& [k, v] : optim_->state_dict()) sd.emplace("optim." + k, v);
   nn::Metadata meta{{"format", CHECKPOINT_FORMAT},
                     {"step", std::to_string(step_)},
                     {"epoch", std::to_string(epoch())},
                     {"batch_in_epoch", std::to_string(step_ % batches_per_epoch())},
                     {"batch_size", std::to_string(cfg_.get_int("data.batch_size"))},
                     {"model", cfg_.get_string("model.name")},
-                    {"optimizer", optim_->type_name()}};
+                    {"optimizer", optimizer().type_name()}};
   std::string path = (dir / ("step_" + std::to_string(step_) + ".safetensors")).string();
-  nn::safe_save(sd, path, meta);
+  if (zero_) {
+    meta["zero1_ranks"] = std::to_string(world_size());
+    nn::StateDict shard;
+    for (auto& [k, v] : zero_->shard_optimizer().state_dict()) shard.emplace("optim." + k, v);
+    nn::safe_save(shard, shard_path(path, rank()), {{"format", CHECKPOINT_FORMAT}, {"step", std::to_string(step_)}});
+    group_->barrier()->wait();  // every shard is on disk before the main file names the step complete
+  }
+  if (rank() == 0) nn::safe_save(sd, path, meta);
   last_checkpoint_ = path;
   CheckpointEvent ev{step_, epoch(), path};
   emit([&](TrainObserver& o) { o.on_checkpoint(*this, ev); });
@@ -238,7 +256,17 @@ void Trainer::load_checkpoint(const std::string& path) {
     else if (k.rfind("optim.", 0) == 0) optim_sd.emplace(k.substr(6), v);
   }
   model_->load_state_dict(model_sd);
-  optim_->load_state_dict(optim_sd);
+  if (zero_) {
+    TG_CHECK(meta.count("zero1_ranks") && meta.at("zero1_ranks") == std::to_string(world_size()), "checkpoint '", path,
+             "' was not written by a zero1 run of ", world_size(), " ranks (its optimizer state is sharded differently)");
+    optim_sd.clear();
+    for (auto& [k, v] : nn::safe_load(shard_path(path, rank())))
+      if (k.rfind("optim.", 0) == 0) optim_sd.emplace(k.substr(6), v);
+  } else {
+    TG_CHECK(!meta.count("zero1_ranks"), "checkpoint '", path, "' holds sharded (zero1) optimizer state; resume it with distributed.strategy=zero1");
+  }
+  optimizer().load_state_dict(optim_sd);
+  if (zero_) zero_->reload_parameters();
   step_ = std::stoll(meta.at("step"));
   TG_CHECK(step_ >= 0 && step_ <= total_steps_, "checkpoint '", path, "' is at step ", step_,
            ", beyond this run's total of ", total_steps_, " steps (raise train.steps or train.epochs)");
@@ -255,6 +283,12 @@ void Trainer::load_weights(const std::string& path) {
     else if (k.rfind("model.", 0) == 0) sd.emplace(k.substr(6), v);
   }
   model_->load_state_dict(sd);
+  if (zero_) zero_->reload_parameters();
+}
+
+std::string shard_path(const std::string& checkpoint, int rank) {
+  std::string base = checkpoint.substr(0, checkpoint.size() - std::string(".safetensors").size());
+  return base + ".zero1-rank" + std::to_string(rank) + ".safetensors";
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {
@@ -268,7 +302,11 @@ std::string latest_checkpoint(const std::string& run_dir) {
     try {
       nn::safe_header(p);  // validates the header against the file size
       auto meta = nn::safe_metadata(p);
-      if (meta.count("step") && std::stoll(meta.at("step")) == s) return p;
+      if (!meta.count("step") || std::stoll(meta.at("step")) != s) continue;
+      bool shards = true;
+      if (meta.count("zero1_ranks"))
+        for (int r = 0; r < std::stoi(meta.at("zero1_ranks")); r++) shards = shards && fs::exists(shard_path(p, r));
+      if (shards) return p;
     } catch (const std::exception&) {
       // a damaged file: take the previous one
     }

@@ -14,6 +14,7 @@
 #include "distributed/collective_runner.h"
 #include "distributed/data_parallel.h"
 #include "distributed/process_group.h"
+#include "distributed/zero.h"
 #include "launcher/registry.h"
 #include "tinygrad/nn/data.h"
 #include "tinygrad/nn/module.h"
@@ -90,7 +91,9 @@ class Trainer {
   TrainSummary fit();
   double evaluate();  // accuracy on the test split (model in eval mode meanwhile)
 
-  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint.
+  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint. With
+  // zero1 every rank r also writes its optimizer shard to step_<N>.zero1-rank<r>.safetensors
+  // (so every rank calls this), and the main file holds the model and metadata only.
   std::string save_checkpoint();
   // Restores model, optimizer and step from a checkpoint written by save_checkpoint.
   void load_checkpoint(const std::string& path);
@@ -104,7 +107,8 @@ class Trainer {
   const Config& config() const { return cfg_; }
   const std::string& run_dir() const { return run_dir_; }
   nn::Module& model() { return *model_; }
-  nn::Optimizer& optimizer() { return *optim_; }
+  // zero1: the optimizer of this rank's block of the flat parameters (see distributed/zero.h)
+  nn::Optimizer& optimizer() { return zero_ ? zero_->shard_optimizer() : *optim_; }
   const nn::LRSchedule& schedule() const { return *schedule_; }
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   int rank() const { return group_ ? group_->rank() : 0; }
@@ -128,6 +132,7 @@ class Trainer {
   dist::ProcessGroup* group_ = nullptr;
   std::unique_ptr<dist::CollectiveEngine> engine_;
   std::unique_ptr<dist::DataParallel> dp_;
+  std::unique_ptr<dist::Zero1> zero_;
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
   std::optional<double> last_accuracy_;
   int64_t last_eval_step_ = -1;
@@ -135,8 +140,11 @@ class Trainer {
 };
 
 // The newest complete checkpoint in run_dir/checkpoints (a readable step_<N>.safetensors with
-// trainer metadata; leftover .tmp files and damaged files are passed over); empty when none.
+// trainer metadata and, for zero1, every rank's shard file; leftover .tmp files and damaged
+// files are passed over); empty when none.
 std::string latest_checkpoint(const std::string& run_dir);
+// The optimizer shard file of `rank` next to a zero1 checkpoint.
+std::string shard_path(const std::string& checkpoint, int rank);
 
 // Builders from the config, also used on their own.
 std::unique_ptr<nn::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor*> params);
