@@ -355,7 +355,7 @@ Config parse_config(const std::string& yaml_text, const std::string& origin, con
   Config cfg;
   YAML::Node root = parse_yaml(yaml_text, origin);
   if (root && !root.IsNull()) {
-    TG_CHECK(root.IsMap(), origin, ": a config is a map of sections (model, data, optim, schedule, train)");
+    TG_CHECK(root.IsMap(), origin, ": a config is a map of sections (model, data, optim, schedule, train, distributed)");
     for (const auto& sec : root) {
       std::string name = sec.first.Scalar();
       // "lr: 0.01" at the top level: say where it belongs.
