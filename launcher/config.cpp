@@ -64,6 +64,10 @@ const std::vector<ConfigField>& config_schema() {
       {"train.resume", ValueType::Bool, false, "continue from the latest checkpoint in train.run_dir"},
       {"train.init_weights", ValueType::String, std::string(""), "safetensors file to load model weights from"},
       {"train.overwrite", ValueType::Bool, false, "replace an existing run directory"},
+      {"distributed.strategy", ValueType::String, std::string("none"), "none | ddp (data parallel over the mpirun ranks) | zero1 (ddp with sharded optimizer state)"},
+      {"distributed.bucket_mb", ValueType::Float, 25.0, "ddp: gradient bucket size in MB (one all-reduce per bucket)"},
+      {"distributed.timeout_s", ValueType::Float, 300.0, "ddp: a collective not done in this many seconds ends the run"},
+      {"distributed.skip_nonfinite", ValueType::Bool, true, "ddp: skip a step (on every rank) when a gradient is inf/NaN"},
   };
   return schema;
 }
@@ -279,6 +283,11 @@ void Config::validate() const {
   oneof("data.name", dataset_registry().names());
   oneof("optim.name", {"sgd", "adam", "adamw", "lamb"});
   oneof("schedule.name", {"constant", "step", "cosine"});
+  oneof("distributed.strategy", {"none", "ddp", "zero1"});
+  TG_CHECK(get_float("distributed.bucket_mb") > 0, "config: distributed.bucket_mb must be > 0, got ",
+           format_float(get_float("distributed.bucket_mb")));
+  TG_CHECK(get_float("distributed.timeout_s") > 0, "config: distributed.timeout_s must be > 0, got ",
+           format_float(get_float("distributed.timeout_s")));
   for (int64_t h : get_ints("model.hidden")) TG_CHECK(h > 0, "config: model.hidden widths must be > 0, got ", h);
   positive("data.batch_size");
   positive("data.eval_batch_size");
@@ -346,7 +355,7 @@ Config parse_config(const std::string& yaml_text, const std::string& origin, con
   Config cfg;
   YAML::Node root = parse_yaml(yaml_text, origin);
   if (root && !root.IsNull()) {
-    TG_CHECK(root.IsMap(), origin, ": a config is a map of sections (model, data, optim, schedule, train)");
+    TG_CHECK(root.IsMap(), origin, ": a config is a map of sections (model, data, optim, schedule, train, distributed)");
     for (const auto& sec : root) {
       std::string name = sec.first.Scalar();
       // "lr: 0.01" at the top level: say where it belongs.

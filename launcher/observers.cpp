@@ -68,6 +68,13 @@ void ProgressPrinter::on_step_end(Trainer& t, const StepEvent& e) {
   std::fflush(out_);
 }
 
+void ProgressPrinter::on_step_skipped(Trainer&, const SkipEvent& e) {
+  end_bar();
+  std::fprintf(out_, "step %lld: skipped on every rank (non-finite gradient, norm %g)\n", static_cast<long long>(e.step),
+               e.grad_norm);
+  std::fflush(out_);
+}
+
 void ProgressPrinter::on_eval(Trainer&, const EvalEvent& e) {
   end_bar();
   std::fprintf(out_, "step %lld: test accuracy %.2f%% (%.1f s)\n", static_cast<long long>(e.step), 100 * e.accuracy,
@@ -126,6 +133,10 @@ void MetricsWriter::on_step_end(Trainer&, const StepEvent& e) {
             .dump());
 }
 
+void MetricsWriter::on_step_skipped(Trainer&, const SkipEvent& e) {
+  write(nlohmann::json{{"type", "skip"}, {"step", e.step}, {"grad_norm", e.grad_norm}}.dump());
+}
+
 void MetricsWriter::on_eval(Trainer&, const EvalEvent& e) {
   write(nlohmann::json{{"type", "eval"},
                        {"step", e.step},
@@ -160,6 +171,11 @@ void TrainLog::on_train_begin(Trainer& t) {
 }
 
 void TrainLog::on_step_end(Trainer&, const StepEvent& e) { line(step_line(e)); }
+
+void TrainLog::on_step_skipped(Trainer&, const SkipEvent& e) {
+  line("step " + std::to_string(e.step) + ": update skipped on every rank (non-finite gradient, global norm " +
+       fmt("%g", e.grad_norm) + ")");
+}
 
 void TrainLog::on_eval(Trainer&, const EvalEvent& e) {
   line("step " + std::to_string(e.step) + ": test accuracy " + fmt("%.4f", e.accuracy));

@@ -16,6 +16,7 @@ class ProgressPrinter : public TrainObserver {
   explicit ProgressPrinter(std::FILE* out = stdout, bool tty = false);
   void on_train_begin(Trainer& t) override;
   void on_step_end(Trainer& t, const StepEvent& e) override;
+  void on_step_skipped(Trainer& t, const SkipEvent& e) override;
   void on_eval(Trainer& t, const EvalEvent& e) override;
   void on_checkpoint(Trainer& t, const CheckpointEvent& e) override;
   void on_train_end(Trainer& t, const TrainSummary& s) override;
@@ -28,7 +29,8 @@ class ProgressPrinter : public TrainObserver {
 };
 
 // One JSON object per line: {"type":"train","step","epoch","loss","lr","examples_per_s"} or
-// {"type":"eval","step","epoch","eval_accuracy","eval_seconds"} or {"type":"checkpoint",...}.
+// {"type":"eval","step","epoch","eval_accuracy","eval_seconds"} or {"type":"checkpoint",...} or
+// {"type":"skip","step","grad_norm"} (ddp: a step every rank skipped on a non-finite gradient).
 // A resumed run first drops the records after its checkpoint's step, so the file reads like
 // one uninterrupted run.
 class MetricsWriter : public TrainObserver {
@@ -36,6 +38,7 @@ class MetricsWriter : public TrainObserver {
   explicit MetricsWriter(std::string path);
   void on_train_begin(Trainer& t) override;
   void on_step_end(Trainer& t, const StepEvent& e) override;
+  void on_step_skipped(Trainer& t, const SkipEvent& e) override;
   void on_eval(Trainer& t, const EvalEvent& e) override;
   void on_checkpoint(Trainer& t, const CheckpointEvent& e) override;
 
@@ -51,6 +54,7 @@ class TrainLog : public TrainObserver {
   explicit TrainLog(std::string path);
   void on_train_begin(Trainer& t) override;
   void on_step_end(Trainer& t, const StepEvent& e) override;
+  void on_step_skipped(Trainer& t, const SkipEvent& e) override;
   void on_eval(Trainer& t, const EvalEvent& e) override;
   void on_checkpoint(Trainer& t, const CheckpointEvent& e) override;
   void on_train_end(Trainer& t, const TrainSummary& s) override;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "distributed/process_group.h"
 #include "launcher/observers.h"
 #include "launcher/registry.h"
 #include "tinygrad/device.h"
@@ -79,6 +80,16 @@ std::vector<std::string> overrides_from(int argc, char** argv, int first) {
   return out;
 }
 
+// Rank 0's string on every rank.
+std::string broadcast_string(dist::ProcessGroup& g, const std::string& s) {
+  int64_t n = static_cast<int64_t>(s.size());
+  g.broadcast(&n, 1, DType::Int64, 0)->wait();
+  std::vector<int32_t> chars(s.begin(), s.end());
+  chars.resize(static_cast<size_t>(n));
+  g.broadcast(chars.data(), chars.size(), DType::Int32, 0)->wait();
+  return std::string(chars.begin(), chars.end());
+}
+
 }  // namespace
 
 std::string choose_run_dir(const Config& cfg) {
@@ -112,15 +123,28 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   // Everything that can fail on the user's input fails before the run directory is touched.
   const std::string& init = cfg.get_string("train.init_weights");
   TG_CHECK(init.empty() || fs::is_regular_file(init), "train.init_weights: no file '", init, "'");
-  std::string dir = choose_run_dir(cfg), resume_from;
+  // distributed.strategy=ddp: every mpirun rank trains; rank 0 alone picks the run directory,
+  // writes into it and prints.
+  std::unique_ptr<dist::ProcessGroup> group;
+  if (cfg.get_string("distributed.strategy") != "none") group = dist::world_group();
+  const bool lead = !group || group->rank() == 0;
+  std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
+  if (group) dir = broadcast_string(*group, dir);
   if (cfg.get_bool("train.resume")) {
     resume_from = latest_checkpoint(dir);
     TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'");
   }
-  Trainer trainer(cfg, dir);  // loads the data and builds the model: fails before anything is written
+  Trainer trainer(cfg, dir, group.get());  // loads the data and builds the model: fails before anything is written
   if (!init.empty()) trainer.load_weights(init);
   if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
-  prepare_run_dir(cfg);
+  if (!lead) {
+    // zero1: every rank writes its optimizer shard whenever rank 0 writes a checkpoint
+    if (cfg.get_string("distributed.strategy") == "zero1") trainer.add_observer(std::make_shared<CheckpointWriter>());
+    return trainer.fit();
+  }
+  Config named = cfg;
+  named.set("train.run_dir", dir);  // the directory chosen above, even when a second has passed since
+  prepare_run_dir(named);
   {
     std::ofstream out(fs::path(dir) / "config.yaml", std::ios::trunc);
     out << "# resolved config of " << cfg.name << " (" << timestamp() << ")\n" << cfg.to_yaml();
@@ -223,7 +247,7 @@ int tg_main(int argc, char** argv) {
         if (opt.tty) std::fputs("\n", stdout);  // end a progress bar line before the error
         throw;
       }
-      std::cout << "run directory: " << s.run_dir << "\n";
+      if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
       return 0;
     }
     throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, help)");

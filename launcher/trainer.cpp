@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "distributed/coordinated_step.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/nn/state.h"
@@ -65,7 +66,12 @@ std::unique_ptr<nn::LRSchedule> make_schedule(const Config& c, int64_t total_ste
   return s;
 }
 
-Trainer::Trainer(const Config& cfg, std::string run_dir) : cfg_(cfg), run_dir_(std::move(run_dir)) {
+Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* group)
+    : cfg_(cfg), run_dir_(std::move(run_dir)), group_(group) {
+  TG_CHECK(!group_ || cfg_.get_string("distributed.strategy") != "none", "trainer: a process group was given but distributed.strategy='",
+           cfg_.get_string("distributed.strategy"), "'");
+  TG_CHECK(group_ || cfg_.get_string("distributed.strategy") == "none", "trainer: distributed.strategy='",
+           cfg_.get_string("distributed.strategy"), "' needs a process group");
   const std::string& device = cfg_.get_string("train.device");
   if (!device.empty()) {
     // The engine's tensors go to the default device; a different one is chosen with DEVICE.
@@ -91,8 +97,20 @@ Trainer::Trainer(const Config& cfg, std::string run_dir) : cfg_(cfg), run_dir_(s
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
   model_ = make_model(cfg_);
   TG_CHECK(model_, "model '", cfg_.get_string("model.name"), "': the factory returned no model");
-  optim_ = make_optimizer(cfg_, model_->parameters());
+  const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
+  if (!zero1) optim_ = make_optimizer(cfg_, model_->parameters());
   schedule_ = make_schedule(cfg_, total_steps_);
+  if (group_) {
+    dist::shard_range(cfg_.get_int("data.batch_size"), group_->rank(), group_->size());  // checks divisibility
+    group_->set_timeout(dist::Seconds(cfg_.get_float("distributed.timeout_s")));
+    engine_ = std::make_unique<dist::CollectiveEngine>(*group_);
+    dp_ = std::make_unique<dist::DataParallel>(*group_, model_->parameters(),
+                                               dist::DataParallelOptions{cfg_.get_float("distributed.bucket_mb")});
+    dp_->broadcast_parameters(0);
+    if (zero1)
+      zero_ = std::make_unique<dist::Zero1>(*group_, model_->parameters(),
+                                            [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps)); });
+  }
 }
 
 double Trainer::evaluate() {
@@ -114,6 +132,7 @@ TrainSummary Trainer::fit() {
   const int64_t bpe = batches_per_epoch();
   const int64_t log_every = cfg_.get_int("train.log_every"), eval_every = cfg_.get_int("train.eval_every");
   const double clip = cfg_.get_float("optim.clip_grad_norm");
+  const bool skip_nonfinite = cfg_.get_bool("distributed.skip_nonfinite");
   emit([&](TrainObserver& o) { o.on_train_begin(*this); });
 
   auto run_eval = [&]() {
@@ -134,18 +153,43 @@ TrainSummary Trainer::fit() {
       auto b = train_loader_->next();
       if (!b) break;
       double lr = schedule_->lr_at(step_);
-      optim_->lr = lr;
-      Tensor loss = (*model_)(b->x).sparse_categorical_crossentropy(b->y);
-      optim_->zero_grad();
+      optimizer().lr = lr;
+      Tensor x = b->x, y = b->y;
+      if (dp_) {
+        x = dist::shard_batch(x, rank(), world_size());
+        y = dist::shard_batch(y, rank(), world_size());
+      }
+      Tensor loss = (*model_)(x).sparse_categorical_crossentropy(y);
+      for (Tensor* p : model_->parameters()) p->zero_grad();
       loss.backward();
-      if (clip > 0) nn::clip_grad_norm(optim_->params(), clip);
-      optim_->step();
+      bool skipped = false;
+      if (dp_) {
+        dist::StepOptions so{.max_norm = clip, .skip_nonfinite = skip_nonfinite};
+        dist::StepOutcome out;
+        if (zero_) {
+          out = zero_->step({loss}, so);
+        } else {
+          Tensors first = dp_->reduce_gradients();
+          first.push_back(loss);
+          out = dist::coordinated_step(*group_, *optim_, first, so);
+        }
+        skipped = out.skipped;
+        if (skipped) {
+          skipped_++;
+          SkipEvent ev{step_ + 1, out.grad_norm};
+          emit([&](TrainObserver& o) { o.on_step_skipped(*this, ev); });
+        }
+      } else {
+        if (clip > 0) nn::clip_grad_norm(optim_->params(), clip);
+        optim_->step();
+      }
       step_++;
       window_examples += b->y.shape(0);
       bool last = step_ == total_steps_;
       if (step_ % log_every == 0 || last) {
         double loss_v = loss.item<float>();
-        TG_CHECK(std::isfinite(loss_v), "train: the loss is ", loss_v, " at step ", step_,
+        if (group_) group_->all_reduce(&loss_v, 1, DType::Float64, dist::ReduceOp::Avg)->wait();  // the global batch's loss
+        TG_CHECK(std::isfinite(loss_v) || (skipped && skip_nonfinite), "train: the loss is ", loss_v, " at step ", step_,
                  " (try a smaller optim.lr or optim.clip_grad_norm)");
         double dt = seconds_since(t_window);
         StepEvent ev{step_, total_steps_, epoch, b->index, bpe, loss_v, lr,
@@ -156,15 +200,15 @@ TrainSummary Trainer::fit() {
       }
       bool epoch_end = b->index == bpe - 1;
       if ((eval_every > 0 && step_ % eval_every == 0) || (eval_every == 0 && epoch_end) || last) {
-        if (last_eval_step_ != step_) run_eval();
+        if (last_eval_step_ != step_ && rank() == 0) run_eval();  // rank 0 evaluates for everyone
         t_window = std::chrono::steady_clock::now();  // evaluation time is not training throughput
         window_examples = 0;
       }
       emit([&](TrainObserver& o) { o.on_step(*this, step_); });  // after the step's records (checkpoints)
     }
   }
-  if (last_eval_step_ != step_ && step_ > 0) run_eval();
-  TrainSummary sum{step_, last_accuracy_, seconds_since(t_fit), run_dir_, last_checkpoint_};
+  if (last_eval_step_ != step_ && step_ > 0 && rank() == 0) run_eval();
+  TrainSummary sum{step_, skipped_, last_accuracy_, seconds_since(t_fit), run_dir_, last_checkpoint_};
   emit([&](TrainObserver& o) { o.on_train_end(*this, sum); });
   sum.last_checkpoint = last_checkpoint_;  // an observer may have written the final checkpoint
   return sum;
@@ -175,16 +219,24 @@ std::string Trainer::save_checkpoint() {
   fs::create_directories(dir);
   nn::StateDict sd;
   for (auto& [k, v] : model_->state_dict()) sd.emplace("model." + k, v);
-  for (auto& [k, v] : optim_->state_dict()) sd.emplace("optim." + k, v);
+  if (!zero_)
+    for (auto& [k, v] : optim_->state_dict()) sd.emplace("optim." + k, v);
   nn::Metadata meta{{"format", CHECKPOINT_FORMAT},
                     {"step", std::to_string(step_)},
                     {"epoch", std::to_string(epoch())},
                     {"batch_in_epoch", std::to_string(step_ % batches_per_epoch())},
                     {"batch_size", std::to_string(cfg_.get_int("data.batch_size"))},
                     {"model", cfg_.get_string("model.name")},
-                    {"optimizer", optim_->type_name()}};
+                    {"optimizer", optimizer().type_name()}};
   std::string path = (dir / ("step_" + std::to_string(step_) + ".safetensors")).string();
-  nn::safe_save(sd, path, meta);
+  if (zero_) {
+    meta["zero1_ranks"] = std::to_string(world_size());
+    nn::StateDict shard;
+    for (auto& [k, v] : zero_->shard_optimizer().state_dict()) shard.emplace("optim." + k, v);
+    nn::safe_save(shard, shard_path(path, rank()), {{"format", CHECKPOINT_FORMAT}, {"step", std::to_string(step_)}});
+    group_->barrier()->wait();  // every shard is on disk before the main file names the step complete
+  }
+  if (rank() == 0) nn::safe_save(sd, path, meta);
   last_checkpoint_ = path;
   CheckpointEvent ev{step_, epoch(), path};
   emit([&](TrainObserver& o) { o.on_checkpoint(*this, ev); });
@@ -204,7 +256,17 @@ void Trainer::load_checkpoint(const std::string& path) {
     else if (k.rfind("optim.", 0) == 0) optim_sd.emplace(k.substr(6), v);
   }
   model_->load_state_dict(model_sd);
-  optim_->load_state_dict(optim_sd);
+  if (zero_) {
+    TG_CHECK(meta.count("zero1_ranks") && meta.at("zero1_ranks") == std::to_string(world_size()), "checkpoint '", path,
+             "' was not written by a zero1 run of ", world_size(), " ranks (its optimizer state is sharded differently)");
+    optim_sd.clear();
+    for (auto& [k, v] : nn::safe_load(shard_path(path, rank())))
+      if (k.rfind("optim.", 0) == 0) optim_sd.emplace(k.substr(6), v);
+  } else {
+    TG_CHECK(!meta.count("zero1_ranks"), "checkpoint '", path, "' holds sharded (zero1) optimizer state; resume it with distributed.strategy=zero1");
+  }
+  optimizer().load_state_dict(optim_sd);
+  if (zero_) zero_->reload_parameters();
   step_ = std::stoll(meta.at("step"));
   TG_CHECK(step_ >= 0 && step_ <= total_steps_, "checkpoint '", path, "' is at step ", step_,
            ", beyond this run's total of ", total_steps_, " steps (raise train.steps or train.epochs)");
@@ -221,6 +283,12 @@ void Trainer::load_weights(const std::string& path) {
     else if (k.rfind("model.", 0) == 0) sd.emplace(k.substr(6), v);
   }
   model_->load_state_dict(sd);
+  if (zero_) zero_->reload_parameters();
+}
+
+std::string shard_path(const std::string& checkpoint, int rank) {
+  std::string base = checkpoint.substr(0, checkpoint.size() - std::string(".safetensors").size());
+  return base + ".zero1-rank" + std::to_string(rank) + ".safetensors";
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {
@@ -234,7 +302,11 @@ std::string latest_checkpoint(const std::string& run_dir) {
     try {
       nn::safe_header(p);  // validates the header against the file size
       auto meta = nn::safe_metadata(p);
-      if (meta.count("step") && std::stoll(meta.at("step")) == s) return p;
+      if (!meta.count("step") || std::stoll(meta.at("step")) != s) continue;
+      bool shards = true;
+      if (meta.count("zero1_ranks"))
+        for (int r = 0; r < std::stoi(meta.at("zero1_ranks")); r++) shards = shards && fs::exists(shard_path(p, r));
+      if (shards) return p;
     } catch (const std::exception&) {
       // a damaged file: take the previous one
     }

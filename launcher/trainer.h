@@ -11,6 +11,10 @@
 #include <vector>
 
 #include "launcher/config.h"
+#include "distributed/collective_runner.h"
+#include "distributed/data_parallel.h"
+#include "distributed/process_group.h"
+#include "distributed/zero.h"
 #include "launcher/registry.h"
 #include "tinygrad/nn/data.h"
 #include "tinygrad/nn/module.h"
@@ -41,8 +45,14 @@ struct CheckpointEvent {
   std::string path;
 };
 
+struct SkipEvent {
+  int64_t step = 0;        // the step whose update was skipped (1-based)
+  double grad_norm = 0;    // the non-finite global gradient norm
+};
+
 struct TrainSummary {
   int64_t steps = 0;              // the step count at the end
+  int64_t skipped_steps = 0;      // steps whose update every rank skipped (non-finite gradients)
   std::optional<double> accuracy; // the last evaluation
   double seconds = 0;             // wall time of fit()
   std::string run_dir, last_checkpoint;
@@ -58,6 +68,8 @@ class TrainObserver {
   virtual void on_step(Trainer&, int64_t /*step*/) {}
   // Every train.log_every steps and at the last step (the loss is read from the device then).
   virtual void on_step_end(Trainer&, const StepEvent&) {}
+  // distributed.strategy=ddp: a non-finite gradient on some rank made every rank skip this update.
+  virtual void on_step_skipped(Trainer&, const SkipEvent&) {}
   virtual void on_eval(Trainer&, const EvalEvent&) {}
   virtual void on_checkpoint(Trainer&, const CheckpointEvent&) {}
   virtual void on_train_end(Trainer&, const TrainSummary&) {}
@@ -66,8 +78,10 @@ class TrainObserver {
 class Trainer {
  public:
   // Builds everything from the config (the model with Tensor::manual_seed(train.seed)). The run
-  // directory must exist; checkpoints go to run_dir/checkpoints.
-  Trainer(const Config& cfg, std::string run_dir);
+  // directory must exist; checkpoints go to run_dir/checkpoints. With distributed.strategy=ddp,
+  // `group` holds the ranks: each trains on its shard of every global batch (data.batch_size
+  // examples), starting from rank 0's parameters.
+  Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* group = nullptr);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -77,7 +91,9 @@ class Trainer {
   TrainSummary fit();
   double evaluate();  // accuracy on the test split (model in eval mode meanwhile)
 
-  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint.
+  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint. With
+  // zero1 every rank r also writes its optimizer shard to step_<N>.zero1-rank<r>.safetensors
+  // (so every rank calls this), and the main file holds the model and metadata only.
   std::string save_checkpoint();
   // Restores model, optimizer and step from a checkpoint written by save_checkpoint.
   void load_checkpoint(const std::string& path);
@@ -91,9 +107,13 @@ class Trainer {
   const Config& config() const { return cfg_; }
   const std::string& run_dir() const { return run_dir_; }
   nn::Module& model() { return *model_; }
-  nn::Optimizer& optimizer() { return *optim_; }
+  // zero1: the optimizer of this rank's block of the flat parameters (see distributed/zero.h)
+  nn::Optimizer& optimizer() { return zero_ ? zero_->shard_optimizer() : *optim_; }
   const nn::LRSchedule& schedule() const { return *schedule_; }
   const std::string& last_checkpoint() const { return last_checkpoint_; }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  int world_size() const { return group_ ? group_->size() : 1; }
+  dist::DataParallel* data_parallel() { return dp_.get(); }
 
  private:
   template <class F>
@@ -109,15 +129,22 @@ class Trainer {
   std::unique_ptr<nn::Optimizer> optim_;
   std::unique_ptr<nn::LRSchedule> schedule_;
   std::vector<std::shared_ptr<TrainObserver>> observers_;
-  int64_t step_ = 0, total_steps_ = 0;
+  dist::ProcessGroup* group_ = nullptr;
+  std::unique_ptr<dist::CollectiveEngine> engine_;
+  std::unique_ptr<dist::DataParallel> dp_;
+  std::unique_ptr<dist::Zero1> zero_;
+  int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
   std::optional<double> last_accuracy_;
   int64_t last_eval_step_ = -1;
   std::string last_checkpoint_;
 };
 
 // The newest complete checkpoint in run_dir/checkpoints (a readable step_<N>.safetensors with
-// trainer metadata; leftover .tmp files and damaged files are passed over); empty when none.
+// trainer metadata and, for zero1, every rank's shard file; leftover .tmp files and damaged
+// files are passed over); empty when none.
 std::string latest_checkpoint(const std::string& run_dir);
+// The optimizer shard file of `rank` next to a zero1 checkpoint.
+std::string shard_path(const std::string& checkpoint, int rank);
 
 // Builders from the config, also used on their own.
 std::unique_ptr<nn::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor*> params);

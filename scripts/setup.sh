@@ -13,7 +13,7 @@ REQUIRED=(build-essential cmake ninja-build pkg-config git python3
           libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev)
 # Features that switch off (or tests that skip) when absent. libgmock-dev: GoogleMock, next to GoogleTest.
 OPTIONAL=(libgmock-dev
-          libopenmpi-dev openmpi-bin
+          libopenmpi-dev openmpi-bin iproute2
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
           libboost-dev
           dataset-fashion-mnist)

@@ -114,6 +114,35 @@ void run_copy(const ScheduleItem& item) {
     std::fprintf(stderr, "*** copy %s -> %s, %zu bytes\n", src->device().c_str(), dst->device().c_str(), host.size());
 }
 
+// Collectives still running (see CollectiveRunner): an item waits for those whose buffers it uses.
+struct PendingCollectives {
+  std::vector<std::pair<std::vector<const Buffer*>, CollectiveWait>> running;
+  void add(const ScheduleItem& item, CollectiveWait w) {
+    if (!w) return;
+    std::vector<const Buffer*> bufs;
+    for (auto& b : item.buffers) bufs.push_back(b.get());
+    running.emplace_back(std::move(bufs), std::move(w));
+  }
+  void wait_for(const ScheduleItem& item) {
+    for (size_t i = 0; i < running.size();) {
+      bool uses = false;
+      for (auto& b : item.buffers)
+        for (auto* c : running[i].first) uses = uses || b.get() == c;
+      if (!uses) { i++; continue; }
+      auto w = std::move(running[i].second);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+      w();
+    }
+  }
+  void wait_all() {
+    while (!running.empty()) {
+      auto w = std::move(running.front().second);
+      running.erase(running.begin());
+      w();
+    }
+  }
+};
+
 }  // namespace
 
 UOpPtr device_kernel_graph(const ScheduleItem& item, const std::vector<Opt>& opts) {
@@ -130,17 +159,20 @@ void run_schedule(const std::vector<ScheduleItem>& schedule) {
     if (item.kind == ScheduleItem::Kind::Kernel) counters.kernels_scheduled++;
   if (knobs::DEBUG >= 1 && !schedule.empty())
     std::fprintf(stderr, "scheduled %zu items\n", schedule.size());
+  PendingCollectives pending;
   for (auto& item : schedule) {
+    pending.wait_for(item);
     switch (item.kind) {
       case ScheduleItem::Kind::Kernel: run_kernel(item); break;
       case ScheduleItem::Kind::Copy: run_copy(item); break;
       case ScheduleItem::Kind::Collective:
         TG_CHECK(collective_runner(), "a collective op was scheduled but no distributed backend is initialised");
-        collective_runner()(item);
+        pending.add(item, collective_runner()(item));
         counters.collectives++;
         break;
     }
   }
+  pending.wait_all();
 }
 
 std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device) {

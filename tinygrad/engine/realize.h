@@ -21,8 +21,12 @@ struct GlobalCounters {
   static void reset();
 };
 
-// Collectives are run by the distributed layer: it registers a runner here.
-using CollectiveRunner = std::function<void(const ScheduleItem& item)>;
+// Collectives are run by the distributed layer: it registers a runner here. The runner may start
+// the collective and return a function that waits for it (or nothing when it is done already);
+// run_schedule calls that before the first later item that touches the collective's buffers,
+// and before it returns, so kernels between the two overlap the communication.
+using CollectiveWait = std::function<void()>;
+using CollectiveRunner = std::function<CollectiveWait(const ScheduleItem& item)>;
 void set_collective_runner(CollectiveRunner runner);
 
 void run_schedule(const std::vector<ScheduleItem>& schedule);

@@ -1,0 +1,54 @@
+// Data parallelism: every rank holds the whole model and a disjoint shard of each global batch.
+// DataParallel broadcasts the initial parameters from rank 0 and, after backward, groups the
+// gradients into buckets (in reverse parameter order, the order backward produces them) of about
+// bucket_mb megabytes and replaces each gradient by a view of its bucket's ALLREDUCE, scaled by
+// 1/world, so the averaging fuses into the optimizer's update kernels. The buckets' all-reduces
+// are scheduled as graph nodes (collective_runner.h).
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "tinygrad/tensor.h"
+
+namespace tg::dist {
+
+// Rows [begin, end) of a global batch of `global` examples that `rank` takes (global % world == 0).
+std::pair<int64_t, int64_t> shard_range(int64_t global, int rank, int world);
+// This rank's shard of x along axis 0.
+Tensor shard_batch(const Tensor& x, int rank, int world);
+
+struct DataParallelOptions {
+  double bucket_mb = 25.0;  // bucket size in MB (1e6 bytes); a parameter larger than it is a bucket alone
+};
+
+struct GradBucket {
+  std::vector<size_t> params;  // indices into the parameter list
+  int64_t numel = 0;
+  DType dtype = DType::Float32;
+};
+
+class DataParallel {
+ public:
+  DataParallel(ProcessGroup& pg, std::vector<Tensor*> params, DataParallelOptions opt = {});
+
+  // Gives every rank rank `root`'s parameter values.
+  void broadcast_parameters(int root = 0);
+  // After backward: the buckets' lazy ALLREDUCE outputs, in bucket order (pass them to the
+  // optimizer step's also_realize first, so the schedule starts each as early as it can); every
+  // parameter's gradient becomes its averaged slice. A parameter without a gradient contributes
+  // zeros and gets none.
+  Tensors reduce_gradients();
+
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  ProcessGroup& group() { return pg_; }
+  const std::vector<Tensor*>& params() const { return params_; }
+
+ private:
+  ProcessGroup& pg_;
+  std::vector<Tensor*> params_;
+  std::vector<GradBucket> buckets_;
+};
+
+}  // namespace tg::dist

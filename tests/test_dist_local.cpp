@@ -1,0 +1,99 @@
+// The local (threads) process group: every collective's result on 1-4 ranks, mismatched
+// collectives, a stuck rank (timeout naming it) and a dead rank (named at once).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "distributed/local_backend.h"
+#include "test_util.h"
+
+using namespace tg;
+using namespace tg::dist;
+
+class LocalCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(LocalCollectives, AllCollectives) {
+  const int n = GetParam();
+  run_local(n, [n](ProcessGroup& pg) {
+    const int r = pg.rank();
+    EXPECT_EQ(pg.size(), n);
+    std::vector<float> v{float(r), float(2 * r + 1), -float(r)};
+    pg.all_reduce(v.data(), 3, DType::Float32, ReduceOp::Sum)->wait();
+    float s = n * (n - 1) / 2.0f;
+    EXPECT_EQ(v, (std::vector<float>{s, 2 * s + n, -s}));
+    std::vector<double> a{double(r), 1.0};
+    pg.all_reduce(a.data(), 2, DType::Float64, ReduceOp::Avg)->wait();
+    EXPECT_DOUBLE_EQ(a[0], (n - 1) / 2.0);
+    EXPECT_DOUBLE_EQ(a[1], 1.0);
+    std::vector<int64_t> m{int64_t(r), -int64_t(r)};
+    pg.all_reduce(m.data(), 2, DType::Int64, ReduceOp::Max)->wait();
+    EXPECT_EQ(m, (std::vector<int64_t>{n - 1, 0}));
+    // reduce_scatter: rank r gets block r of the sum; block b of rank k's input is k + b
+    std::vector<float> in(2 * n), out(2);
+    for (int b = 0; b < n; b++) in[2 * b] = in[2 * b + 1] = float(r + b);
+    pg.reduce_scatter(in.data(), out.data(), 2, DType::Float32, ReduceOp::Sum)->wait();
+    EXPECT_EQ(out[0], s + n * r);
+    std::vector<int32_t> mine{r, 10 * r}, all(2 * n);
+    pg.all_gather(mine.data(), all.data(), 2, DType::Int32)->wait();
+    for (int k = 0; k < n; k++) EXPECT_EQ(all[2 * k + 1], 10 * k);
+    std::vector<float> bc{float(r + 5)};
+    pg.broadcast(bc.data(), 1, DType::Float32, n - 1)->wait();
+    EXPECT_EQ(bc[0], float(n - 1 + 5));
+    pg.barrier()->wait();
+    EXPECT_EQ(pg.collectives_started(), 7u);
+  });
+}
+INSTANTIATE_TEST_SUITE_P(Ranks, LocalCollectives, ::testing::Values(1, 2, 3, 4));
+
+TEST(LocalBackend, MismatchedCollectiveIsAnError) {
+  std::string msg = testing_util::error_of([] {
+    run_local(2, [](ProcessGroup& pg) {
+      std::vector<float> v(pg.rank() + 1);
+      pg.all_reduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum)->wait();
+    });
+  });
+  EXPECT_HAS(msg, "collective #0 differs between ranks");
+}
+
+TEST(LocalBackend, StuckRankTimesOutNamingIt) {
+  std::string msg = testing_util::error_of([] {
+    run_local(
+        3,
+        [](ProcessGroup& pg) {
+          if (pg.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+          else pg.barrier()->wait();
+        },
+        Seconds(0.2));
+  });
+  // the first rank to time out names rank 2; the other may report that rank's error instead
+  EXPECT_HAS(msg, "barrier #0 on rank ");
+  EXPECT_HAS(msg, "timed out after 0.2 s waiting for rank(s) 2)");
+}
+
+TEST(LocalBackend, DeadRankIsNamedAtOnce) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::string msg = testing_util::error_of([] {
+    run_local(
+        2,
+        [](ProcessGroup& pg) {
+          if (pg.rank() == 1) throw Error("out of memory in step 3");
+          std::vector<float> v(4);
+          pg.all_reduce(v.data(), 4, DType::Float32, ReduceOp::Sum)->wait();
+        },
+        Seconds(30));
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_HAS(msg, "all_reduce #0 on rank 0 of 2: rank 1 died (out of memory in step 3)");
+}
+
+TEST(LocalBackend, UnsupportedDtypeIsAnError) {
+  std::string msg = testing_util::error_of([] {
+    run_local(1, [](ProcessGroup& pg) {
+      uint8_t b = 0;
+      pg.all_reduce(&b, 1, DType::UInt8, ReduceOp::Sum);
+    });
+  });
+  EXPECT_HAS(msg, "dtype uint8 is not supported");
+}

@@ -1,0 +1,205 @@
+// The mpi backend and data parallelism, run under mpirun (2 and 4 ranks). Every rank runs every
+// test; results are checked on every rank. Equivalence: N steps with the global batch sharded
+// over the ranks end with the parameters of one process training on the whole batch.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <thread>
+
+#include "distributed/collective_runner.h"
+#include "distributed/coordinated_step.h"
+#include "distributed/data_parallel.h"
+#include "distributed/mpi_backend.h"
+#include "distributed/zero.h"
+#include "test_util.h"
+#include "tinygrad/engine/realize.h"
+#include "tinygrad/nn/layers.h"
+
+using namespace tg;
+using namespace tg::dist;
+
+namespace {
+
+ProcessGroup& world() {
+  static std::unique_ptr<ProcessGroup> g = mpi_world_group();
+  return *g;
+}
+
+std::unique_ptr<nn::Sequential> make_mlp() {
+  auto net = std::make_unique<nn::Sequential>();
+  net->emplace<nn::Linear>(12, 32);
+  net->emplace<nn::ReLU>();
+  net->emplace<nn::Linear>(32, 16);
+  net->emplace<nn::Tanh>();
+  net->emplace<nn::Linear>(16, 5);
+  return net;
+}
+
+// Step s's global batch: the same on every rank (seeded by s).
+std::pair<Tensor, Tensor> global_batch(int s, int64_t b) {
+  Tensor::manual_seed(1000 + s);
+  Tensor x = Tensor::randn({b, 12});
+  Tensor y = Tensor::randint({b}, 0, 5);
+  x.realize();
+  y.realize();
+  return {x, y};
+}
+
+// Largest relative difference between two parameter lists.
+double max_rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); i++)
+    for (size_t j = 0; j < a[i].size(); j++)
+      worst = std::max(worst, std::abs(double(a[i][j]) - b[i][j]) / std::max(1e-3, std::abs(double(b[i][j]))));
+  return worst;
+}
+
+struct Trained {
+  std::vector<std::vector<float>> params;
+  std::vector<uint64_t> collectives_per_step;
+  size_t buckets = 0;
+};
+
+enum class Mode { One, Ddp, Zero1 };
+
+std::unique_ptr<nn::Optimizer> make_opt(std::vector<Tensor*> ps, bool adam) {
+  if (adam) return std::make_unique<nn::Adam>(std::move(ps), 1e-2);
+  return std::make_unique<nn::SGD>(std::move(ps), 0.1, 0.9);
+}
+
+// Trains `steps` steps on a global batch of `global` examples: in one process (rank 0's initial
+// parameters), or sharded over the ranks (every rank starts different; the broadcast fixes that).
+Trained train(Mode mode, int steps, int64_t global, double bucket_mb, bool adam, double max_norm = 0) {
+  Tensor::manual_seed(7 + (mode != Mode::One ? world().rank() : 0));
+  auto net = make_mlp();
+  Trained out;
+  std::unique_ptr<CollectiveEngine> engine;
+  std::unique_ptr<DataParallel> dp;
+  std::unique_ptr<Zero1> zero;
+  std::unique_ptr<nn::Optimizer> opt;
+  if (mode != Mode::One) {
+    engine = std::make_unique<CollectiveEngine>(world());
+    dp = std::make_unique<DataParallel>(world(), net->parameters(), DataParallelOptions{bucket_mb});
+    dp->broadcast_parameters();
+    out.buckets = dp->buckets().size();
+  }
+  if (mode == Mode::Zero1) zero = std::make_unique<Zero1>(world(), net->parameters(), [adam](std::vector<Tensor*> ps) { return make_opt(ps, adam); });
+  else opt = make_opt(net->parameters(), adam);
+  for (int s = 0; s < steps; s++) {
+    auto [x, y] = global_batch(s, global);
+    if (mode != Mode::One) {
+      x = shard_batch(x, world().rank(), world().size());
+      y = shard_batch(y, world().rank(), world().size());
+    }
+    Tensor loss = (*net)(x).sparse_categorical_crossentropy(y);
+    for (Tensor* p : net->parameters()) p->zero_grad();
+    loss.backward();
+    uint64_t before = GlobalCounters::get().collectives;
+    StepOptions so{.max_norm = max_norm, .skip_nonfinite = max_norm > 0};
+    if (mode == Mode::Ddp) {
+      Tensors first = dp->reduce_gradients();
+      first.push_back(loss);
+      coordinated_step(world(), *opt, first, so);
+    } else if (mode == Mode::Zero1) {
+      zero->step({loss}, so);
+    } else {
+      if (max_norm > 0) nn::clip_grad_norm(opt->params(), max_norm);
+      opt->step({loss});
+    }
+    out.collectives_per_step.push_back(GlobalCounters::get().collectives - before);
+  }
+  for (Tensor* p : net->parameters()) out.params.push_back(p->to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST(Mpi, WorldFromEnvironment) {
+  EXPECT_EQ(world().size(), env_world_size());
+  EXPECT_EQ(world().rank(), env_rank());
+  EXPECT_TRUE(launched_by_mpirun());
+}
+
+TEST(Mpi, Collectives) {
+  ProcessGroup& pg = world();
+  const int n = pg.size(), r = pg.rank();
+  std::vector<float> v{float(r), 1.0f};
+  pg.all_reduce(v.data(), 2, DType::Float32, ReduceOp::Sum)->wait();
+  EXPECT_EQ(v[0], n * (n - 1) / 2.0f);
+  EXPECT_EQ(v[1], float(n));
+  std::vector<double> a{double(r)};
+  pg.all_reduce(a.data(), 1, DType::Float64, ReduceOp::Avg)->wait();
+  EXPECT_DOUBLE_EQ(a[0], (n - 1) / 2.0);
+  std::vector<int64_t> m{int64_t(r)};
+  pg.all_reduce(m.data(), 1, DType::Int64, ReduceOp::Max)->wait();
+  EXPECT_EQ(m[0], n - 1);
+  std::vector<float> in(n), out(1);
+  for (int b = 0; b < n; b++) in[b] = float(r * 10 + b);
+  pg.reduce_scatter(in.data(), out.data(), 1, DType::Float32, ReduceOp::Sum)->wait();
+  EXPECT_EQ(out[0], 10.0f * n * (n - 1) / 2 + n * r);
+  std::vector<int32_t> mine{r}, all(n);
+  pg.all_gather(mine.data(), all.data(), 1, DType::Int32)->wait();
+  for (int k = 0; k < n; k++) EXPECT_EQ(all[k], k);
+  std::vector<float> bc{float(r + 3)};
+  pg.broadcast(bc.data(), 1, DType::Float32, 0)->wait();
+  EXPECT_EQ(bc[0], 3.0f);
+  pg.barrier()->wait();
+}
+
+TEST(Mpi, StuckRankTimesOutNamingIt) {
+  ProcessGroup& pg = world();
+  if (pg.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  pg.barrier()->wait();
+  uint64_t seq = pg.collectives_started();
+  if (pg.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    pg.barrier()->wait(Seconds(60));
+  } else {
+    auto w = pg.barrier();
+    std::string msg = testing_util::error_of([&] { w->wait(Seconds(0.3)); });
+    EXPECT_HAS(msg, "mpi: barrier #" + std::to_string(seq) + " timed out after 0.3 s on rank " + std::to_string(pg.rank()));
+    EXPECT_HAS(msg, "never reached it (dead or stuck): 1 (last seen at collective #" + std::to_string(seq - 1) + ")");
+    w->wait(Seconds(60));  // rank 1 arrives later: the same collective completes
+  }
+  pg.barrier()->wait();
+}
+
+TEST(Mpi, DataParallelEqualsOneProcess) {
+  const int n = world().size();
+  const int64_t global = 8 * n;
+  for (bool adam : {false, true}) {
+    Trained ref = train(Mode::One, 4, global, 25, adam);
+    Trained dp = train(Mode::Ddp, 4, global, 25, adam);
+    double err = max_rel_diff(dp.params, ref.params);
+    if (world().rank() == 0) std::printf("world %d, %s: max relative difference %.3g\n", n, adam ? "adam" : "sgd", err);
+    EXPECT_LT(err, 1e-5) << (adam ? "adam" : "sgd");
+    EXPECT_EQ(dp.buckets, 1u);
+  }
+}
+
+TEST(Mpi, OneAllReducePerBucket) {
+  // 0.001 MB buckets: the 12x32, 32x16 and 16x5 weights and their biases fall into several
+  Trained dp = train(Mode::Ddp, 2, 4 * world().size(), 0.001, false);
+  EXPECT_GT(dp.buckets, 2u);
+  for (uint64_t c : dp.collectives_per_step) EXPECT_EQ(c, dp.buckets);
+}
+
+TEST(Mpi, ClippedDataParallelEqualsOneProcess) {
+  const int64_t global = 8 * world().size();
+  Trained ref = train(Mode::One, 3, global, 25, false, 0.05);
+  Trained dp = train(Mode::Ddp, 3, global, 25, false, 0.05);
+  EXPECT_LT(max_rel_diff(dp.params, ref.params), 1e-5);
+}
+
+TEST(Mpi, Zero1EqualsDataParallel) {
+  const int64_t global = 8 * world().size();
+  for (bool adam : {false, true}) {
+    Trained dp = train(Mode::Ddp, 4, global, 25, adam, 0.5);
+    Trained z = train(Mode::Zero1, 4, global, 25, adam, 0.5);
+    double err = max_rel_diff(z.params, dp.params);
+    if (world().rank() == 0) std::printf("world %d, %s: zero1 vs ddp max relative difference %.3g\n", world().size(), adam ? "adam" : "sgd", err);
+    EXPECT_LT(err, 1e-5) << (adam ? "adam" : "sgd");
+  }
+}
