@@ -69,7 +69,7 @@ TEST(LocalBackend, StuckRankTimesOutNamingIt) {
   });
   // the first rank to time out names rank 2; the other may report that rank's error instead
   EXPECT_HAS(msg, "barrier #0 on rank ");
-  EXPECT_HAS(msg, "timed out after 0.2 s waiting for rank(s) 2)");
+  EXPECT_HAS(msg, "timed out after 0.2 s waiting for rank(s) 2");
 }
 
 TEST(LocalBackend, DeadRankIsNamedAtOnce) {
