@@ -29,6 +29,7 @@ struct CompiledKernel {
   std::string name;
   std::string source;
   Program* program;
+  std::vector<int64_t> global_size, local_size;
 };
 
 // Kernel graphs are hash-consed, so the same kernel in a later step is the same node: the
@@ -57,12 +58,13 @@ const CompiledKernel& compiled(const ScheduleItem& item) {
   }
   Device& dev = get_device(item.device);
   LinearKernel k = linearize(item.ast, param_dtypes(item));
+  dev.renderer().prepare(k);
   std::string src = dev.renderer().render(k);
   if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", src.c_str());
   Program& prog = dev.get_program(k.name, src);
   std::lock_guard<std::mutex> lock(cache.mu);
   auto& slot = cache.by_device[item.device][item.ast.get()];
-  slot = {item.ast, CompiledKernel{k.name, src, &prog}};
+  slot = {item.ast, CompiledKernel{k.name, src, &prog, k.global_size, k.local_size}};
   return slot.second;
 }
 
@@ -72,7 +74,7 @@ void run_kernel(const ScheduleItem& item) {
   std::vector<void*> ptrs;
   for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
   bool timed = knobs::DEBUG >= 2;
-  auto t = ck.program->launch(ptrs, {}, {}, timed);
+  auto t = ck.program->launch(ptrs, ck.global_size, ck.local_size, timed);
   counters.kernels_run++;
   if (knobs::DEBUG >= 2) {
     auto st = get_device(item.device).pool().stats();
@@ -122,7 +124,10 @@ void run_schedule(const std::vector<ScheduleItem>& schedule) {
 }
 
 std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device) {
-  return get_device(device).renderer().render(linearize(ast, param_dtypes));
+  const Renderer& r = get_device(device).renderer();
+  LinearKernel k = linearize(ast, param_dtypes);
+  r.prepare(k);
+  return r.render(k);
 }
 
 }  // namespace tg
