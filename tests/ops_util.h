@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "device_env.h"
 #include "tinygrad/runtime/reference.h"
 #include "tinygrad/tensor.h"
 

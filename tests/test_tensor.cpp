@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "device_env.h"
 #include "tinygrad/runtime/cpu.h"
 #include "tinygrad/tensor.h"
 

@@ -1,11 +1,13 @@
-// Rendering a LinearKernel as C. Half types live in memory only: float16 as _Float16 (or the
-// device's half), bfloat16 as a 16-bit integer converted through the tg_bf16 helpers.
+// Rendering a LinearKernel as C-style source. Half types live in memory only: float16 as _Float16
+// (or the device's half), bfloat16 as a 16-bit integer converted through the tg_bf16 helpers.
+// Device specifics go through the hooks declared in render_c.h.
 #include "tinygrad/codegen/render_c.h"
 
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
+#include "tinygrad/codegen/linearize.h"
 #include "tinygrad/error.h"
 
 namespace tg {
@@ -51,7 +53,7 @@ std::string CStyleRenderer::math(Op op, DType t, const std::string& x) const {
 
 std::string CStyleRenderer::render(const LinearKernel& k) const {
   std::ostringstream os;
-  os << prelude() << signature(k) << " {\n";
+  os << prelude(k) << signature(k) << " {\n";
   for (size_t i = 0; i < k.params.size(); i++) os << param_decl(k, i);
   std::unordered_map<const UOp*, std::string> name;
   auto ref = [&](const UOpPtr& u) -> std::string {
@@ -62,6 +64,8 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
   };
   int depth = 1;
   int counter = 0;
+  for (size_t g = 0; g < k.group_reduces.size(); g++)
+    os << "  " << local_array(k.group_reduces[g].acc->dtype, "tg_red" + std::to_string(g), k.group_reduces[g].size) << "\n";
   auto line = [&](const std::string& s) { os << std::string(2 * depth, ' ') << s << "\n"; };
   for (auto& u : k.uops) {
     std::string v = "v" + std::to_string(counter++);
@@ -70,16 +74,22 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
     switch (u->op) {
       case Op::RANGE: {
         v = "ridx" + std::to_string(u->arg_int());
-        if (&u == &k.uops.front() && !k.global_size.empty())  // the thread-split loop: [lo, min(hi, n))
-          line("for (long long " + v + " = lo; " + v + " < (hi < " + s(0) + " ? hi : " + s(0) + "); " + v + "++) {");
+        if (split_first_loop() && &u == &k.uops.front() && !k.global_size.empty())  // [lo, min(hi, n))
+          line("for (" + type_name(dtypes::index) + " " + v + " = lo; " + v + " < (hi < " + s(0) + " ? hi : " + s(0) +
+               "); " + v + "++) {");
         else
-          line("for (long long " + v + " = 0; " + v + " < " + s(0) + "; " + v + "++) {");
+          line("for (" + type_name(dtypes::index) + " " + v + " = 0; " + v + " < " + s(0) + "; " + v + "++) {");
         depth++;
         break;
       }
       case Op::ENDRANGE:
         depth--;
         line("}");
+        for (size_t g = 0; g < k.group_reduces.size(); g++) {
+          auto& gr = k.group_reduces[g];
+          if (gr.acc->src.size() > 1 && gr.acc->src[1] == u->src[0])
+            os << group_combine(gr, name.at(gr.acc.get()), ref(gr.lid), static_cast<int>(g), std::string(2 * depth, ' '));
+        }
         break;
       case Op::DEFINE_GLOBAL:
         v = "data" + std::to_string(u->arg_int());
@@ -92,30 +102,24 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
         line(s(0) + " = " + s(1) + ";");
         break;
       case Op::LOAD: {
-        std::string load = s(0) + "[" + s(1) + "]";
+        std::string load = this->load(u->src[0]->dtype, s(0), s(1));
         if (u->src.size() > 2) load = "(" + s(2) + " ? " + load + " : (" + T + ")0)";
         line(T + " " + v + " = " + load + ";");
         break;
       }
-      case Op::STORE:
-        line(s(0) + "[" + s(1) + "] = " + s(2) + ";");
-        break;
-      case Op::CAST: {
-        DType from = u->src[0]->dtype;
-        std::string x = s(0);
-        if (from == DType::BFloat16) x = "tg_bf16_to_f32(" + x + ")", from = DType::Float32;
-        if (u->dtype == DType::BFloat16)
-          line(T + " " + v + " = tg_f32_to_bf16((float)" + x + ");");
-        else if (u->dtype == DType::Bool)
-          line(T + " " + v + " = (" + x + " != 0);");
-        else
-          line(T + " " + v + " = (" + T + ")" + x + ";");
+      case Op::STORE: {
+        std::string st = store(u->src[0]->dtype, s(0), s(1), s(2));
+        line(u->src.size() > 3 ? "if (" + s(3) + ") " + st : st);
         break;
       }
+      case Op::CAST:
+        line(T + " " + v + " = " + cast(u->dtype, u->src[0]->dtype, s(0)) + ";");
+        break;
       case Op::BITCAST:
-        // through a named copy: the source may be a literal, which has no address
-        line(T + " " + v + "; { " + type_name(u->src[0]->dtype) + " bits = " + s(0) + "; __builtin_memcpy(&" + v +
-             ", &bits, sizeof(" + v + ")); }");
+        line(bitcast(u->dtype, u->src[0]->dtype, s(0), v));
+        break;
+      case Op::SPECIAL:
+        line(type_name(dtypes::index) + " " + v + " = " + special(u->arg_int()) + ";");
         break;
       default: {
         std::string e;
@@ -147,13 +151,71 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
   return os.str();
 }
 
-std::string CRenderer::prelude() const {
+std::string CStyleRenderer::cast(DType to, DType from, const std::string& x_in) const {
+  std::string x = x_in;
+  if (from == DType::BFloat16) x = "tg_bf16_to_f32(" + x + ")";
+  if (to == DType::BFloat16) return "tg_f32_to_bf16((float)" + x + ")";
+  if (to == DType::Bool) return "(" + x + " != 0)";
+  return "(" + type_name(to) + ")" + x;
+}
+
+std::string CStyleRenderer::bitcast(DType to, DType from, const std::string& x, const std::string& v) const {
+  // through a named copy: the source may be a literal, which has no address
+  return type_name(to) + " " + v + "; { " + type_name(from) + " bits = " + x + "; __builtin_memcpy(&" + v +
+         ", &bits, sizeof(" + v + ")); }";
+}
+
+std::string CStyleRenderer::load(DType, const std::string& buf, const std::string& idx) const {
+  return buf + "[" + idx + "]";
+}
+
+std::string CStyleRenderer::store(DType, const std::string& buf, const std::string& idx, const std::string& val) const {
+  return buf + "[" + idx + "] = " + val + ";";
+}
+
+std::string CStyleRenderer::special(int64_t arg) const {
+  TG_ASSERT(false, "this renderer has no thread indices (SPECIAL ", arg, ")");
+}
+std::string CStyleRenderer::barrier() const { TG_ASSERT(false, "this renderer has no barriers"); }
+std::string CStyleRenderer::local_array(DType, const std::string& name, int64_t) const {
+  TG_ASSERT(false, "this renderer has no local memory (", name, ")");
+}
+
+std::string c_binary(Op op, const std::string& a, const std::string& b) {
+  switch (op) {
+    case Op::ADD: return a + " + " + b;
+    case Op::MUL: return a + " * " + b;
+    case Op::MAX: return a + " > " + b + " ? " + a + " : " + b;
+    default: TG_ASSERT(false, "c_binary: unsupported ", op_name(op));
+  }
+}
+
+// Note [group combine]: every thread of the group has its partial in `acc`. Each writes it to
+// local memory; after a barrier, a tree halves the active threads each round (the group size is
+// a power of two), with a barrier between rounds; then every thread reads the result, so the
+// code after the reduce sees the full value in `acc` whatever thread runs it.
+std::string CStyleRenderer::group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
+                                          const std::string& in) const {
+  std::string m = "tg_red" + std::to_string(id);
+  std::string r = m + "[" + lid + "]";
+  std::ostringstream os;
+  os << in << r << " = " << acc << ";\n" << in << barrier() << "\n";
+  os << in << "for (int s = " << g.size / 2 << "; s > 0; s >>= 1) {\n";
+  os << in << "  if (" << lid << " < s) " << r << " = " << c_binary(g.op, r, m + "[" + lid + " + s]") << ";\n";
+  os << in << "  " << barrier() << "\n" << in << "}\n";
+  os << in << acc << " = " << m << "[0];\n";
+  return os.str();
+}
+
+std::string CRenderer::prelude(const LinearKernel&) const {
   return "static inline float tg_bf16_to_f32(unsigned short b) { unsigned int x = (unsigned int)b << 16; float f; "
          "__builtin_memcpy(&f, &x, 4); return f; }\n"
          "static inline unsigned short tg_f32_to_bf16(float f) { unsigned int x; __builtin_memcpy(&x, &f, 4); "
          "if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u); "
          "x += 0x7fffu + ((x >> 16) & 1u); return (unsigned short)(x >> 16); }\n";
 }
+
+void CRenderer::prepare(LinearKernel& k) const { k.global_size = launch_size(k); }
 
 std::string CRenderer::signature(const LinearKernel& k) const {
   return "void " + k.name + "(void** bufs, long long lo, long long hi)";

@@ -1,5 +1,8 @@
-// C-style source renderers. CRenderer writes C99 for CPU kernels compiled by the system compiler;
-// the CUDA and OpenCL renderers reuse its expression printing.
+// C-style source renderers. CStyleRenderer prints the kernel body (types, literals, loops,
+// expressions) and leaves device specifics to hooks: kernel signature and buffer qualifiers,
+// thread indices (special registers), local memory, barriers, half-type loads and stores.
+// CRenderer writes C99 for CPU kernels compiled by the system compiler; the OpenCL renderer
+// (render_opencl.h) and a CUDA renderer reuse the rest.
 #pragma once
 #include <string>
 #include <unordered_map>
@@ -14,19 +17,43 @@ class CStyleRenderer : public Renderer {
 
  protected:
   virtual std::string type_name(DType t) const;
-  virtual std::string prelude() const = 0;
+  // CPU renderers: the first loop runs over the kernel arguments [lo, hi) (thread splitting).
+  virtual bool split_first_loop() const { return false; }
+  virtual std::string prelude(const LinearKernel& k) const = 0;
   virtual std::string signature(const LinearKernel& k) const = 0;
   // Declares parameter i: a line in the body, or "" when the signature names it.
   virtual std::string param_decl(const LinearKernel& k, size_t i) const = 0;
   virtual std::string math(Op op, DType t, const std::string& x) const;
-  std::string literal(const UOp& c) const;
+  virtual std::string literal(const UOp& c) const;
+  // Value conversion (CAST) as an expression.
+  virtual std::string cast(DType to, DType from, const std::string& x) const;
+  // BITCAST: statements that declare `v` of type `to` holding the bits of x.
+  virtual std::string bitcast(DType to, DType from, const std::string& x, const std::string& v) const;
+  // Element access of a buffer of `t`.
+  virtual std::string load(DType t, const std::string& buf, const std::string& idx) const;
+  virtual std::string store(DType t, const std::string& buf, const std::string& idx, const std::string& val) const;
+  // GPU hooks: a thread index (SPECIAL arg), a work-group barrier, a local-memory array.
+  virtual std::string special(int64_t arg) const;
+  virtual std::string barrier() const;
+  virtual std::string local_array(DType t, const std::string& name, int64_t size) const;
+  // The combine of a group reduction, after its loop (shared by every GPU renderer).
+  std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
+                            const std::string& indent) const;
 };
 
 class CRenderer : public CStyleRenderer {
+ public:
+  // Keeps global_size only for kernels worth splitting across threads (launch_size).
+  void prepare(LinearKernel& k) const override;
+
  protected:
-  std::string prelude() const override;
+  bool split_first_loop() const override { return true; }
+  std::string prelude(const LinearKernel& k) const override;
   std::string signature(const LinearKernel& k) const override;
   std::string param_decl(const LinearKernel& k, size_t i) const override;
 };
+
+// The reduce op of an accumulator's update, as C (x op y).
+std::string c_binary(Op op, const std::string& a, const std::string& b);
 
 }  // namespace tg

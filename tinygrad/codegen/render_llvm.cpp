@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "tinygrad/codegen/linearize.h"
 #include "tinygrad/error.h"
 
 namespace tg {
@@ -472,6 +473,8 @@ std::string Writer::run() {
 }
 
 }  // namespace
+
+void LLVMRenderer::prepare(LinearKernel& kernel) const { kernel.global_size = launch_size(kernel); }
 
 std::string LLVMRenderer::render(const LinearKernel& kernel) const { return Writer(kernel, options_).run(); }
 

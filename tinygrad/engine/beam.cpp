@@ -86,10 +86,11 @@ double time_candidate(const ScheduleItem& item, Device& dev, const std::vector<O
   for (auto& b : item.buffers) dtypes.push_back(b->dtype());
   try {
     LinearKernel k = linearize(device_kernel_graph(item, opts), dtypes);
+    dev.renderer().prepare(k);
     Program& prog = dev.get_program(k.name, dev.renderer().render(k));
-    auto global = launch_size(k);
     double best = std::numeric_limits<double>::infinity();
-    for (int i = 0; i < TIMING_RUNS; i++) best = std::min(best, prog.launch(ptrs, global, {}, true).value_or(best));
+    for (int i = 0; i < TIMING_RUNS; i++)
+      best = std::min(best, prog.launch(ptrs, k.global_size, k.local_size, true).value_or(best));
     return best;
   } catch (const Error& e) {
     if (knobs::DEBUG >= 3) std::fprintf(stderr, "beam: %s failed: %s\n", opts_str(opts).c_str(), e.what());

@@ -33,10 +33,9 @@ struct CompiledKernel {
   std::string name;
   std::string source;
   Program* program;
-  std::vector<int64_t> global_size;  // empty: too little work to split across threads
+  std::vector<int64_t> global_size, local_size;  // as Renderer::prepare left them
   std::vector<Opt> opts;
 };
-
 
 // Kernel graphs are hash-consed, so the same kernel in a later step is the same node: the
 // cache keeps the key alive and maps it to its compiled program.
@@ -55,8 +54,10 @@ std::vector<DType> param_dtypes(const ScheduleItem& item) {
   return d;
 }
 
-std::vector<Opt> choose_opts(const ScheduleItem& item) {
-  if (knobs::NOOPT.get()) return {};
+// Kernel optimizations are chosen for CPU-style devices; GPU renderers lay kernels out on
+// work-groups in Renderer::prepare (codegen/gpu_dims.h) and take no opts yet.
+std::vector<Opt> choose_opts(const ScheduleItem& item, const Device& dev) {
+  if (knobs::NOOPT.get() || !dev.supports(Feature::HostMemory)) return {};
   if (knobs::BEAM.get() > 0) return beam_search(item, knobs::BEAM.get());
   return hand_coded_opts(item.ast);
 }
@@ -69,16 +70,16 @@ const CompiledKernel& compiled(const ScheduleItem& item) {
     if (auto it = m.find(item.ast.get()); it != m.end()) return it->second.second;
   }
   Device& dev = get_device(item.device);
-  std::vector<Opt> opts = choose_opts(item);
+  std::vector<Opt> opts = choose_opts(item, dev);
   LinearKernel k = linearize(device_kernel_graph(item, opts), param_dtypes(item));
+  dev.renderer().prepare(k);
   std::string src = dev.renderer().render(k);
   if (knobs::DEBUG >= 3) std::fprintf(stderr, "opts %-40s %s\n", k.name.c_str(), opts_str(opts).c_str());
   if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", src.c_str());
   Program& prog = dev.get_program(k.name, src);
-  std::vector<int64_t> global = launch_size(k);
   std::lock_guard<std::mutex> lock(cache.mu);
   auto& slot = cache.by_device[item.device][item.ast.get()];
-  slot = {item.ast, CompiledKernel{k.name, src, &prog, global, opts}};
+  slot = {item.ast, CompiledKernel{k.name, src, &prog, k.global_size, k.local_size, opts}};
   return slot.second;
 }
 
@@ -88,7 +89,7 @@ void run_kernel(const ScheduleItem& item) {
   std::vector<void*> ptrs;
   for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
   bool timed = knobs::DEBUG >= 2;
-  auto t = ck.program->launch(ptrs, ck.global_size, {}, timed);
+  auto t = ck.program->launch(ptrs, ck.global_size, ck.local_size, timed);
   counters.kernels_run++;
   if (knobs::DEBUG >= 2) {
     auto st = get_device(item.device).pool().stats();
@@ -176,7 +177,10 @@ void run_schedule(const std::vector<ScheduleItem>& schedule) {
 }
 
 std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device) {
-  return get_device(device).renderer().render(linearize(ast, param_dtypes));
+  const Renderer& r = get_device(device).renderer();
+  LinearKernel k = linearize(ast, param_dtypes);
+  r.prepare(k);
+  return r.render(k);
 }
 
 }  // namespace tg

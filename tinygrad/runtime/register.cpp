@@ -1,11 +1,17 @@
 // The backends built into this binary. A new backend adds one line here and one in CMake.
 #include "tinygrad/device.h"
 #include "tinygrad/runtime/cpu.h"
+#ifdef TG_WITH_OPENCL
+#include "tinygrad/runtime/opencl.h"
+#endif
 
 namespace tg {
 
 void register_builtin_devices() {
   register_device("CPU", make_cpu_device);
+#ifdef TG_WITH_OPENCL
+  register_device("CL", make_opencl_device);
+#endif
 }
 
 }  // namespace tg

@@ -1,0 +1,101 @@
+// The OpenCL device (label gpu; skipped with a message where no OpenCL device exists): device
+// selection, error decoding, build failures naming the kernel with the build log, loops mapped
+// onto work-items, and the grouped reduction through local memory and barriers.
+#include <gtest/gtest.h>
+
+#include "ops_util.h"
+#include "test_util.h"
+#include "tinygrad/device.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/runtime/opencl.h"
+
+namespace tg {
+namespace {
+
+using testutil::match;
+using testutil::rnd;
+
+class OpenCL : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (opencl_device_count() == 0) GTEST_SKIP() << "no OpenCL device (install pocl-opencl-icd)";
+    knobs::DEVICE.set("CL");
+  }
+  void TearDown() override { knobs::DEVICE.set("CPU"); }
+  // Realizes t at DEBUG=4 and returns the generated source that was printed.
+  static std::string source_of(Tensor& t) {
+    knobs::DEBUG.set(4);
+    ::testing::internal::CaptureStderr();
+    t.realize();
+    knobs::DEBUG.set(0);
+    return ::testing::internal::GetCapturedStderr();
+  }
+};
+
+TEST(OpenCLErrors, DecodesErrorNames) {
+  EXPECT_EQ(cl_error_name(-5), "CL_OUT_OF_RESOURCES");
+  EXPECT_EQ(cl_error_name(-11), "CL_BUILD_PROGRAM_FAILURE");
+  EXPECT_EQ(cl_error_name(-54), "CL_INVALID_WORK_GROUP_SIZE");
+}
+
+TEST_F(OpenCL, DeviceSelection) {
+  EXPECT_EQ(&get_device("CL:0"), &get_device("CL"));
+  EXPECT_NE(get_device("cl").description().find("CL ("), std::string::npos);
+  testing_util::expect_error([] { get_device("CL:" + std::to_string(opencl_device_count())); },
+                             {"OpenCL device(s) found"});
+  testing_util::expect_error([] { get_device("CL:x"); }, {"expected CL or CL:<index>"});
+}
+
+TEST_F(OpenCL, BuildFailureReportsLogAndKernelName) {
+  testing_util::expect_error(
+      [] { get_device("CL").compiler().compile("tg_broken", "__kernel void tg_broken(__global float* a) { a[0] = not_declared; }"); },
+      {"OpenCL kernel 'tg_broken' failed to build", "CL_BUILD_PROGRAM_FAILURE", "not_declared"});
+}
+
+TEST_F(OpenCL, ElementwiseLoopsBecomeGlobalIds) {
+  Tensor a = rnd({2, 3, 4, 5}, 1), b = rnd({2, 3, 4, 5}, 2);
+  Tensor c = a * b + 1;
+  std::string src = source_of(c);
+  EXPECT_NE(src.find("get_global_id(2)"), std::string::npos) << src;  // 4 loops in 3 dimensions
+  EXPECT_EQ(src.find("for ("), std::string::npos) << src;
+  EXPECT_TRUE(match(c));
+  Tensor t = rnd({3, 5}, 3).permute({1, 0}).contiguous();
+  EXPECT_TRUE(match(t));
+}
+
+TEST_F(OpenCL, GroupedReductionUsesLocalMemoryAndBarriers) {
+  for (Op op : {Op::ADD, Op::MAX}) {
+    Tensor x = rnd({6, 4096}, 4);
+    Tensor r = op == Op::ADD ? x.sum(1) : x.max(1);
+    std::string src = source_of(r);
+    EXPECT_NE(src.find("__local float tg_red0[128];"), std::string::npos) << src;
+    EXPECT_NE(src.find("barrier(CLK_LOCAL_MEM_FENCE);"), std::string::npos) << src;
+    EXPECT_NE(src.find("get_local_id(0)"), std::string::npos) << src;
+    EXPECT_NE(src.find("get_group_id(1)"), std::string::npos) << src;
+    EXPECT_TRUE(match(r, testutil::Tol{1e-4, 1e-4}));
+  }
+  Tensor m = rnd({8192}, 5).mean();  // one output: one group
+  EXPECT_NE(source_of(m).find("tg_red0"), std::string::npos);
+  EXPECT_TRUE(match(m, testutil::Tol{1e-4, 1e-4}));
+  Tensor i = testutil::rnd_int({1024}, 6, -50, 50).sum();  // integers are exact
+  EXPECT_TRUE(match(i));
+}
+
+TEST_F(OpenCL, ShortReductionsStayInOneThread) {
+  Tensor x = rnd({64, 20}, 7);
+  Tensor r = x.sum(1);
+  std::string src = source_of(r);
+  EXPECT_EQ(src.find("tg_red0"), std::string::npos) << src;
+  EXPECT_TRUE(match(r));
+}
+
+TEST_F(OpenCL, HalfTypesAsStorage) {
+  Tensor h = rnd({300}, 8).cast(DType::Float16);
+  Tensor y = (h * h + h).sum();
+  EXPECT_TRUE(match(y, testutil::Tol{2e-2, 2e-2}));
+  Tensor b = (rnd({33}, 9).cast(DType::BFloat16) * 3).cast(DType::Float32);
+  EXPECT_TRUE(match(b, testutil::tol_for(DType::BFloat16)));
+}
+
+}  // namespace
+}  // namespace tg
