@@ -59,7 +59,7 @@ const std::vector<ConfigField>& config_schema() {
       {"train.log_every", ValueType::Int, int64_t{10}, "metrics record every this many steps"},
       {"train.print_every", ValueType::Int, int64_t{100}, "plain progress line every this many steps (not a terminal)"},
       {"train.seed", ValueType::Int, int64_t{0}, "model initialisation seed"},
-      {"train.device", ValueType::String, std::string(""), "device (empty: the default device, DEVICE knob)"},
+      {"train.device", ValueType::String, std::string(""), "device for the run, e.g. CPU, CL, CUDA:1 (empty: the DEVICE knob)"},
       {"train.run_dir", ValueType::String, std::string(""), "run directory (empty: runs/<config>-<timestamp>)"},
       {"train.resume", ValueType::Bool, false, "continue from the latest checkpoint in train.run_dir"},
       {"train.init_weights", ValueType::String, std::string(""), "safetensors file to load model weights from"},

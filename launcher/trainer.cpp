@@ -9,6 +9,7 @@
 #include "distributed/coordinated_step.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
 #include "tinygrad/nn/state.h"
 
 namespace fs = std::filesystem;
@@ -74,11 +75,10 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
            cfg_.get_string("distributed.strategy"), "' needs a process group");
   const std::string& device = cfg_.get_string("train.device");
   if (!device.empty()) {
-    // The engine's tensors go to the default device; a different one is chosen with DEVICE.
-    TG_CHECK(canonical_device(device) == canonical_device(default_device()), "train.device='", device,
-             "' differs from the default device ", default_device(), " (set the environment variable DEVICE=", device,
-             " instead)");
-    get_device(device);  // an unknown device fails here, naming it
+    // The engine's tensors go to the default device, so train.device sets it (the DEVICE knob) for
+    // the whole process. An unknown or unavailable device fails here, naming it.
+    get_device(device);
+    knobs::DEVICE.set(canonical_device(device));
   }
   data_ = make_dataset(cfg_);
   train_loader_ = std::make_unique<nn::DataLoader>(

@@ -11,6 +11,9 @@
 
 #include "launcher/config.h"
 #include "launcher/run.h"
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
 #include "tinygrad/nn/data.h"
 
 namespace fs = std::filesystem;
@@ -113,4 +116,38 @@ TEST(E2E, ResumeReproducesTheUninterruptedRun) {
   EXPECT_EQ(records(b, "eval").back()["eval_accuracy"], records(a, "eval").back()["eval_accuracy"]);
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+// train.device picks the device of the whole run: the MLP trains on OpenCL (PoCL in CI).
+TEST(E2E, MlpTrainsOnTheConfiguredDevice) {
+  SKIP_WITHOUT_DATA();
+  try {
+    tg::get_device("CL");
+  } catch (const tg::Error& e) {
+    GTEST_SKIP() << "device CL is not available: " << e.what();
+  }
+  const std::string before = tg::knobs::DEVICE.get();
+  fs::path dir = temp_dir("mlp_cl");
+  Config c = load_config(mlp_config(), {"train.device=CL", "train.steps=40", "train.log_every=10",
+                                        "train.eval_every=40", "train.run_dir=" + dir.string()});
+  TrainSummary s = run_train(c, {.progress = false});
+  tg::knobs::DEVICE.set(before);
+  EXPECT_EQ(tg::canonical_device(tg::default_device()), tg::canonical_device(before));
+  ASSERT_TRUE(s.accuracy.has_value());
+  EXPECT_GT(*s.accuracy, 0.6);
+  auto train = records(dir, "train");
+  ASSERT_EQ(train.size(), 4u);
+  EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
+  fs::remove_all(dir);
+}
+
+TEST(E2E, UnknownDeviceIsRefusedByName) {
+  Config c = load_config(mlp_config(), {"train.device=NOSUCHDEV", "train.steps=1",
+                                        "train.run_dir=" + temp_dir("baddev").string()});
+  try {
+    run_train(c, {.progress = false});
+    FAIL() << "expected an error";
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NOSUCHDEV"), std::string::npos) << e.what();
+  }
 }
