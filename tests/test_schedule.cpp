@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 
 #include "tinygrad/device.h"
 #include "tinygrad/engine/realize.h"
@@ -103,6 +105,54 @@ TEST(MemoryPool, FreedBuffersAreReused) {
   auto after = pool.stats();
   EXPECT_GT(after.reuse_hits, before.reuse_hits);
   EXPECT_GE(after.peak_bytes, after.bytes_in_use);
+}
+
+namespace {
+// Host memory that counts what it has handed out, to see what a pool holds.
+class CountingAllocator : public Allocator {
+ public:
+  void* alloc(size_t bytes) override {
+    held += bytes;
+    return std::malloc(bytes);
+  }
+  void free(void* ptr, size_t bytes) override {
+    held -= bytes;
+    std::free(ptr);
+  }
+  void copy_in(void*, const void*, size_t) override {}
+  void copy_out(void*, const void*, size_t) override {}
+  size_t held = 0;
+};
+}  // namespace
+
+// Note [bounded cache]: a change of shapes does not make the pool hold old and new blocks at once.
+TEST(MemoryPool, HoldsNoMoreThanItsPeakWhenShapesChange) {
+  CountingAllocator backing;
+  MemoryPool pool(backing);
+  const size_t mb = size_t{1} << 20;
+  std::vector<void*> train;
+  for (int i = 0; i < 8; i++) train.push_back(pool.alloc(3 * mb));  // "training": 24 MiB live
+  for (void* p : train) pool.free(p, 3 * mb);
+  const size_t peak = pool.stats().peak_bytes;
+  EXPECT_EQ(pool.stats().bytes_cached, peak);
+  std::vector<void*> eval;
+  for (int i = 0; i < 4; i++) eval.push_back(pool.alloc(5 * mb));  // "evaluation": other sizes, 20 MiB
+  EXPECT_LE(backing.held, peak);  // old blocks went back as the new ones came
+  EXPECT_EQ(pool.stats().bytes_in_use + pool.stats().bytes_cached, backing.held);
+  for (void* p : eval) pool.free(p, 5 * mb);
+  // A new peak needs new memory; nothing beyond it stays.
+  std::vector<void*> big;
+  for (int i = 0; i < 10; i++) big.push_back(pool.alloc(4 * mb));
+  EXPECT_EQ(pool.stats().peak_bytes, backing.held - pool.stats().bytes_cached);
+  EXPECT_LE(backing.held, pool.stats().peak_bytes);
+  for (void* p : big) pool.free(p, 4 * mb);
+  // Same sizes again: all hits, no new memory.
+  const size_t held = backing.held;
+  const uint64_t hits = pool.stats().reuse_hits;
+  for (int i = 0; i < 10; i++) big[i] = pool.alloc(4 * mb);
+  EXPECT_EQ(backing.held, held);
+  EXPECT_EQ(pool.stats().reuse_hits, hits + 10);
+  for (void* p : big) pool.free(p, 4 * mb);
 }
 
 TEST(Laziness, NothingRunsUntilNeeded) {

@@ -41,6 +41,7 @@ void* MemoryPool::alloc(size_t bytes) {
       return p;
     }
   }
+  evict_for(size);
   void* p = backing_.alloc(size);
   if (!p) {  // out of memory: give the cache back and try once more
     release_cached();
@@ -59,6 +60,27 @@ void MemoryPool::free(void* ptr, size_t bytes) {
   stats_.bytes_in_use -= size;
   stats_.bytes_cached += size;
   cached_.emplace(size, ptr);
+}
+
+// Note [bounded cache]: cached blocks only help while later allocations have their sizes. When a
+// run changes shape (training at batch 128, evaluation at batch 1000), the blocks of the old
+// shapes would stay cached beside the new ones and the process would hold both. So a miss first
+// gives back cached blocks, largest first, until the memory held (in use + cached + the new
+// block) is within the peak in-use bytes so far: the pool never holds more than its own high-water
+// mark of live memory, plus what a new peak itself needs.
+void MemoryPool::evict_for(size_t size) {
+  std::vector<std::pair<size_t, void*>> evicted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t bound = std::max(stats_.peak_bytes, stats_.bytes_in_use + size);
+    while (!cached_.empty() && stats_.bytes_in_use + stats_.bytes_cached + size > bound) {
+      auto largest = std::prev(cached_.end());
+      evicted.emplace_back(*largest);
+      stats_.bytes_cached -= largest->first;
+      cached_.erase(largest);
+    }
+  }
+  for (auto& [bytes, p] : evicted) backing_.free(p, bytes);
 }
 
 void MemoryPool::release_cached() {

@@ -36,7 +36,8 @@ struct PoolStats {
   uint64_t reuse_hits = 0;
 };
 
-// Caching allocator: freed blocks wait in size-keyed free lists and are handed out again.
+// Caching allocator: freed blocks wait in size-keyed free lists and are handed out again; the
+// memory it holds stays within its peak of live bytes (Note [bounded cache]).
 class MemoryPool {
  public:
   explicit MemoryPool(Allocator& backing) : backing_(backing) {}
@@ -48,6 +49,8 @@ class MemoryPool {
   static size_t round_size(size_t bytes);
 
  private:
+  void evict_for(size_t size);  // Note [bounded cache] in device.cpp
+
   Allocator& backing_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> cached_;
