@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/registry.h"
+#include "tinygrad/engine/jit.h"
 #include "tinygrad/error.h"
 #include "tinygrad/nn/optim.h"
 #include "tinygrad/tensor.h"
@@ -43,12 +44,14 @@ BenchResult measure(const std::string& name, int reps, const std::function<void(
 BenchResult train_step(const std::string& name, int reps, nn::Module& model, nn::Optimizer& opt, const Shape& x_shape) {
   Tensor x = Tensor::randn(x_shape).realize();
   Tensor y = Tensor::randint({x_shape[0]}, 0, 10).realize();
-  return measure(name, reps, [&] {
-    Tensor loss = model(x).sparse_categorical_crossentropy(y);
+  TinyJit step([&](const Tensors& in) {
+    Tensor loss = model(in[0]).sparse_categorical_crossentropy(in[1]);
     opt.zero_grad();
     loss.backward();
     opt.step({loss});
+    return Tensors{loss};
   });
+  return measure(name, reps, [&] { step({x, y}); });  // under JIT=1: run, capture, then replays
 }
 
 BenchResult matmul(int64_t n, int reps) {

@@ -100,6 +100,7 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
   if (!zero1) optim_ = make_optimizer(cfg_, model_->parameters());
   schedule_ = make_schedule(cfg_, total_steps_);
+  jit_ = std::make_unique<TinyJit>([this](const Tensors& batch) { return train_step(batch); }, "train_step");
   if (group_) {
     dist::shard_range(cfg_.get_int("data.batch_size"), group_->rank(), group_->size());  // checks divisibility
     group_->set_timeout(dist::Seconds(cfg_.get_float("distributed.timeout_s")));
@@ -111,6 +112,39 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
       zero_ = std::make_unique<dist::Zero1>(*group_, model_->parameters(),
                                             [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps)); });
   }
+}
+
+// Note [the trainer's step under TinyJit]: the whole step (forward, backward, gradient
+// all-reduces, optimizer update) is one function of the batch, wrapped in a TinyJit, so from the
+// third step on its kernels are replayed. The loss is realized in the update's schedule and
+// returned, so reading it at a log step costs no kernel. Steps that decide on the host (gradient
+// clipping, distributed.skip_nonfinite, zero1's host-side shards) cannot be replayed: the JIT
+// finds that out while capturing and runs every step normally (jit().disabled_reason(); DEBUG=1
+// prints it).
+Tensors Trainer::train_step(const Tensors& batch) {
+  Tensor x = batch[0], y = batch[1];
+  if (dp_) {
+    x = dist::shard_batch(x, rank(), world_size());
+    y = dist::shard_batch(y, rank(), world_size());
+  }
+  Tensor loss = (*model_)(x).sparse_categorical_crossentropy(y);
+  for (Tensor* p : model_->parameters()) p->zero_grad();
+  loss.backward();
+  const double clip = cfg_.get_float("optim.clip_grad_norm");
+  if (dp_) {
+    dist::StepOptions so{.max_norm = clip, .skip_nonfinite = cfg_.get_bool("distributed.skip_nonfinite")};
+    if (zero_) {
+      step_outcome_ = zero_->step({loss}, so);
+    } else {
+      Tensors first = dp_->reduce_gradients();
+      first.push_back(loss);
+      step_outcome_ = dist::coordinated_step(*group_, *optim_, first, so);
+    }
+  } else {
+    if (clip > 0) nn::clip_grad_norm(optim_->params(), clip);
+    optim_->step({loss});
+  }
+  return {loss};
 }
 
 double Trainer::evaluate() {
@@ -131,7 +165,6 @@ TrainSummary Trainer::fit() {
   auto t_fit = std::chrono::steady_clock::now();
   const int64_t bpe = batches_per_epoch();
   const int64_t log_every = cfg_.get_int("train.log_every"), eval_every = cfg_.get_int("train.eval_every");
-  const double clip = cfg_.get_float("optim.clip_grad_norm");
   const bool skip_nonfinite = cfg_.get_bool("distributed.skip_nonfinite");
   emit([&](TrainObserver& o) { o.on_train_begin(*this); });
 
@@ -154,34 +187,13 @@ TrainSummary Trainer::fit() {
       if (!b) break;
       double lr = schedule_->lr_at(step_);
       optimizer().lr = lr;
-      Tensor x = b->x, y = b->y;
-      if (dp_) {
-        x = dist::shard_batch(x, rank(), world_size());
-        y = dist::shard_batch(y, rank(), world_size());
-      }
-      Tensor loss = (*model_)(x).sparse_categorical_crossentropy(y);
-      for (Tensor* p : model_->parameters()) p->zero_grad();
-      loss.backward();
-      bool skipped = false;
-      if (dp_) {
-        dist::StepOptions so{.max_norm = clip, .skip_nonfinite = skip_nonfinite};
-        dist::StepOutcome out;
-        if (zero_) {
-          out = zero_->step({loss}, so);
-        } else {
-          Tensors first = dp_->reduce_gradients();
-          first.push_back(loss);
-          out = dist::coordinated_step(*group_, *optim_, first, so);
-        }
-        skipped = out.skipped;
-        if (skipped) {
-          skipped_++;
-          SkipEvent ev{step_ + 1, out.grad_norm};
-          emit([&](TrainObserver& o) { o.on_step_skipped(*this, ev); });
-        }
-      } else {
-        if (clip > 0) nn::clip_grad_norm(optim_->params(), clip);
-        optim_->step();
+      step_outcome_ = {};
+      Tensor loss = (*jit_)({b->x, b->y})[0];  // a replayed step leaves step_outcome_ as it is: not skipped
+      bool skipped = step_outcome_.skipped;
+      if (skipped) {
+        skipped_++;
+        SkipEvent ev{step_ + 1, step_outcome_.grad_norm};
+        emit([&](TrainObserver& o) { o.on_step_skipped(*this, ev); });
       }
       step_++;
       window_examples += b->y.shape(0);

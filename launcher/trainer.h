@@ -16,6 +16,7 @@
 #include "distributed/process_group.h"
 #include "distributed/zero.h"
 #include "launcher/registry.h"
+#include "tinygrad/engine/jit.h"
 #include "tinygrad/nn/data.h"
 #include "tinygrad/nn/module.h"
 #include "tinygrad/nn/optim.h"
@@ -114,8 +115,13 @@ class Trainer {
   int rank() const { return group_ ? group_->rank() : 0; }
   int world_size() const { return group_ ? group_->size() : 1; }
   dist::DataParallel* data_parallel() { return dp_.get(); }
+  // The step's JIT (see Note [the trainer's step under TinyJit] in trainer.cpp).
+  const TinyJit& jit() const { return *jit_; }
 
  private:
+  // One training step on a batch {x, y}; returns {loss}. Run through jit_.
+  Tensors train_step(const Tensors& batch);
+
   template <class F>
   void emit(F f) {
     for (auto& o : observers_) f(*o);
@@ -133,6 +139,8 @@ class Trainer {
   std::unique_ptr<dist::CollectiveEngine> engine_;
   std::unique_ptr<dist::DataParallel> dp_;
   std::unique_ptr<dist::Zero1> zero_;
+  std::unique_ptr<TinyJit> jit_;
+  dist::StepOutcome step_outcome_;  // of the last step that ran (not replayed)
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
   std::optional<double> last_accuracy_;
   int64_t last_eval_step_ = -1;

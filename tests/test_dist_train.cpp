@@ -15,6 +15,8 @@
 #include "launcher/registry.h"
 #include "launcher/run.h"
 #include "test_util.h"
+#include "tinygrad/engine/realize.h"
+#include "tinygrad/knobs.h"
 #include "tinygrad/nn/state.h"
 
 using namespace tg;
@@ -111,6 +113,34 @@ TEST(DdpTrain, NonFiniteGradientOnOneRankSkipsEverywhere) {
     EXPECT_HAS(read(dir + "/metrics.jsonl"), "\"type\":\"skip\"");
     for (auto& [k, v] : model_of(s.last_checkpoint))
       for (float f : v) ASSERT_TRUE(std::isfinite(f)) << k;
+  }
+}
+
+// Without host decisions (no clipping, no skip check) the ddp step is captured and replayed by
+// the trainer's TinyJit: the replays still all-reduce through the collective runner, schedule
+// fewer kernels than JIT=0, and end on bit-identical parameters.
+TEST(DdpTrain, JitReplaysStepsWithTheirAllReduces) {
+  auto run = [&](int jit, const std::string& dir) {
+    knobs::JIT.set(jit);
+    GlobalCounters::reset();
+    TrainSummary s = run_train(
+        config(dir, {"distributed.strategy=ddp", "distributed.skip_nonfinite=false", "optim.clip_grad_norm=0"}),
+        {.progress = false});
+    GlobalCounters c = GlobalCounters::get();
+    knobs::JIT.set(1);
+    return std::make_pair(s, c);
+  };
+  auto [off, c_off] = run(0, BASE + "_jit0");
+  auto [on, c_on] = run(1, BASE + "_jit1");
+  EXPECT_EQ(on.steps, 6);
+  EXPECT_GT(c_off.collectives, 0u);
+  EXPECT_EQ(c_on.collectives, c_off.collectives);
+  EXPECT_EQ(c_on.kernels_run, c_off.kernels_run);
+  EXPECT_LT(c_on.kernels_scheduled, c_off.kernels_scheduled);
+  if (dist::env_rank() == 0) {
+    auto a = model_of(off.last_checkpoint), b = model_of(on.last_checkpoint);
+    ASSERT_EQ(a.size(), b.size());
+    for (auto& [k, v] : a) EXPECT_EQ(v, b[k]) << k;
   }
 }
 

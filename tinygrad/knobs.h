@@ -1,4 +1,4 @@
-// Knobs: environment variables in one typed registry (DEBUG, BEAM, NOOPT, THREADS, DEVICE, ...).
+// Knobs: environment variables in one typed registry (DEBUG, BEAM, NOOPT, JIT, THREADS, DEVICE, ...).
 // Each is read once, on first use; tests may override a knob for their scope.
 #pragma once
 #include <string>
@@ -45,6 +45,7 @@ extern IntKnob CPU_LLVM;    // 1: CPU kernels through LLVM ORC JIT (default when
 extern IntKnob BEAM;      // >0: search kernel optimizations with this beam width (winners cached on disk)
 extern IntKnob NOOPT;     // 1: no kernel optimizations (one output element per loop iteration)
 extern IntKnob THREADS;   // CPU kernel threads (0: all cores)
+extern IntKnob JIT;       // 1: engine/jit captures a step once and replays it; 0: every call runs normally
 extern StringKnob DEVICE;   // default device
 extern StringKnob CC;       // system C compiler for CPU kernels without LLVM
 extern StringKnob CACHEDIR; // where compiled kernels may be cached on disk

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "tinygrad/device.h"
+#include "tinygrad/engine/jit.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/gradient.h"
 #include "tinygrad/schedule/schedule.h"
@@ -221,8 +222,18 @@ std::shared_ptr<Buffer> realized_buffer(const Tensor& t) {
 }
 }  // namespace
 
+std::shared_ptr<Buffer> TensorAccess::buffer(const Tensor& t) {
+  auto& u = t.state_->uop;
+  return u->op == Op::BUFFER ? u->arg_buffer() : u->realized;
+}
+void TensorAccess::set_buffer(const Tensor& t, std::shared_ptr<Buffer> buf) {
+  t.state_->uop = lazy::buffer(std::move(buf), t.shape());
+}
+const void* TensorAccess::identity(const Tensor& t) { return t.state_.get(); }
+
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  jit_note_host_read(*this);
   auto buf = realized_buffer(*this);
   std::vector<uint8_t> bytes(buf->nbytes());
   if (!bytes.empty()) buf->copy_out(bytes.data(), bytes.size());
@@ -259,7 +270,19 @@ Tensor& Tensor::assign(const Tensor& v) {
   TG_CHECK(v.shape() == shape() && v.dtype() == dtype() && v.device() == device(),
            "assign: value ", v.describe(), " does not match target ", describe());
   auto buf = realized_buffer(v);
+  if (jit_capturing()) jit_note_assign(*this, TensorAccess::buffer(*this), buf);
   state_->uop = lazy::buffer(buf, shape());
+  return *this;
+}
+
+Tensor& Tensor::write_(const void* data, DType src_dtype) {
+  auto buf = TensorAccess::buffer(*this);
+  TG_CHECK(buf, "write_: tensor ", describe(), " is not realized");
+  std::vector<uint8_t> bytes(buf->nbytes());
+  for (int64_t i = 0; i < numel(); i++)
+    store_as(dtype(), bytes.data() + i * itemsize(dtype()),
+             load_as(src_dtype, static_cast<const uint8_t*>(data) + i * itemsize(src_dtype)));
+  if (!bytes.empty()) buf->copy_in(bytes.data(), bytes.size());
   return *this;
 }
 

@@ -96,6 +96,11 @@ class Tensor {
   Tensor contiguous() const;
   // Replaces this tensor's value (same shape, dtype, device) with `v`, realized; cuts history.
   Tensor& assign(const Tensor& v);
+  // Overwrites the buffer of a realized tensor in place with numel() host values of src_dtype.
+  // Only for inputs that change between steps while the kernels reading them stay the same
+  // (the optimizers' per-step scalars, replayed by TinyJit); every lazy graph that reads the
+  // buffer and is realized later sees the new values.
+  Tensor& write_(const void* data, DType src_dtype);
 
   // ---- autograd ----
   bool requires_grad() const;

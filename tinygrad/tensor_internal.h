@@ -12,6 +12,12 @@ namespace tg {
 struct TensorAccess {
   // A new tensor for `u`; it tracks gradients when an input does (outside NoGradGuard).
   static Tensor result(UOpPtr u, std::initializer_list<const Tensor*> inputs);
+  // The buffer t's value is in (null while it is lazy); never realizes.
+  static std::shared_ptr<Buffer> buffer(const Tensor& t);
+  // Points t (and every copy of it) at `buf`, which holds a value of t's shape and dtype.
+  static void set_buffer(const Tensor& t, std::shared_ptr<Buffer> buf);
+  // The same for t and all its copies (they share one state), different for any other tensor.
+  static const void* identity(const Tensor& t);
 };
 
 inline Tensor result(UOpPtr u, std::initializer_list<const Tensor*> inputs) {

@@ -30,12 +30,12 @@ CollectiveRunner& collective_runner() {
 }
 
 struct CompiledKernel {
-  std::string name;
+  KernelLaunch launch;
   std::string source;
-  Program* program;
-  std::vector<int64_t> global_size, local_size;  // as Renderer::prepare left them
   std::vector<Opt> opts;
 };
+
+thread_local std::vector<ExecItem>* exec_recorder = nullptr;
 
 // Kernel graphs are hash-consed, so the same kernel in a later step is the same node: the
 // cache keeps the key alive and maps it to its compiled program.
@@ -79,14 +79,14 @@ const CompiledKernel& compiled(const ScheduleItem& item) {
   Program& prog = dev.get_program(k.name, src);
   std::lock_guard<std::mutex> lock(cache.mu);
   auto& slot = cache.by_device[item.device][item.ast.get()];
-  slot = {item.ast, CompiledKernel{k.name, src, &prog, k.global_size, k.local_size, opts}};
+  slot = {item.ast, CompiledKernel{KernelLaunch{&prog, k.name, k.global_size, k.local_size}, src, opts}};
   return slot.second;
 }
 
-void run_kernel(const ScheduleItem& item) {
+void run_kernel(const ScheduleItem& item, const KernelLaunch& ck) {
   auto& counters = GlobalCounters::get();
-  const CompiledKernel& ck = compiled(item);
   std::vector<void*> ptrs;
+  ptrs.reserve(item.buffers.size());
   for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
   bool timed = knobs::DEBUG >= 2;
   auto t = ck.program->launch(ptrs, ck.global_size, ck.local_size, timed);
@@ -154,6 +154,28 @@ UOpPtr device_kernel_graph(const ScheduleItem& item, const std::vector<Opt>& opt
 
 void set_collective_runner(CollectiveRunner runner) { collective_runner() = std::move(runner); }
 
+namespace {
+
+void run_item(const ScheduleItem& item, const KernelLaunch* launch, PendingCollectives& pending) {
+  pending.wait_for(item);
+  switch (item.kind) {
+    case ScheduleItem::Kind::Kernel: run_kernel(item, *launch); break;
+    case ScheduleItem::Kind::Copy: run_copy(item); break;
+    case ScheduleItem::Kind::Collective:
+      TG_CHECK(collective_runner(), "a collective op was scheduled but no distributed backend is initialised");
+      pending.add(item, collective_runner()(item));
+      GlobalCounters::get().collectives++;
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<ExecItem>* set_exec_recorder(std::vector<ExecItem>* recorder) {
+  std::swap(exec_recorder, recorder);
+  return recorder;
+}
+
 void run_schedule(const std::vector<ScheduleItem>& schedule) {
   auto& counters = GlobalCounters::get();
   for (auto& item : schedule)
@@ -162,17 +184,16 @@ void run_schedule(const std::vector<ScheduleItem>& schedule) {
     std::fprintf(stderr, "scheduled %zu items\n", schedule.size());
   PendingCollectives pending;
   for (auto& item : schedule) {
-    pending.wait_for(item);
-    switch (item.kind) {
-      case ScheduleItem::Kind::Kernel: run_kernel(item); break;
-      case ScheduleItem::Kind::Copy: run_copy(item); break;
-      case ScheduleItem::Kind::Collective:
-        TG_CHECK(collective_runner(), "a collective op was scheduled but no distributed backend is initialised");
-        pending.add(item, collective_runner()(item));
-        counters.collectives++;
-        break;
-    }
+    const KernelLaunch* launch = item.kind == ScheduleItem::Kind::Kernel ? &compiled(item).launch : nullptr;
+    if (exec_recorder) exec_recorder->push_back(ExecItem{item, launch ? *launch : KernelLaunch{}});
+    run_item(item, launch, pending);
   }
+  pending.wait_all();
+}
+
+void run_exec_items(const std::vector<ExecItem>& items) {
+  PendingCollectives pending;
+  for (auto& e : items) run_item(e.item, &e.launch, pending);
   pending.wait_all();
 }
 

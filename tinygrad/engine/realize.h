@@ -9,7 +9,10 @@
 #include "tinygrad/codegen/opt.h"
 #include "tinygrad/schedule/schedule.h"
 
+
 namespace tg {
+
+class Program;
 
 struct GlobalCounters {
   uint64_t kernels_scheduled = 0;
@@ -30,6 +33,28 @@ using CollectiveRunner = std::function<CollectiveWait(const ScheduleItem& item)>
 void set_collective_runner(CollectiveRunner runner);
 
 void run_schedule(const std::vector<ScheduleItem>& schedule);
+
+// How a kernel item is launched once compiled: what engine/jit replays without scheduling,
+// rendering or looking the program up again.
+struct KernelLaunch {
+  Program* program = nullptr;
+  std::string name;
+  std::vector<int64_t> global_size, local_size;  // as Renderer::prepare left them
+};
+
+// One item as run_schedule ran it: the schedule item (its buffers) and, for kernels, the launch.
+struct ExecItem {
+  ScheduleItem item;
+  KernelLaunch launch;  // Kernel items only
+};
+
+// While a recorder is set (on this thread), run_schedule appends every item it runs, in order.
+// Returns the previous recorder. engine/jit uses this to capture a step.
+std::vector<ExecItem>* set_exec_recorder(std::vector<ExecItem>* recorder);
+
+// Runs items that were run before (and compiled then), in order, with the same collective
+// waits, counters and DEBUG output as run_schedule; kernels_scheduled does not grow.
+void run_exec_items(const std::vector<ExecItem>& items);
 
 // The kernel graph item's device compiles: item.ast with opts applied, and transcendental
 // functions in plain arithmetic where the device has no fast ones.

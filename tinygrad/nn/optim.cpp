@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "tinygrad/engine/jit.h"
 #include "tinygrad/error.h"
 
 namespace tg::nn {
@@ -44,20 +45,33 @@ Tensor& Optimizer::state(size_t i, const std::string& name) {
   return it->second;
 }
 
-Tensor Optimizer::scalar_input(double v, const Tensor& like) {
-  auto key = std::make_pair(like.device(), std::make_pair(like.dtype(), v));
-  auto it = scalars_.find(key);
-  if (it != scalars_.end()) return it->second;
-  Tensor t = Tensor::from_data(&v, DType::Float64, {}, {.dtype = like.dtype(), .device = like.device()});
-  scalars_.emplace(key, t);
+void Optimizer::set_scalar(const std::string& name, double v) { scalar_values_[name] = v; }
+
+Tensor Optimizer::scalar_input(const std::string& name, const Tensor& like) {
+  auto v = scalar_values_.find(name);
+  TG_ASSERT(v != scalar_values_.end(), type_name(), ": scalar '", name, "' was not set this step");
+  auto key = std::make_tuple(name, like.device(), like.dtype());
+  auto it = scalar_bufs_.find(key);
+  if (it != scalar_bufs_.end()) return it->second;
+  Tensor t = Tensor::from_data(&v->second, DType::Float64, {}, {.dtype = like.dtype(), .device = like.device()});
+  scalar_bufs_.emplace(key, t);
   return t;
+}
+
+void Optimizer::host_step() {
+  step_++;
+  set_scalar("lr", lr);
+  begin_step();
+  for (auto& [key, t] : scalar_bufs_) {
+    auto v = scalar_values_.find(std::get<0>(key));
+    TG_ASSERT(v != scalar_values_.end(), type_name(), ": scalar '", std::get<0>(key), "' was not set this step");
+    t.write_(&v->second, DType::Float64);
+  }
 }
 
 void Optimizer::step(const Tensors& also_realize) {
   NoGradGuard no_grad;
-  step_++;
-  scalars_.clear();
-  begin_step();
+  host_step();
   Updates ups;
   for (size_t i = 0; i < params_.size(); i++) {
     Tensor& p = *params_[i];
@@ -73,7 +87,7 @@ void Optimizer::step(const Tensors& also_realize) {
   for (auto& [t, v] : ups) values.push_back(v);
   Tensor::realize_all(values);  // parameters, state and the caller's tensors (the loss) in one schedule
   for (auto& [t, v] : ups) t->assign(v);
-  scalars_.clear();
+  jit_on_replay([this] { host_step(); });  // a replayed step counts itself and writes its scalars
 }
 
 void Optimizer::zero_grad() {
@@ -148,7 +162,7 @@ void SGD::update(size_t i, const Tensor& p, const Tensor& g_in, Updates& out) {
     out.emplace_back(&buf, nb);
     g = nesterov ? g + nb * momentum : nb;
   }
-  out.emplace_back(params_[i], p - g * scalar_input(lr, p));
+  out.emplace_back(params_[i], p - g * scalar_input("lr", p));
 }
 
 // A checkpoint taken after a step has every buffer initialised (parameters that never had a
@@ -173,8 +187,9 @@ AdamW::AdamW(std::vector<Tensor*> params, double lr, double b1, double b2, doubl
 
 void Adam::begin_step() {
   auto t = static_cast<double>(step_);
-  step_size_ = lr / (1.0 - std::pow(b1, t));
-  inv_sqrt_bc2_ = 1.0 / std::sqrt(1.0 - std::pow(b2, t));
+  set_scalar("step_size", lr / (1.0 - std::pow(b1, t)));
+  set_scalar("inv_sqrt_bc2", 1.0 / std::sqrt(1.0 - std::pow(b2, t)));
+  set_scalar("decay", 1.0 - lr * weight_decay);
 }
 
 void Adam::update(size_t i, const Tensor& p, const Tensor& g_in, Updates& out) {
@@ -182,8 +197,8 @@ void Adam::update(size_t i, const Tensor& p, const Tensor& g_in, Updates& out) {
   Tensor &m = state(i, "exp_avg"), &v = state(i, "exp_avg_sq");
   Tensor nm = m * b1 + g * (1.0 - b1);
   Tensor nv = v * b2 + g * g * (1.0 - b2);
-  Tensor base = (decoupled_ && weight_decay != 0) ? p * scalar_input(1.0 - lr * weight_decay, p) : p;
-  Tensor np = base - nm * scalar_input(step_size_, p) / (nv.sqrt() * scalar_input(inv_sqrt_bc2_, p) + eps);
+  Tensor base = (decoupled_ && weight_decay != 0) ? p * scalar_input("decay", p) : p;
+  Tensor np = base - nm * scalar_input("step_size", p) / (nv.sqrt() * scalar_input("inv_sqrt_bc2", p) + eps);
   out.emplace_back(&m, nm);
   out.emplace_back(&v, nv);
   out.emplace_back(params_[i], np);
@@ -201,17 +216,17 @@ LAMB::LAMB(std::vector<Tensor*> params, double lr, double b1_, double b2_, doubl
 
 void LAMB::begin_step() {
   auto t = static_cast<double>(step_);
-  inv_bc1_ = 1.0 / (1.0 - std::pow(b1, t));
-  inv_bc2_ = 1.0 / (1.0 - std::pow(b2, t));
+  set_scalar("inv_bc1", 1.0 / (1.0 - std::pow(b1, t)));
+  set_scalar("inv_bc2", 1.0 / (1.0 - std::pow(b2, t)));
 }
 
 void LAMB::update(size_t i, const Tensor& p, const Tensor& g, Updates& out) {
   Tensor &m = state(i, "exp_avg"), &v = state(i, "exp_avg_sq");
   Tensor nm = m * b1 + g * (1.0 - b1);
   Tensor nv = v * b2 + g * g * (1.0 - b2);
-  Tensor up = nm * scalar_input(inv_bc1_, p) / ((nv * scalar_input(inv_bc2_, p)).sqrt() + eps);
+  Tensor up = nm * scalar_input("inv_bc1", p) / ((nv * scalar_input("inv_bc2", p)).sqrt() + eps);
   if (weight_decay != 0) up = up + p * weight_decay;
-  Tensor scale = scalar_input(lr, p);
+  Tensor scale = scalar_input("lr", p);
   if (!adam) {
     Tensor r1 = p.square().sum().sqrt(), r2 = up.square().sum().sqrt();
     Tensor one = r1.ones_like();

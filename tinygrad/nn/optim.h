@@ -5,6 +5,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -26,7 +27,11 @@ using StateDict = std::map<std::string, Tensor>;
 //
 // Note [scalars that change between steps]: kernels are cached by their graph, and a constant
 // is part of it, so lr and the bias corrections (which change from step to step) enter the
-// kernels as 0-d buffers written from the host. The update kernels compile once.
+// kernels as 0-d buffers written from the host. The update kernels compile once. Each scalar
+// has a name ("lr", "step_size", ...) and one persistent buffer per (name, dtype, device),
+// rewritten in place at the start of every step: the kernels of a step read the same buffers
+// every time, so a step captured by TinyJit stays valid, and the host work that counts the step
+// and rewrites the scalars (host_step) is registered with jit_on_replay to run on every replay.
 class Optimizer {
  public:
   Optimizer(std::vector<Tensor*> params, double lr);
@@ -58,14 +63,17 @@ class Optimizer {
   // Pushes the new value of parameter i (and of its state) given its gradient g. p and g are
   // detached copies of the parameter and its gradient, g already in p's dtype.
   virtual void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) = 0;
-  // Called once per step before the updates (step_ already counts this step), to compute host
-  // scalars such as bias corrections.
+  // Called once per step before the updates (step_ already counts this step, lr is set), to
+  // set host scalars such as bias corrections with set_scalar. Also runs on TinyJit replays.
   virtual void begin_step() {}
   // Registers state `name` for every parameter, zero-initialised with the parameter's shape and dtype.
   void add_state(const std::string& name);
   Tensor& state(size_t i, const std::string& name);
-  // A host value as a 0-d buffer of like's dtype and device (see Note [scalars that change between steps]).
-  Tensor scalar_input(double v, const Tensor& like);
+  // This step's value of the host scalar `name` (call in begin_step; "lr" is set by the base).
+  void set_scalar(const std::string& name, double v);
+  // The scalar `name` as a 0-d buffer of like's dtype and device, holding this step's value
+  // (see Note [scalars that change between steps]).
+  Tensor scalar_input(const std::string& name, const Tensor& like);
   // Called after load_state_dict assigned the state.
   virtual void after_load() {}
 
@@ -75,7 +83,10 @@ class Optimizer {
  private:
   std::vector<std::string> state_names_;
   std::vector<std::map<std::string, Tensor>> state_;  // per parameter
-  std::map<std::pair<std::string, std::pair<DType, double>>, Tensor> scalars_;  // this step's scalar inputs
+  // The host side of a step: counts it, sets the scalars and writes them into their buffers.
+  void host_step();
+  std::map<std::string, double> scalar_values_;                             // this step's, by name
+  std::map<std::tuple<std::string, std::string, DType>, Tensor> scalar_bufs_;  // (name, device, dtype)
 };
 
 // PyTorch's SGD: g += weight_decay * p; with momentum, buf = momentum * buf + (1 - dampening) * g
@@ -111,9 +122,6 @@ class Adam : public Optimizer {
   void begin_step() override;
   void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) override;
   bool decoupled_ = false;
-
- private:
-  double step_size_ = 0, inv_sqrt_bc2_ = 0;
 };
 
 // PyTorch's AdamW: p *= 1 - lr * weight_decay, then the Adam update without L2.
@@ -136,9 +144,6 @@ class LAMB : public Optimizer {
  protected:
   void begin_step() override;
   void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) override;
-
- private:
-  double inv_bc1_ = 0, inv_bc2_ = 0;
 };
 
 // Scales the gradients so that their global L2 norm is at most max_norm (by

@@ -1,0 +1,289 @@
+// engine/jit: a training step wrapped in TinyJit gives bit-identical losses and parameters to the
+// same steps run without it (SGD with momentum; Adam and AdamW under a changing learning rate;
+// a model with BatchNorm), replays schedule and compile nothing, returned losses stay valid,
+// state replaced between calls is seen, a new input shape gets its own capture, and a step that
+// reads the device on the host is run normally with its reason.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "tinygrad/device.h"
+#include "tinygrad/engine/jit.h"
+#include "tinygrad/engine/realize.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/nn/layers.h"
+#include "tinygrad/nn/optim.h"
+
+using namespace tg;
+using namespace tg::nn;
+
+namespace {
+
+// A knob value for one scope.
+struct KnobScope {
+  IntKnob& knob;
+  int prev;
+  KnobScope(IntKnob& k, int v) : knob(k), prev(k.get()) { k.set(v); }
+  ~KnobScope() { knob.set(prev); }
+};
+
+std::unique_ptr<Sequential> make_model(bool batchnorm) {
+  Tensor::manual_seed(7);
+  auto m = std::make_unique<Sequential>();
+  m->emplace<Flatten>();
+  m->emplace<Linear>(12, 16);
+  if (batchnorm) m->emplace<BatchNorm1d>(16);
+  m->emplace<ReLU>();
+  m->emplace<Linear>(16, 5);
+  return m;
+}
+
+struct Batch {
+  Tensor x, y;
+};
+// Fresh host tensors every step, as a data loader gives them (`same`: all with the first one's data).
+std::vector<Batch> make_batches(int n, int64_t batch = 8, bool same = false) {
+  Tensor::manual_seed(11);
+  std::vector<Batch> out;
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  for (int i = 0; i < n; i++) {
+    if (i == 0 || !same) {
+      x = Tensor::randn({batch, 3, 4}).to_vector<float>();
+      y = Tensor::randint({batch}, 0, 5).to_vector<int32_t>();
+    }
+    out.push_back({Tensor::from_vector(x, {batch, 3, 4}), Tensor::from_vector(y, {batch}, {.dtype = DType::Int32})});
+  }
+  return out;
+}
+
+using MakeOpt = std::function<std::unique_ptr<Optimizer>(std::vector<Tensor*>)>;
+using LrAt = std::function<double(int)>;
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;  // model state after the last step, in state_dict order
+  int64_t captures = 0, replays = 0;
+  int64_t opt_steps = 0;
+};
+
+// Trains on `batches` with the step wrapped in a TinyJit (JIT knob = jit). Losses are read only
+// after the last step, so each replay's returned loss must outlive the replays after it.
+Trained train(bool batchnorm, const MakeOpt& make_opt, const LrAt& lr_at, const std::vector<Batch>& batches, int jit) {
+  KnobScope k(knobs::JIT, jit);
+  auto model = make_model(batchnorm);
+  auto opt = make_opt(model->parameters());
+  TinyJit step([&](const Tensors& in) {
+    Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
+    opt->zero_grad();
+    loss.backward();
+    opt->step({loss});
+    return Tensors{loss};
+  });
+  Tensors losses;
+  for (size_t i = 0; i < batches.size(); i++) {
+    opt->lr = lr_at(static_cast<int>(i));
+    losses.push_back(step({batches[i].x, batches[i].y})[0]);
+  }
+  Trained r;
+  for (auto& l : losses) r.losses.push_back(l.item<float>());
+  for (auto& [name, t] : model->state_dict()) r.params.push_back(t.cast(DType::Float32).to_vector<float>());
+  r.captures = step.captures();
+  r.replays = step.replays();
+  r.opt_steps = opt->step_count();
+  return r;
+}
+
+void expect_bit_identical(const Trained& a, const Trained& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); i++)
+    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], sizeof(float)), 0)
+        << "loss of step " << i + 1 << ": " << a.losses[i] << " vs " << b.losses[i];
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); i++) {
+    ASSERT_EQ(a.params[i].size(), b.params[i].size());
+    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float)), 0)
+        << "state tensor " << i << " differs";
+  }
+}
+
+const LrAt constant_lr = [](int) { return 0.05; };
+// Warm-up then decay: a different lr in every step, including the replayed ones.
+const LrAt changing_lr = [](int i) { return i < 3 ? 0.01 * (i + 1) : 0.03 / (1.0 + 0.5 * (i - 2)); };
+
+TEST(Jit, SgdMomentumBitIdenticalToNoJit) {
+  auto batches = make_batches(7, 8, true);  // one batch again and again: the loss must fall
+  MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9); };
+  Trained off = train(false, sgd, constant_lr, batches, 0);
+  Trained on = train(false, sgd, constant_lr, batches, 1);
+  expect_bit_identical(off, on);
+  EXPECT_EQ(off.captures, 0);
+  EXPECT_EQ(on.captures, 1);
+  EXPECT_EQ(on.replays, 5);  // call 1 runs normally, call 2 captures, calls 3..7 replay
+  EXPECT_EQ(on.opt_steps, 7);  // replays count the optimizer's steps too
+  EXPECT_LT(on.losses.back(), on.losses.front());
+}
+
+TEST(Jit, AdamAndAdamWWithChangingLrBitIdenticalToNoJit) {
+  auto batches = make_batches(7);
+  MakeOpt adam = [](std::vector<Tensor*> ps) { return std::make_unique<Adam>(std::move(ps), 0.01); };
+  MakeOpt adamw = [](std::vector<Tensor*> ps) { return std::make_unique<AdamW>(std::move(ps), 0.01, 0.9, 0.999, 1e-8, 0.1); };
+  for (auto& make : {adam, adamw}) {
+    Trained off = train(false, make, changing_lr, batches, 0);
+    Trained on = train(false, make, changing_lr, batches, 1);
+    expect_bit_identical(off, on);
+    EXPECT_EQ(on.replays, 5);
+    // The lr and the bias corrections reach the replayed kernels: a run whose lr stays at its
+    // first value ends elsewhere.
+    Trained stale = train(false, make, [](int) { return 0.01; }, batches, 1);
+    EXPECT_NE(stale.losses.back(), on.losses.back());
+  }
+}
+
+TEST(Jit, BatchNormRunningStatisticsBitIdenticalToNoJit) {
+  auto batches = make_batches(6);
+  MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9, 0.0, 1e-4); };
+  Trained off = train(true, sgd, changing_lr, batches, 0);
+  Trained on = train(true, sgd, changing_lr, batches, 1);
+  expect_bit_identical(off, on);  // includes running_mean, running_var, num_batches_tracked
+  EXPECT_EQ(on.replays, 4);
+}
+
+TEST(Jit, ReplaysScheduleAndCompileNothing) {
+  KnobScope k(knobs::JIT, 1);
+  auto batches = make_batches(6);
+  auto model = make_model(false);
+  SGD opt(model->parameters(), 0.05, 0.9);
+  TinyJit step([&](const Tensors& in) {
+    Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
+    opt.zero_grad();
+    loss.backward();
+    opt.step({loss});
+    return Tensors{loss};
+  });
+  step({batches[0].x, batches[0].y});
+  auto& c = GlobalCounters::get();
+  uint64_t sched0 = c.kernels_scheduled, run0 = c.kernels_run;
+  step({batches[1].x, batches[1].y});  // captured
+  uint64_t captured_kernels = c.kernels_run - run0;
+  EXPECT_GT(captured_kernels, 5u);
+  EXPECT_EQ(c.kernels_scheduled - sched0, captured_kernels);
+  uint64_t sched1 = c.kernels_scheduled, run1 = c.kernels_run;
+  size_t programs = get_device(default_device()).compiled_count();
+  for (int i = 2; i < 6; i++) step({batches[i].x, batches[i].y});
+  EXPECT_EQ(c.kernels_scheduled, sched1) << "a replay scheduled kernels";
+  EXPECT_EQ(c.kernels_run - run1, 4 * captured_kernels);
+  EXPECT_EQ(get_device(default_device()).compiled_count(), programs) << "a replay compiled a program";
+  EXPECT_EQ(step.replays(), 4);
+}
+
+TEST(Jit, DebugSaysWhenCapturedAndReplayed) {
+  KnobScope k(knobs::JIT, 1);
+  auto batches = make_batches(3);
+  auto model = make_model(false);
+  SGD opt(model->parameters(), 0.05);
+  TinyJit step(
+      [&](const Tensors& in) {
+        Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
+        opt.zero_grad();
+        loss.backward();
+        opt.step({loss});
+        return Tensors{loss};
+      },
+      "mlp");
+  KnobScope d(knobs::DEBUG, 1);
+  ::testing::internal::CaptureStderr();
+  for (auto& b : batches) step({b.x, b.y});
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("jit mlp: first call with [float32[8,3,4] on CPU, int32[8] on CPU]"), std::string::npos) << err;
+  EXPECT_NE(err.find("jit mlp: captured"), std::string::npos) << err;
+  EXPECT_NE(err.find("jit mlp: replay 1:"), std::string::npos) << err;
+}
+
+// A new input shape gets its own capture (after one normal call); the old one keeps replaying.
+TEST(Jit, NewShapeGetsItsOwnCapture) {
+  auto big = make_batches(6, 8), small = make_batches(3, 4);
+  std::vector<Batch> seq{big[0], big[1], big[2], small[0], small[1], big[3], small[2], big[4], big[5]};
+  MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9); };
+  Trained off = train(false, sgd, changing_lr, seq, 0);
+  Trained on = train(false, sgd, changing_lr, seq, 1);
+  expect_bit_identical(off, on);
+  EXPECT_EQ(on.captures, 2);
+  // big: run, capture, replay, (small: run, capture), replay, (small: replay), replay, replay
+  EXPECT_EQ(on.replays, 5);
+}
+
+// Parameters replaced between calls (a checkpoint load) are what the next replay reads.
+TEST(Jit, StateReplacedBetweenCallsIsSeen) {
+  auto batches = make_batches(6);
+  auto run = [&](int jit) {
+    KnobScope k(knobs::JIT, jit);
+    auto model = make_model(false);
+    Adam opt(model->parameters(), 0.01);
+    TinyJit step([&](const Tensors& in) {
+      Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
+      opt.zero_grad();
+      loss.backward();
+      opt.step({loss});
+      return Tensors{loss};
+    });
+    StateDict saved_model, saved_opt;
+    std::vector<float> losses;
+    for (int i = 0; i < 6; i++) {
+      if (i == 1) {  // snapshot after step 1 (copies, so later steps do not change it)
+        for (auto& [n, t] : model->state_dict()) saved_model.emplace(n, (t + 0).contiguous().realize());
+        for (auto& [n, t] : opt.state_dict()) saved_opt.emplace(n, (t + 0).contiguous().realize());
+      }
+      if (i == 4) {  // back to the snapshot: steps 5, 6 repeat steps 2, 3 on batches 4, 5
+        model->load_state_dict(saved_model);
+        opt.load_state_dict(saved_opt);
+      }
+      losses.push_back(step({batches[i].x, batches[i].y})[0].item<float>());
+    }
+    return losses;
+  };
+  auto off = run(0), on = run(1);
+  ASSERT_EQ(off.size(), on.size());
+  for (size_t i = 0; i < off.size(); i++) EXPECT_EQ(off[i], on[i]) << "step " << i + 1;
+}
+
+TEST(Jit, HostReadInsideTheStepRunsNormally) {
+  KnobScope k(knobs::JIT, 1);
+  auto batches = make_batches(4);
+  auto model = make_model(false);
+  SGD opt(model->parameters(), 0.05);
+  std::vector<double> norms;
+  TinyJit step([&](const Tensors& in) {
+    Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
+    opt.zero_grad();
+    loss.backward();
+    norms.push_back(clip_grad_norm(opt.params(), 1.0));  // reads the norm on the host
+    opt.step({loss});
+    return Tensors{loss};
+  });
+  for (auto& b : batches) step({b.x, b.y});
+  EXPECT_EQ(step.captures(), 0);
+  EXPECT_EQ(step.replays(), 0);
+  EXPECT_NE(step.disabled_reason().find("on the host"), std::string::npos) << step.disabled_reason();
+  EXPECT_EQ(norms.size(), 4u);  // the function ran every time
+  EXPECT_EQ(opt.step_count(), 4);
+}
+
+// Inputs are rebound on every replay, not baked in: the same step on different data gives
+// what an unjitted pure function gives.
+TEST(Jit, InputsAreReboundOnReplay) {
+  KnobScope k(knobs::JIT, 1);
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3});
+  TinyJit f([&](const Tensors& in) { return Tensors{(in[0] * w).sum() + in[1]}; });
+  for (int i = 0; i < 5; i++) {
+    float a = static_cast<float>(i);
+    Tensor x = Tensor::from_vector(std::vector<float>{a, a + 1, a + 2}, {3});
+    Tensor b = Tensor::from_vector(std::vector<float>{10.0f * a}, {1});
+    EXPECT_EQ(f({x, b})[0].item<float>(), a * 1 + (a + 1) * 2 + (a + 2) * 3 + 10 * a) << "call " << i + 1;
+  }
+  EXPECT_EQ(f.replays(), 3);
+}
+
+}  // namespace

@@ -1,0 +1,320 @@
+// TinyJit (see jit.h and Note [what a captured step is]): recording a step, sorting its buffers
+// into inputs, state, fresh and fixed ones, and replaying it.
+#include "tinygrad/engine/jit.h"
+
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tinygrad/device.h"
+#include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/tensor_internal.h"
+
+namespace tg {
+
+namespace {
+
+// What a capturing call saw.
+struct Recording {
+  std::vector<ExecItem> items;
+  struct Assign {
+    Tensor target;
+    std::shared_ptr<Buffer> before, after;
+  };
+  std::vector<Assign> assigns;
+  std::vector<std::function<void()>> hooks;
+  std::string host_read;  // the first tensor read on the host, when one was
+};
+thread_local Recording* recording = nullptr;
+
+struct GraphFactories {
+  std::mutex mu;
+  std::unordered_map<std::string, GraphFactory> by_base;
+};
+GraphFactories& graph_factories() {
+  static GraphFactories f;
+  return f;
+}
+
+std::string device_base(const std::string& d) { return d.substr(0, d.find(':')); }
+
+std::string signature(const Tensors& ts) {
+  std::string s;
+  for (auto& t : ts) s += (s.empty() ? "" : ", ") + t.describe();
+  return s.empty() ? "(no inputs)" : s;
+}
+
+// The buffer a realized tensor's value is in.
+std::shared_ptr<Buffer> buffer_of(const Tensor& t) {
+  auto b = TensorAccess::buffer(t);
+  TG_ASSERT(b, "jit: tensor ", t.describe(), " was expected to be realized");
+  return b;
+}
+
+}  // namespace
+
+bool jit_capturing() { return recording != nullptr; }
+
+void jit_on_replay(std::function<void()> fn) {
+  if (recording) recording->hooks.push_back(std::move(fn));
+}
+
+void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after) {
+  if (recording) recording->assigns.push_back({target, before, after});
+}
+
+void jit_note_host_read(const Tensor& t) {
+  if (recording && recording->host_read.empty()) recording->host_read = t.describe();
+}
+
+void register_graph_factory(const std::string& device_base_name, GraphFactory factory) {
+  auto& f = graph_factories();
+  std::lock_guard<std::mutex> lock(f.mu);
+  f.by_base[device_base_name] = std::move(factory);
+}
+
+// ---- the capture ----
+
+struct TinyJit::Capture {
+  enum class Part { Input, State, Fresh };
+  struct Slot {  // a buffer that is bound anew on every replay
+    Part part;
+    size_t index = 0;  // Input: the input's position; State: the state tensor's
+    std::string device;
+    DType dtype;
+    int64_t numel;
+  };
+  struct Use {  // items[item].item.buffers[pos] is slots[slot]
+    size_t item, pos, slot;
+  };
+  struct Binding {  // a slot, or a fixed buffer
+    std::optional<size_t> slot;
+    std::shared_ptr<Buffer> fixed;
+  };
+  std::vector<ExecItem> items;  // non-fixed buffers are null between replays
+  std::vector<Slot> slots;
+  std::vector<Use> uses;
+  std::vector<Tensor> states;          // tensors the step assigns
+  std::vector<Binding> state_after;    // what each holds after the step
+  std::vector<std::pair<Binding, Shape>> outputs;
+  std::vector<std::function<void()>> hooks;
+  std::unique_ptr<ExecGraph> graph;
+  size_t kernels = 0, copies = 0, collectives = 0;
+
+  const std::shared_ptr<Buffer>& bound(const Binding& b, const std::vector<std::shared_ptr<Buffer>>& slot_bufs) const {
+    return b.slot ? slot_bufs[*b.slot] : b.fixed;
+  }
+};
+
+struct TinyJit::Entry {
+  int64_t calls = 0;
+  std::unique_ptr<Capture> capture;
+};
+
+namespace {
+
+// Sorts a recording's buffers (Note [what a captured step is]). Returns null and sets `why`
+// when the step cannot be replayed.
+std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& inputs, const Tensors& outputs,
+                                                std::string& why) {
+  using Capture = TinyJit::Capture;
+  auto cap = std::make_unique<Capture>();
+  std::unordered_map<const Buffer*, size_t> input_of, state_of;
+  for (size_t i = 0; i < inputs.size(); i++) input_of.emplace(buffer_of(inputs[i]).get(), i);
+
+  std::unordered_set<const Buffer*> written, escaping;
+  for (auto& e : rec.items) written.insert(e.item.buffers[0].get());
+
+  // Every assigned tensor once, with the buffer it held first and the one it holds last. A
+  // tensor whose first value was computed in the step itself is not state: replays recompute it.
+  std::unordered_map<const void*, size_t> state_index;
+  std::vector<std::shared_ptr<Buffer>> after;
+  for (auto& a : rec.assigns) {
+    auto [it, fresh] = state_index.emplace(TensorAccess::identity(a.target), cap->states.size());
+    if (fresh) {
+      if (!a.before) {
+        why = "it assigns " + a.target.describe() + ", which held no realized value before the step";
+        return nullptr;
+      }
+      cap->states.push_back(a.target);
+      after.push_back(a.after);
+      if (!written.count(a.before.get())) state_of.emplace(a.before.get(), it->second);
+    } else {
+      after[it->second] = a.after;
+    }
+  }
+
+  for (auto& b : after) escaping.insert(b.get());
+  for (auto& o : outputs) escaping.insert(buffer_of(o).get());
+
+  std::unordered_map<const Buffer*, size_t> slot_of;
+  auto binding = [&](const std::shared_ptr<Buffer>& b) -> Capture::Binding {
+    if (auto it = slot_of.find(b.get()); it != slot_of.end()) return {it->second, nullptr};
+    Capture::Slot s{Capture::Part::Fresh, 0, b->device(), b->dtype(), b->numel()};
+    if (auto i = input_of.find(b.get()); i != input_of.end()) {
+      s.part = Capture::Part::Input;
+      s.index = i->second;
+    } else if (auto st = state_of.find(b.get()); st != state_of.end()) {
+      s.part = Capture::Part::State;
+      s.index = st->second;
+    } else if (!written.count(b.get()) || !escaping.count(b.get())) {
+      return {std::nullopt, b};  // fixed
+    }
+    slot_of.emplace(b.get(), cap->slots.size());
+    cap->slots.push_back(s);
+    return {cap->slots.size() - 1, nullptr};
+  };
+
+  cap->items = std::move(rec.items);
+  for (size_t i = 0; i < cap->items.size(); i++) {
+    auto& item = cap->items[i].item;
+    switch (item.kind) {
+      case ScheduleItem::Kind::Kernel: cap->kernels++; break;
+      case ScheduleItem::Kind::Copy: cap->copies++; break;
+      case ScheduleItem::Kind::Collective: cap->collectives++; break;
+    }
+    for (size_t p = 0; p < item.buffers.size(); p++) {
+      auto b = binding(item.buffers[p]);
+      if (!b.slot) continue;
+      cap->uses.push_back({i, p, *b.slot});
+      item.buffers[p] = nullptr;  // bound on each replay; the captured buffer is not kept
+    }
+  }
+  for (auto& b : after) cap->state_after.push_back(binding(b));
+  for (auto& o : outputs) cap->outputs.emplace_back(binding(buffer_of(o)), o.shape());
+  cap->hooks = std::move(rec.hooks);
+
+  // A device that turns captured lists into graphs (Note [device graphs]).
+  std::string base;
+  bool one_device = !cap->items.empty();
+  for (auto& e : cap->items) {
+    std::string b = device_base(e.item.device);
+    one_device = one_device && (base.empty() || b == base);
+    base = b;
+  }
+  if (one_device) {
+    auto& f = graph_factories();
+    std::lock_guard<std::mutex> lock(f.mu);
+    if (auto it = f.by_base.find(base); it != f.by_base.end()) cap->graph = it->second(cap->items);
+  }
+  return cap;
+}
+
+}  // namespace
+
+// ---- TinyJit ----
+
+TinyJit::TinyJit(StepFn fn, std::string name) : fn_(std::move(fn)), name_(std::move(name)) {}
+TinyJit::~TinyJit() = default;
+
+void TinyJit::reset() { entries_.clear(); }
+
+Tensors TinyJit::operator()(const Tensors& inputs) {
+  // Inputs enter as plain buffers of exactly their shape, so any later input of the same shape
+  // can take a captured input's place (a view would be indexed as the captured one was).
+  Tensors in = inputs;
+  Tensor::realize_all(in);
+  for (auto& t : in) {
+    auto b = TensorAccess::buffer(t);
+    if (!b || b->numel() != t.numel()) {
+      t = t.contiguous();
+      t.realize();
+      b = buffer_of(t);
+    }
+    if (t.uop()->op != Op::BUFFER) t = Tensor(lazy::buffer(b, t.shape()));
+  }
+  auto run_plain = [&] {
+    Tensors out = fn_(in);
+    Tensor::realize_all(out);
+    return out;
+  };
+  // Off, or unusable, or inside another capture (whose record then holds this call's kernels).
+  if (!knobs::JIT.get() || !disabled_reason_.empty() || recording) return run_plain();
+
+  std::string sig = signature(in);
+  auto& slot = entries_[sig];
+  if (!slot) slot = std::make_unique<Entry>();
+  Entry& e = *slot;
+  if (e.capture) {
+    Capture& c = *e.capture;
+    for (auto& h : c.hooks) h();
+    std::vector<std::shared_ptr<Buffer>> bufs(c.slots.size());
+    for (size_t s = 0; s < c.slots.size(); s++) {
+      auto& sl = c.slots[s];
+      switch (sl.part) {
+        case Capture::Part::Input: bufs[s] = buffer_of(in[sl.index]); break;
+        case Capture::Part::State: {
+          auto b = TensorAccess::buffer(c.states[sl.index]);
+          TG_CHECK(b && b->numel() == sl.numel && b->dtype() == sl.dtype && b->device() == sl.device, "jit '", name_,
+                   "': the state tensor ", c.states[sl.index].describe(), " no longer holds a realized buffer like the captured one");
+          bufs[s] = std::move(b);
+          break;
+        }
+        case Capture::Part::Fresh: bufs[s] = std::make_shared<Buffer>(sl.device, sl.dtype, sl.numel); break;
+      }
+    }
+    for (auto& u : c.uses) c.items[u.item].item.buffers[u.pos] = bufs[u.slot];
+    struct Unbind {  // the captured list keeps only fixed buffers between replays
+      Capture& c;
+      ~Unbind() {
+        for (auto& u : c.uses) c.items[u.item].item.buffers[u.pos] = nullptr;
+      }
+    } unbind{c};
+    replays_++;
+    if (knobs::DEBUG >= 1)
+      std::fprintf(stderr, "jit %s: replay %lld: %zu kernels, %zu copies, %zu collectives\n", name_.c_str(),
+                   static_cast<long long>(replays_), c.kernels, c.copies, c.collectives);
+    if (c.graph) c.graph->run(c.items);
+    else run_exec_items(c.items);
+    for (size_t j = 0; j < c.states.size(); j++) TensorAccess::set_buffer(c.states[j], c.bound(c.state_after[j], bufs));
+    Tensors out;
+    for (auto& [b, shape] : c.outputs) out.emplace_back(lazy::buffer(c.bound(b, bufs), shape));
+    return out;
+  }
+  if (e.calls++ == 0) {
+    if (knobs::DEBUG >= 1)
+      std::fprintf(stderr, "jit %s: first call with [%s]: running normally, capturing on the next call\n", name_.c_str(),
+                   sig.c_str());
+    return run_plain();
+  }
+
+  Recording rec;
+  Tensors out;
+  {
+    struct Scope {
+      Recording* prev_rec;
+      std::vector<ExecItem>* prev_items;
+      explicit Scope(Recording& r) : prev_rec(recording), prev_items(set_exec_recorder(&r.items)) { recording = &r; }
+      ~Scope() {
+        recording = prev_rec;
+        set_exec_recorder(prev_items);
+      }
+    } scope(rec);
+    out = fn_(in);
+    Tensor::realize_all(out);
+  }
+  std::string why;
+  if (!rec.host_read.empty())
+    why = "it reads " + rec.host_read + " on the host while it runs (a data-dependent decision cannot be replayed)";
+  std::unique_ptr<Capture> cap = why.empty() ? build_capture(rec, in, out, why) : nullptr;
+  if (!cap) {
+    disabled_reason_ = why;
+    entries_.clear();
+    if (knobs::DEBUG >= 1)
+      std::fprintf(stderr, "jit %s: not captured: %s; every call runs normally\n", name_.c_str(), why.c_str());
+    return out;
+  }
+  captures_++;
+  if (knobs::DEBUG >= 1)
+    std::fprintf(stderr,
+                 "jit %s: captured [%s]: %zu kernels, %zu copies, %zu collectives; %zu state tensors, %zu host hooks%s\n",
+                 name_.c_str(), sig.c_str(), cap->kernels, cap->copies, cap->collectives, cap->states.size(),
+                 cap->hooks.size(), cap->graph ? "; replayed as a device graph" : "");
+  e.capture = std::move(cap);
+  return out;
+}
+
+}  // namespace tg

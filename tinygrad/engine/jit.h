@@ -1,0 +1,103 @@
+// TinyJit: captures the kernels a step function runs once and replays them on later calls with
+// the same input shapes, without building the graph, scheduling, rendering or looking programs
+// up again. The trainer wraps its step in one; JIT=0 turns capturing off.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinygrad/engine/realize.h"
+#include "tinygrad/tensor.h"
+
+namespace tg {
+
+class Buffer;
+
+// Note [what a captured step is]: the first call with a given input signature (shapes, dtypes,
+// devices of the inputs) runs the function normally; the second captures it: every item that
+// run_schedule runs is recorded with its buffers and compiled launch, every Tensor::assign with
+// the buffer the tensor held before and after, and the host work registered with
+// jit_on_replay. Later calls replay that record. The buffers of a record play one of four parts:
+//   input   the buffer of input i: rebound to the buffer of this call's input i
+//   state   the buffer an assigned tensor (a parameter, optimizer state, BatchNorm statistic)
+//           held when the capture began: rebound to the buffer that tensor holds now, so a
+//           checkpoint load or another capture between calls is seen
+//   fresh   written in the step and escaping it (the new value of an assigned tensor, an
+//           output such as the loss): a new buffer on every replay, so a loss returned by one
+//           replay stays valid after the next; the assigned tensors are pointed at their new
+//           buffers and the outputs are returned as new tensors
+//   fixed   everything else (intermediates, constants, the optimizer's per-step scalars, whose
+//           contents the replayed host work rewrites): the captured buffer itself
+// A replay runs the host work (the optimizer counts the step and writes lr and bias
+// corrections into its scalar buffers), binds the buffers, and runs the items through
+// run_exec_items: kernels are launched directly, copies copied, collectives handed to the
+// registered collective runner as in run_schedule.
+//
+// What a captured function must keep: the same computation on every call from the second on
+// (no host control flow that depends on data). A function that reads device data on the host
+// while it is being captured (Tensor::item, to_vector; e.g. clip_grad_norm, a skip-on-NaN
+// decision) cannot be replayed: TinyJit then runs it normally on every call and says why
+// (disabled_reason(), DEBUG=1). Tensors that only the function's own graph saw (gradients held in
+// .grad()) are not updated by replays; the outputs and assigned tensors are. Tensors created
+// from host data inside the function are captured as constants.
+//
+// A call whose input signature has no capture yet starts over for that signature (runs
+// normally, captures on its next call): each signature keeps its own capture, so a smaller last
+// batch of an epoch gets one too. Call reset() to drop them.
+//
+// Note [device graphs]: a device that can launch a captured list as one graph (CUDA graphs)
+// registers a GraphFactory for its base name. After a capture whose items all run on such a
+// device, TinyJit asks the factory for a graph and replays through it; the graph receives the
+// items with this replay's buffers bound (inputs and fresh buffers change between replays, so
+// it updates those kernel arguments), and must run them as run_exec_items would. Without a
+// factory (every device today) replays go through run_exec_items.
+class ExecGraph {
+ public:
+  virtual ~ExecGraph() = default;
+  virtual void run(const std::vector<ExecItem>& bound_items) = 0;
+};
+using GraphFactory = std::function<std::unique_ptr<ExecGraph>(const std::vector<ExecItem>& items)>;
+void register_graph_factory(const std::string& device_base, GraphFactory factory);
+
+class TinyJit {
+ public:
+  using StepFn = std::function<Tensors(const Tensors& inputs)>;
+  explicit TinyJit(StepFn fn, std::string name = "step");
+  ~TinyJit();
+  TinyJit(const TinyJit&) = delete;
+  TinyJit& operator=(const TinyJit&) = delete;
+
+  // Runs the step (normally, capturing, or replaying; see Note [what a captured step is]).
+  // The inputs are realized first; the outputs come back realized.
+  Tensors operator()(const Tensors& inputs);
+
+  void reset();                        // drops every capture (the next call runs normally)
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
+  const std::string& disabled_reason() const { return disabled_reason_; }  // empty while usable
+  const std::string& name() const { return name_; }
+
+  struct Capture;
+
+ private:
+  struct Entry;
+  StepFn fn_;
+  std::string name_;
+  std::map<std::string, std::unique_ptr<Entry>> entries_;  // by input signature
+  int64_t captures_ = 0, replays_ = 0;
+  std::string disabled_reason_;
+};
+
+// Hooks for the code a step runs (no-ops unless this thread is capturing).
+bool jit_capturing();
+// Host work that every replay must repeat before the kernels (per-step scalars, host counters).
+void jit_on_replay(std::function<void()> fn);
+// Tensor::assign: `target` held `before` (null when it was not realized) and now holds `after`.
+void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after);
+// Host reads of device data (Tensor::to_vector, item): the capture cannot be replayed.
+void jit_note_host_read(const Tensor& t);
+
+}  // namespace tg
