@@ -117,10 +117,11 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
 // Note [the trainer's step under TinyJit]: the whole step (forward, backward, gradient
 // all-reduces, optimizer update) is one function of the batch, wrapped in a TinyJit, so from the
 // third step on its kernels are replayed. The loss is realized in the update's schedule and
-// returned, so reading it at a log step costs no kernel. Steps that decide on the host (gradient
-// clipping, distributed.skip_nonfinite, zero1's host-side shards) cannot be replayed: the JIT
-// finds that out while capturing and runs every step normally (jit().disabled_reason(); DEBUG=1
-// prints it).
+// returned, so reading it at a log step costs no kernel. Gradient clipping in one process is
+// built on the device (clip_grad_norm_lazy). Steps that decide on the host (ddp's
+// coordinated_step with clipping or distributed.skip_nonfinite, zero1's host-side shards)
+// cannot be replayed: the JIT finds that out while capturing and runs every step normally
+// (jit().disabled_reason(); DEBUG=1 prints it).
 Tensors Trainer::train_step(const Tensors& batch) {
   Tensor x = batch[0], y = batch[1];
   if (dp_) {
@@ -141,7 +142,7 @@ Tensors Trainer::train_step(const Tensors& batch) {
       step_outcome_ = dist::coordinated_step(*group_, *optim_, first, so);
     }
   } else {
-    if (clip > 0) nn::clip_grad_norm(optim_->params(), clip);
+    if (clip > 0) nn::clip_grad_norm_lazy(optim_->params(), clip);  // on the device: replayable
     optim_->step({loss});
   }
   return {loss};

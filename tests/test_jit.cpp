@@ -5,6 +5,7 @@
 // reads the device on the host is run normally with its reason.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -71,7 +72,8 @@ struct Trained {
 
 // Trains on `batches` with the step wrapped in a TinyJit (JIT knob = jit). Losses are read only
 // after the last step, so each replay's returned loss must outlive the replays after it.
-Trained train(bool batchnorm, const MakeOpt& make_opt, const LrAt& lr_at, const std::vector<Batch>& batches, int jit) {
+Trained train(bool batchnorm, const MakeOpt& make_opt, const LrAt& lr_at, const std::vector<Batch>& batches, int jit,
+              double clip = 0) {
   KnobScope k(knobs::JIT, jit);
   auto model = make_model(batchnorm);
   auto opt = make_opt(model->parameters());
@@ -79,6 +81,7 @@ Trained train(bool batchnorm, const MakeOpt& make_opt, const LrAt& lr_at, const 
     Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
     opt->zero_grad();
     loss.backward();
+    if (clip > 0) clip_grad_norm_lazy(opt->params(), clip);
     opt->step({loss});
     return Tensors{loss};
   });
@@ -149,6 +152,34 @@ TEST(Jit, BatchNormRunningStatisticsBitIdenticalToNoJit) {
   Trained on = train(true, sgd, changing_lr, batches, 1);
   expect_bit_identical(off, on);  // includes running_mean, running_var, num_batches_tracked
   EXPECT_EQ(on.replays, 4);
+}
+
+// Clipping built on the device keeps the step replayable; it clips as clip_grad_norm does.
+TEST(Jit, LazyGradientClippingIsReplayed) {
+  auto batches = make_batches(6);
+  MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9); };
+  Trained off = train(false, sgd, constant_lr, batches, 0, 0.5);
+  Trained on = train(false, sgd, constant_lr, batches, 1, 0.5);
+  expect_bit_identical(off, on);
+  EXPECT_EQ(on.replays, 4);
+  Trained unclipped = train(false, sgd, constant_lr, batches, 1);
+  EXPECT_NE(unclipped.losses.back(), on.losses.back());  // the clip changed the steps
+
+  for (double max_norm : {0.05, 100.0}) {  // clipping, and a norm already below the bound
+    auto model = make_model(false), twin = make_model(false);
+    Tensor la = (*model)(batches[0].x).sparse_categorical_crossentropy(batches[0].y);
+    Tensor lb = (*twin)(batches[0].x).sparse_categorical_crossentropy(batches[0].y);
+    la.backward();
+    lb.backward();
+    double host = clip_grad_norm(model->parameters(), max_norm);
+    float dev = clip_grad_norm_lazy(twin->parameters(), max_norm).item<float>();
+    EXPECT_NEAR(dev, host, 1e-5 * host);
+    auto pa = model->parameters(), pb = twin->parameters();
+    for (size_t i = 0; i < pa.size(); i++) {
+      auto ga = pa[i]->grad()->to_vector<float>(), gb = pb[i]->grad()->to_vector<float>();
+      for (size_t j = 0; j < ga.size(); j++) EXPECT_NEAR(ga[j], gb[j], 1e-6 + 1e-5 * std::abs(ga[j])) << "max_norm " << max_norm;
+    }
+  }
 }
 
 TEST(Jit, ReplaysScheduleAndCompileNothing) {

@@ -151,5 +151,10 @@ class LAMB : public Optimizer {
 // Parameters without a gradient are skipped; with none at all the norm is 0. Realizes the
 // gradients (once) to compute the norm.
 double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm);
+// The same scaling built lazily, on the device: each gradient becomes g * min(1, max_norm /
+// (norm + 1e-6)) and the norm comes back as a 0-d float32 tensor. Nothing is realized or read on
+// the host, so the scaling fuses into the optimizer's update kernels and a step that uses it can
+// be captured by TinyJit. With no gradients the norm is a zero constant.
+Tensor clip_grad_norm_lazy(const std::vector<Tensor*>& params, double max_norm);
 
 }  // namespace tg::nn
