@@ -72,6 +72,15 @@ const std::map<std::string, std::function<BenchResult(int)>>& workloads() {
          nn::SGD opt(model->parameters(), 0.01, 0.9);
          return train_step("mlp_step", reps, *model, opt, {512, 1, 28, 28});
        }},
+      {"mlp_step_b16",
+       [](int reps) {
+         // the same step on 16 examples: mostly the per-step cost outside the kernels (graph,
+         // schedule, launches), which JIT replays remove
+         Tensor::manual_seed(0);
+         auto model = make_mlp({512, 512});
+         nn::SGD opt(model->parameters(), 0.01, 0.9);
+         return train_step("mlp_step_b16", reps, *model, opt, {16, 1, 28, 28});
+       }},
       {"cnn_step",
        [](int reps) {
          Tensor::manual_seed(0);

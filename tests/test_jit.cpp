@@ -1,8 +1,9 @@
 // engine/jit: a training step wrapped in TinyJit gives bit-identical losses and parameters to the
 // same steps run without it (SGD with momentum; Adam and AdamW under a changing learning rate;
 // a model with BatchNorm), replays schedule and compile nothing, returned losses stay valid,
-// state replaced between calls is seen, a new input shape gets its own capture, and a step that
-// reads the device on the host is run normally with its reason.
+// state replaced between calls is seen, a read-only tensor assigned between calls makes a new
+// capture, a new input shape gets its own capture, and a step that reads the device on the host
+// is run normally with its reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -315,6 +316,22 @@ TEST(Jit, InputsAreReboundOnReplay) {
     EXPECT_EQ(f({x, b})[0].item<float>(), a * 1 + (a + 1) * 2 + (a + 2) * 3 + 10 * a) << "call " << i + 1;
   }
   EXPECT_EQ(f.replays(), 3);
+}
+
+// A tensor the step reads but does not assign is captured as it is; assigning it a new value
+// between calls makes the next call capture again.
+TEST(Jit, AssigningAReadOnlyTensorBetweenCallsCapturesAgain) {
+  KnobScope k(knobs::JIT, 1);
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3});
+  TinyJit f([&](const Tensors& in) { return Tensors{(in[0] * w).sum()}; });
+  auto call = [&] { return f({Tensor::from_vector(std::vector<float>{1, 1, 1}, {3})})[0].item<float>(); };
+  for (int i = 0; i < 3; i++) EXPECT_EQ(call(), 6.0f);
+  EXPECT_EQ(f.captures(), 1);
+  w.assign(Tensor::from_vector(std::vector<float>{10, 20, 30}, {3}));
+  EXPECT_EQ(call(), 60.0f);
+  EXPECT_EQ(call(), 60.0f);
+  EXPECT_EQ(f.captures(), 2);
+  EXPECT_EQ(f.replays(), 2);
 }
 
 }  // namespace

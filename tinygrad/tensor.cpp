@@ -270,7 +270,7 @@ Tensor& Tensor::assign(const Tensor& v) {
   TG_CHECK(v.shape() == shape() && v.dtype() == dtype() && v.device() == device(),
            "assign: value ", v.describe(), " does not match target ", describe());
   auto buf = realized_buffer(v);
-  if (jit_capturing()) jit_note_assign(*this, TensorAccess::buffer(*this), buf);
+  jit_note_assign(*this, TensorAccess::buffer(*this), buf);
   state_->uop = lazy::buffer(buf, shape());
   return *this;
 }

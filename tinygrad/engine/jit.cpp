@@ -39,6 +39,16 @@ GraphFactories& graph_factories() {
   return f;
 }
 
+// Captures alive now, so an assign outside them can mark those that read the old value stale.
+struct LiveCaptures {
+  std::mutex mu;
+  std::unordered_set<TinyJit::Capture*> all;
+};
+LiveCaptures& live_captures() {
+  static LiveCaptures* l = new LiveCaptures();
+  return *l;
+}
+
 std::string device_base(const std::string& d) { return d.substr(0, d.find(':')); }
 
 std::string signature(const Tensors& ts) {
@@ -64,6 +74,11 @@ void jit_on_replay(std::function<void()> fn) {
 
 void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after) {
   if (recording) recording->assigns.push_back({target, before, after});
+  if (!before) return;
+  auto& live = live_captures();
+  std::lock_guard<std::mutex> lock(live.mu);
+  for (auto* c : live.all)
+    if (c->fixed_inputs.count(before.get())) c->stale = true;
 }
 
 void jit_note_host_read(const Tensor& t) {
@@ -103,6 +118,22 @@ struct TinyJit::Capture {
   std::vector<std::function<void()>> hooks;
   std::unique_ptr<ExecGraph> graph;
   size_t kernels = 0, copies = 0, collectives = 0;
+  std::unordered_set<const Buffer*> fixed_inputs;  // fixed buffers the step reads but does not write
+  bool stale = false;                              // one of them was assigned away since (see jit_note_assign)
+
+  Capture() = default;
+  void go_live() {  // once fixed_inputs is complete
+    auto& live = live_captures();
+    std::lock_guard<std::mutex> lock(live.mu);
+    live.all.insert(this);
+  }
+  ~Capture() {
+    auto& live = live_captures();
+    std::lock_guard<std::mutex> lock(live.mu);
+    live.all.erase(this);
+  }
+  Capture(const Capture&) = delete;
+  Capture& operator=(const Capture&) = delete;
 
   const std::shared_ptr<Buffer>& bound(const Binding& b, const std::vector<std::shared_ptr<Buffer>>& slot_bufs) const {
     return b.slot ? slot_bufs[*b.slot] : b.fixed;
@@ -161,6 +192,7 @@ std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& i
       s.part = Capture::Part::State;
       s.index = st->second;
     } else if (!written.count(b.get()) || !escaping.count(b.get())) {
+      if (!written.count(b.get())) cap->fixed_inputs.insert(b.get());
       return {std::nullopt, b};  // fixed
     }
     slot_of.emplace(b.get(), cap->slots.size());
@@ -200,6 +232,7 @@ std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& i
     std::lock_guard<std::mutex> lock(f.mu);
     if (auto it = f.by_base.find(base); it != f.by_base.end()) cap->graph = it->second(cap->items);
   }
+  cap->go_live();
   return cap;
 }
 
@@ -210,7 +243,10 @@ std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& i
 TinyJit::TinyJit(StepFn fn, std::string name) : fn_(std::move(fn)), name_(std::move(name)) {}
 TinyJit::~TinyJit() = default;
 
-void TinyJit::reset() { entries_.clear(); }
+void TinyJit::reset() {
+  entries_.clear();
+  disabled_reason_.clear();
+}
 
 Tensors TinyJit::operator()(const Tensors& inputs) {
   // Inputs enter as plain buffers of exactly their shape, so any later input of the same shape
@@ -238,6 +274,17 @@ Tensors TinyJit::operator()(const Tensors& inputs) {
   auto& slot = entries_[sig];
   if (!slot) slot = std::make_unique<Entry>();
   Entry& e = *slot;
+  bool stale = false;
+  if (e.capture) {
+    std::lock_guard<std::mutex> lock(live_captures().mu);
+    stale = e.capture->stale;
+  }
+  if (stale) {  // a tensor it reads as fixed was assigned a new value: capture again now
+    if (knobs::DEBUG >= 1)
+      std::fprintf(stderr, "jit %s: a tensor the capture of [%s] reads was assigned since; capturing again\n",
+                   name_.c_str(), sig.c_str());
+    e.capture.reset();
+  }
   if (e.capture) {
     Capture& c = *e.capture;
     for (auto& h : c.hooks) h();

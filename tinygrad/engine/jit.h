@@ -30,7 +30,9 @@ class Buffer;
 //           replay stays valid after the next; the assigned tensors are pointed at their new
 //           buffers and the outputs are returned as new tensors
 //   fixed   everything else (intermediates, constants, the optimizer's per-step scalars, whose
-//           contents the replayed host work rewrites): the captured buffer itself
+//           contents the replayed host work rewrites, tensors the step reads but does not
+//           assign): the captured buffer itself. Assigning such a tensor between calls (new
+//           weights for a frozen layer) makes the capture stale: the next call captures again.
 // A replay runs the host work (the optimizer counts the step and writes lr and bias
 // corrections into its scalar buffers), binds the buffers, and runs the items through
 // run_exec_items: kernels are launched directly, copies copied, collectives handed to the
@@ -74,7 +76,7 @@ class TinyJit {
   // The inputs are realized first; the outputs come back realized.
   Tensors operator()(const Tensors& inputs);
 
-  void reset();                        // drops every capture (the next call runs normally)
+  void reset();  // drops every capture and a disabled_reason (the next call runs normally)
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
   const std::string& disabled_reason() const { return disabled_reason_; }  // empty while usable
@@ -95,7 +97,8 @@ class TinyJit {
 bool jit_capturing();
 // Host work that every replay must repeat before the kernels (per-step scalars, host counters).
 void jit_on_replay(std::function<void()> fn);
-// Tensor::assign: `target` held `before` (null when it was not realized) and now holds `after`.
+// Tensor::assign (every one): `target` held `before` (null when it was not realized) and now holds
+// `after`. Recorded while capturing; outside, marks captures that read `before` as fixed stale.
 void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after);
 // Host reads of device data (Tensor::to_vector, item): the capture cannot be replayed.
 void jit_note_host_read(const Tensor& t);
