@@ -72,14 +72,6 @@ void jit_on_replay(std::function<void()> fn) {
   if (recording) recording->hooks.push_back(std::move(fn));
 }
 
-void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after) {
-  if (recording) recording->assigns.push_back({target, before, after});
-  if (!before) return;
-  auto& live = live_captures();
-  std::lock_guard<std::mutex> lock(live.mu);
-  for (auto* c : live.all)
-    if (c->fixed_inputs.count(before.get())) c->stale = true;
-}
 
 void jit_note_host_read(const Tensor& t) {
   if (recording && recording->host_read.empty()) recording->host_read = t.describe();
@@ -139,6 +131,15 @@ struct TinyJit::Capture {
     return b.slot ? slot_bufs[*b.slot] : b.fixed;
   }
 };
+
+void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after) {
+  if (recording) recording->assigns.push_back({target, before, after});
+  if (!before) return;
+  auto& live = live_captures();
+  std::lock_guard<std::mutex> lock(live.mu);
+  for (auto* c : live.all)
+    if (c->fixed_inputs.count(before.get())) c->stale = true;
+}
 
 struct TinyJit::Entry {
   int64_t calls = 0;
