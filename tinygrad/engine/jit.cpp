@@ -3,8 +3,11 @@
 #include "tinygrad/engine/jit.h"
 
 #include <cstdio>
+#include <map>
+#include <tuple>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -17,9 +20,58 @@ namespace tg {
 
 namespace {
 
-// What a capturing call saw.
+// What a capturing call saw. Note [recording without keeping intermediates]: a buffer that
+// first appears as an item's output is held weakly, so the step's intermediates die when their
+// last reader is done, as in a normal step, and the capture's peak memory is a normal step's.
+// One that died is an intermediate nobody else sees; the capture gets a new buffer like it
+// (items compare buffers by identity; owner_less keeps a dead buffer's identity apart from a
+// new buffer at the same address). Buffers first seen as inputs of an item (parameters,
+// constants made from host data inside the step) are held strongly.
 struct Recording {
-  std::vector<ExecItem> items;
+  struct Seen {
+    std::weak_ptr<Buffer> buf;
+    std::string device;
+    DType dtype;
+    int64_t numel;
+  };
+  struct Item {
+    ExecItem exec;  // buffers empty; see `bufs`
+    std::vector<Seen> bufs;
+  };
+  std::vector<Item> items;
+  std::set<std::weak_ptr<Buffer>, std::owner_less<std::weak_ptr<Buffer>>> seen;
+  std::vector<std::shared_ptr<Buffer>> held;  // first seen as inputs
+  ExecRecorder recorder = [this](const ExecItem& e) { record(e); };
+
+  void record(const ExecItem& e) {
+    Item it{ExecItem{ScheduleItem{e.item.kind, e.item.ast, {}, e.item.device}, e.launch}, {}};
+    for (size_t p = 0; p < e.item.buffers.size(); p++) {
+      auto& b = e.item.buffers[p];
+      if (seen.insert(b).second && p != 0) held.push_back(b);
+      it.bufs.push_back({b, b->device(), b->dtype(), b->numel()});
+    }
+    items.push_back(std::move(it));
+  }
+  // The items with their buffers, dead intermediates replaced by new ones.
+  std::vector<ExecItem> resolve() {
+    std::map<std::weak_ptr<Buffer>, std::shared_ptr<Buffer>, std::owner_less<std::weak_ptr<Buffer>>> revived;
+    std::vector<ExecItem> out;
+    for (auto& it : items) {
+      ExecItem e = std::move(it.exec);
+      for (auto& s : it.bufs) {
+        auto b = s.buf.lock();
+        if (!b) {
+          auto& r = revived[s.buf];
+          if (!r) r = std::make_shared<Buffer>(s.device, s.dtype, s.numel);
+          b = r;
+        }
+        e.item.buffers.push_back(std::move(b));
+      }
+      out.push_back(std::move(e));
+    }
+    items.clear();
+    return out;
+  }
   struct Assign {
     Tensor target;
     std::shared_ptr<Buffer> before, after;
@@ -148,6 +200,52 @@ struct TinyJit::Entry {
 
 namespace {
 
+// Note [sharing fixed intermediates]: a normal step frees each intermediate when its last
+// reader is done, so the pool hands its memory to a later one; a capture keeps every fixed
+// buffer, which would hold all of a step's intermediates at once. So intermediates of the same
+// device, dtype and size whose lives (first to last item that uses them) do not overlap share
+// one buffer in the captured list, taken greedily in order of first use. A later item never
+// uses a buffer at the item where an earlier one's life ends (a kernel may read one view and
+// write another). A collective still running on a shared buffer is waited for before the item
+// that reuses it, because run_exec_items waits on the buffer objects an item touches.
+void share_intermediates(std::vector<ExecItem>& items, const std::unordered_set<const Buffer*>& written) {
+  struct Life {
+    size_t first, last;
+  };
+  std::unordered_map<const Buffer*, Life> life;
+  std::vector<std::shared_ptr<Buffer>> order;  // by first use
+  for (size_t i = 0; i < items.size(); i++)
+    for (auto& b : items[i].item.buffers) {
+      if (!b || !written.count(b.get()) || b->numel() == 0) continue;
+      auto [it, fresh] = life.emplace(b.get(), Life{i, i});
+      if (fresh) order.push_back(b);
+      it->second.last = i;
+    }
+  struct Owner {
+    std::shared_ptr<Buffer> buf;
+    size_t last;
+  };
+  std::map<std::tuple<std::string, DType, int64_t>, std::vector<Owner>> owners;
+  std::unordered_map<const Buffer*, std::shared_ptr<Buffer>> shared_as;
+  for (auto& b : order) {
+    const Life& l = life.at(b.get());
+    auto& list = owners[{b->device(), b->dtype(), b->numel()}];
+    Owner* free = nullptr;
+    for (auto& o : list)
+      if (o.last < l.first) free = &o;
+    if (free) {
+      shared_as.emplace(b.get(), free->buf);
+      free->last = l.last;
+    } else {
+      list.push_back({b, l.last});
+    }
+  }
+  for (auto& e : items)
+    for (auto& b : e.item.buffers)
+      if (b)
+        if (auto it = shared_as.find(b.get()); it != shared_as.end()) b = it->second;
+}
+
 // Sorts a recording's buffers (Note [what a captured step is]). Returns null and sets `why`
 // when the step cannot be replayed.
 std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& inputs, const Tensors& outputs,
@@ -157,8 +255,9 @@ std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& i
   std::unordered_map<const Buffer*, size_t> input_of, state_of;
   for (size_t i = 0; i < inputs.size(); i++) input_of.emplace(buffer_of(inputs[i]).get(), i);
 
+  std::vector<ExecItem> items = rec.resolve();
   std::unordered_set<const Buffer*> written, escaping;
-  for (auto& e : rec.items) written.insert(e.item.buffers[0].get());
+  for (auto& e : items) written.insert(e.item.buffers[0].get());
 
   // Every assigned tensor once, with the buffer it held first and the one it holds last. A
   // tensor whose first value was computed in the step itself is not state: replays recompute it.
@@ -201,7 +300,7 @@ std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& i
     return {cap->slots.size() - 1, nullptr};
   };
 
-  cap->items = std::move(rec.items);
+  cap->items = std::move(items);
   for (size_t i = 0; i < cap->items.size(); i++) {
     auto& item = cap->items[i].item;
     switch (item.kind) {
@@ -216,6 +315,7 @@ std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& i
       item.buffers[p] = nullptr;  // bound on each replay; the captured buffer is not kept
     }
   }
+  share_intermediates(cap->items, written);  // only fixed ones are left in the list
   for (auto& b : after) cap->state_after.push_back(binding(b));
   for (auto& o : outputs) cap->outputs.emplace_back(binding(buffer_of(o)), o.shape());
   cap->hooks = std::move(rec.hooks);
@@ -334,8 +434,8 @@ Tensors TinyJit::operator()(const Tensors& inputs) {
   {
     struct Scope {
       Recording* prev_rec;
-      std::vector<ExecItem>* prev_items;
-      explicit Scope(Recording& r) : prev_rec(recording), prev_items(set_exec_recorder(&r.items)) { recording = &r; }
+      ExecRecorder* prev_items;
+      explicit Scope(Recording& r) : prev_rec(recording), prev_items(set_exec_recorder(&r.recorder)) { recording = &r; }
       ~Scope() {
         recording = prev_rec;
         set_exec_recorder(prev_items);

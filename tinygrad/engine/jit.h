@@ -44,7 +44,11 @@ class Buffer;
 // decision) cannot be replayed: TinyJit then runs it normally on every call and says why
 // (disabled_reason(), DEBUG=1). Tensors that only the function's own graph saw (gradients held in
 // .grad()) are not updated by replays; the outputs and assigned tensors are. Tensors created
-// from host data inside the function are captured as constants.
+// from host data inside the function are captured as constants. Memory: the gradients the
+// capturing call left in .grad() keep that call's graph, and so the parameter buffers it read,
+// alive (about one more copy of the parameters than a normal step holds: 20.6 MB against
+// 17.7 MB peak for tg bench mlp_step); the step's intermediates are shared as in
+// Note [sharing fixed intermediates].
 //
 // A call whose input signature has no capture yet starts over for that signature (runs
 // normally, captures on its next call): each signature keeps its own capture, so a smaller last

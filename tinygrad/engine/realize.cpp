@@ -35,7 +35,7 @@ struct CompiledKernel {
   std::vector<Opt> opts;
 };
 
-thread_local std::vector<ExecItem>* exec_recorder = nullptr;
+thread_local ExecRecorder* exec_recorder = nullptr;
 
 // Kernel graphs are hash-consed, so the same kernel in a later step is the same node: the
 // cache keeps the key alive and maps it to its compiled program.
@@ -171,7 +171,7 @@ void run_item(const ScheduleItem& item, const KernelLaunch* launch, PendingColle
 
 }  // namespace
 
-std::vector<ExecItem>* set_exec_recorder(std::vector<ExecItem>* recorder) {
+ExecRecorder* set_exec_recorder(ExecRecorder* recorder) {
   std::swap(exec_recorder, recorder);
   return recorder;
 }
@@ -185,7 +185,7 @@ void run_schedule(const std::vector<ScheduleItem>& schedule) {
   PendingCollectives pending;
   for (auto& item : schedule) {
     const KernelLaunch* launch = item.kind == ScheduleItem::Kind::Kernel ? &compiled(item).launch : nullptr;
-    if (exec_recorder) exec_recorder->push_back(ExecItem{item, launch ? *launch : KernelLaunch{}});
+    if (exec_recorder) (*exec_recorder)(ExecItem{item, launch ? *launch : KernelLaunch{}});
     run_item(item, launch, pending);
   }
   pending.wait_all();

@@ -48,9 +48,10 @@ struct ExecItem {
   KernelLaunch launch;  // Kernel items only
 };
 
-// While a recorder is set (on this thread), run_schedule appends every item it runs, in order.
-// Returns the previous recorder. engine/jit uses this to capture a step.
-std::vector<ExecItem>* set_exec_recorder(std::vector<ExecItem>* recorder);
+// While a recorder is set (on this thread), run_schedule passes it every item it runs, in order,
+// before running it. Returns the previous recorder. engine/jit uses this to capture a step.
+using ExecRecorder = std::function<void(const ExecItem&)>;
+ExecRecorder* set_exec_recorder(ExecRecorder* recorder);
 
 // Runs items that were run before (and compiled then), in order, with the same collective
 // waits, counters and DEBUG output as run_schedule; kernels_scheduled does not grow.
