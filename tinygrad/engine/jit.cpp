@@ -1,13 +1,13 @@
 // TinyJit (see jit.h and Note [what a captured step is]): recording a step, sorting its buffers
-// into inputs, state, fresh and fixed ones, and replaying it.
+// into inputs, state, fresh and fixed ones, sharing fixed intermediates, and replaying it.
 #include "tinygrad/engine/jit.h"
 
 #include <cstdio>
 #include <map>
-#include <tuple>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
