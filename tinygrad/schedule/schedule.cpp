@@ -8,6 +8,13 @@
 // read only once, computes that reduce itself ("sum then scale" is one kernel). The way down may
 // also pass views that use each element at most once (RESHAPE, PERMUTE, SHRINK, FLIP), never an
 // EXPAND, which would recompute the reduce for every copy.
+//
+// Note [kept convolution outputs]: a CUSTOM_GRAD node (a convolution) is a realize point too, and
+// its buffer stays with the node after the schedule has run, like an output's. A training step
+// runs several schedules over one graph (a BatchNorm realizes its statistics in the middle of the
+// forward pass, then the backward pass reads the pre-activations again); without this each of
+// them would recompute every convolution it reaches. The cost is one extra pass over the output
+// where a bias and activation used to fuse into the convolution's kernel.
 #include "tinygrad/schedule/schedule.h"
 
 #include <unordered_map>
@@ -43,7 +50,7 @@ std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
 }  // namespace
 
 std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
-                                          std::vector<std::shared_ptr<Buffer>>* output_buffers) {
+                                          std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
   // 1. the graph still to compute, and how often each node is read
   auto order = toposort(outputs, [](const UOp& u) { return !existing_buffer(&u); });
   std::unordered_map<const UOp*, int> readers;
@@ -59,7 +66,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
   for (auto& u : order) {
     if (existing_buffer(u.get())) continue;
     if (output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
-        u->op == Op::ALLREDUCE)
+        u->op == Op::ALLREDUCE || u->op == Op::CUSTOM_GRAD)
       realize.insert(u.get());
     if (u->op == Op::COPY || u->op == Op::ALLREDUCE)
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
@@ -114,6 +121,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       continue;  // an empty tensor needs no kernel
     }
     buffers[u.get()] = out;
+    if (kept && u->op == Op::CUSTOM_GRAD && !output_set.count(u.get())) kept->push_back({u, out});
     items.push_back(std::move(item));
   }
   if (output_buffers) {
