@@ -281,7 +281,7 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
     if (reused_along(*ax) && contiguous(*ax, true)) wide = ax;
   const KernelAxis* red = reduces.back();
   bool unroll_reduce = !wide && contiguous(*red, false);
-  if (wide && wide->size < 8 && red->size >= 8 && contiguous(*red, false)) {
+  if (wide && wide->size < 8 && red->size >= 4 && contiguous(*red, false)) {
     // Note [short output rows]: see below
     int64_t u = pick_amount(red->size, {8, 4}, MAX_LANES);
     int64_t a = pick_amount(wide->size, {4, 2}, MAX_LANES);
