@@ -45,7 +45,9 @@ Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) c
 // k*w elements with w = i*f + d (f >= 1 chosen so that w >= o*s); read as [k, w], row kk starts
 // at flat kk*w = kk*d (mod i), so y[o, kk] = row kk, column o*s. Taking columns [0, o*s) split
 // as [o, s] and keeping s-index 0 gives the windows. Index simplification later turns the
-// modulo arithmetic back into plain strides.
+// modulo arithmetic back into plain strides. Disjoint windows (s == k, d == 1: the usual
+// max_pool2d) skip the repeat: x[:o*k] reshaped to [o, k] is already them, and the gradient of
+// a reshape is a reshape, where the repeat's gradient would be a division-heavy fold.
 Tensor Tensor::pool_windows(const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                             const std::vector<int64_t>& dilation) const {
   size_t nk = kernel.size();
@@ -86,8 +88,7 @@ Tensor Tensor::pool_windows(const std::vector<int64_t>& kernel, const std::vecto
       return b;
     };
     if (s == k && d == 1) {
-      // Note [non-overlapping windows]: disjoint windows are a plain reshape, whose gradient is
-      // a reshape too (no repeat to fold back)
+      // disjoint windows (see the note above)
       int64_t nb = static_cast<int64_t>(base.size());
       std::vector<int64_t> swap;
       for (int64_t a = 0; a < nb; a++) swap.push_back(a);
