@@ -114,6 +114,18 @@ TEST(Opt, HandCodedOptsForAWeightGradient) {
   expect_close(run_with(item, opts), run_with(item, {}));
 }
 
+// Note [whole rows]: a 20-wide output row is upcast whole, then the output channel.
+TEST(Opt, HandCodedOptsUpcastAWholeShortRow) {
+  Tensor x = realized_randn({2, 3, 24, 24}, 9), w = realized_randn({8, 3, 5, 5}, 10);
+  ScheduleItem item = only_kernel(x.conv2d(w));
+  auto opts = hand_coded_opts(item.ast);
+  ASSERT_EQ(opts.size(), 2u) << opts_str(opts);
+  auto axes = kernel_axes(item.ast);  // n, co, oy, ox, then the reduce loops
+  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, axes[3].id, 20}));
+  EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, axes[1].id, 4}));
+  expect_close(run_with(item, opts), run_with(item, {}));
+}
+
 TEST(Opt, HandCodedOptsTileAMatmul) {
   Tensor a = realized_randn({64, 32}, 5), b = realized_randn({32, 64}, 6);
   ScheduleItem item = only_kernel(a.matmul(b));
