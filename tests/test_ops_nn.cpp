@@ -81,6 +81,34 @@ D host_conv2d(const D& x, const Shape& xs, const D& w, const Shape& ws, const D*
   return out;
 }
 
+// Gradients of sum(conv2d(x, w) * gout) with respect to x and w, scattered from the definition.
+std::pair<D, D> host_conv2d_grad(const D& x, const Shape& xs, const D& w, const Shape& ws, const D& gout,
+                                 std::vector<int64_t> st, std::vector<int64_t> pd, std::vector<int64_t> dl,
+                                 int64_t groups) {
+  st = two(st), pd = two(pd), dl = two(dl);
+  int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], CO = ws[0], CG = ws[1], KH = ws[2], KW = ws[3];
+  int64_t OH = (H + 2 * pd[0] - dl[0] * (KH - 1) - 1) / st[0] + 1, OW = (W + 2 * pd[1] - dl[1] * (KW - 1) - 1) / st[1] + 1;
+  D dx(x.size(), 0.0), dw(w.size(), 0.0);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t co = 0; co < CO; co++)
+      for (int64_t oy = 0; oy < OH; oy++)
+        for (int64_t ox = 0; ox < OW; ox++) {
+          double g = gout[((n * CO + co) * OH + oy) * OW + ox];
+          int64_t grp = co / (CO / groups);
+          for (int64_t ci = 0; ci < CG; ci++)
+            for (int64_t ky = 0; ky < KH; ky++)
+              for (int64_t kx = 0; kx < KW; kx++) {
+                int64_t iy = oy * st[0] - pd[0] + ky * dl[0], ix = ox * st[1] - pd[1] + kx * dl[1];
+                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                size_t xi = static_cast<size_t>(((n * C + grp * CG + ci) * H + iy) * W + ix);
+                size_t wi = static_cast<size_t>(((co * CG + ci) * KH + ky) * KW + kx);
+                dx[xi] += g * w[wi];
+                dw[wi] += g * x[xi];
+              }
+        }
+  return {dx, dw};
+}
+
 // Pooling over the last two dims; max pads with -inf, avg pads with zeros and divides by k*k.
 D host_pool(const D& x, const Shape& xs, std::vector<int64_t> k, std::vector<int64_t> st, std::vector<int64_t> pd,
             std::vector<int64_t> dl, bool max) {
@@ -185,6 +213,21 @@ TEST_P(Conv2d, Float32) {
                                                          c.bias ? &bias : nullptr, c.stride, c.padding, c.dilation, c.groups));
 }
 
+// The gradients (conv2d's own rule, Note [conv2d gradient]) against the host's scatter.
+TEST_P(Conv2d, GradientMatchesDefinition) {
+  auto& c = GetParam();
+  Tensor x = rnd(c.x, 111), w = rnd(c.w, 112, -1, 1);
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  Tensor out = x.conv2d(w, std::nullopt, c.stride, c.padding, c.dilation, c.groups);
+  Tensor gout = rnd(out.shape(), 113);
+  Tensors g = (out * gout).sum().gradients({x, w});
+  auto [dx, dw] = host_conv2d_grad(x.to_vector<double>(), c.x, w.to_vector<double>(), c.w, gout.to_vector<double>(),
+                                   c.stride, c.padding, c.dilation, c.groups);
+  expect_near_all(g[0].to_vector<double>(), dx);
+  expect_near_all(g[1].to_vector<double>(), dw);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Ops, Conv2d,
     ::testing::Values(ConvCase{"basic", {2, 3, 5, 5}, {4, 3, 3, 3}, {1}, {0}, {1}, 1, false},
@@ -196,7 +239,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{"depthwise", {1, 3, 5, 5}, {3, 1, 3, 3}, {1}, {0}, {1}, 3, true},
                       ConvCase{"per_dim", {1, 2, 7, 6}, {2, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 1, false},
                       ConvCase{"all", {2, 4, 8, 8}, {4, 2, 3, 3}, {2}, {2}, {2}, 2, true},
-                      ConvCase{"1x1", {2, 3, 3, 3}, {5, 3, 1, 1}, {1}, {0}, {1}, 1, true}),
+                      ConvCase{"1x1", {2, 3, 3, 3}, {5, 3, 1, 1}, {1}, {0}, {1}, 1, true},
+                      // stride that leaves rows and columns over, uneven everything
+                      ConvCase{"stride3_leftover", {2, 3, 9, 7}, {4, 3, 3, 2}, {3, 2}, {2, 1}, {1, 2}, 1, false},
+                      // padding wider than the kernel reach: the input gradient crops
+                      ConvCase{"pad_wide", {1, 2, 4, 5}, {3, 2, 2, 3}, {1, 2}, {3, 2}, {1}, 1, true},
+                      ConvCase{"groups_stride_dilation", {2, 6, 9, 8}, {9, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 3, false}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Ops, Conv2dHandChecked) {

@@ -96,6 +96,36 @@ TEST(Opt, PaddedConvolutionAndMaxReduce) {
   expect_close(run_with(mx, {{OptOp::UNROLL, kernel_axes(mx.ast).back().id, 3}}), mx_plain, 0);
 }
 
+// Note [short output rows]: a weight gradient (rows of kw=5, reduce over batch and pixels) gets
+// partial sums along the contiguous output column, the row and the output channel upcast.
+TEST(Opt, HandCodedOptsForAWeightGradient) {
+  Tensor x = realized_randn({2, 3, 12, 12}, 7), g = realized_randn({2, 4, 8, 8}, 8);
+  Tensor win = x.pool_windows({5, 5}, {1, 1}, {1, 1});  // [2, 3, 8, 8, 5, 5]
+  Tensor dw = (win.reshape({2, 1, 3, 8, 8, 5, 5}) * g.reshape({2, 4, 1, 8, 8, 1, 1})).sum({0, 3, 4});
+  ScheduleItem item = only_kernel(dw);
+  auto opts = hand_coded_opts(item.ast);
+  ASSERT_EQ(opts.size(), 3u) << opts_str(opts);
+  auto axes = kernel_axes(item.ast);
+  EXPECT_EQ(opts[0].op, OptOp::UNROLL);
+  EXPECT_EQ(opts[0].axis, axes.back().id);  // the output column, innermost reduce loop
+  EXPECT_EQ(opts[1].op, OptOp::UPCAST);
+  EXPECT_EQ(opts[2].op, OptOp::UPCAST);
+  EXPECT_EQ(opts[2].axis, axes.front().id);  // the output channel: g moves along it, x does not
+  expect_close(run_with(item, opts), run_with(item, {}));
+}
+
+// Note [whole rows]: a 20-wide output row is upcast whole, then the output channel.
+TEST(Opt, HandCodedOptsUpcastAWholeShortRow) {
+  Tensor x = realized_randn({2, 3, 24, 24}, 9), w = realized_randn({8, 3, 5, 5}, 10);
+  ScheduleItem item = only_kernel(x.conv2d(w));
+  auto opts = hand_coded_opts(item.ast);
+  ASSERT_EQ(opts.size(), 2u) << opts_str(opts);
+  auto axes = kernel_axes(item.ast);  // n, co, oy, ox, then the reduce loops
+  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, axes[3].id, 20}));
+  EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, axes[1].id, 4}));
+  expect_close(run_with(item, opts), run_with(item, {}));
+}
+
 TEST(Opt, HandCodedOptsTileAMatmul) {
   Tensor a = realized_randn({64, 32}, 5), b = realized_randn({32, 64}, 6);
   ScheduleItem item = only_kernel(a.matmul(b));

@@ -164,3 +164,20 @@ TEST(Laziness, NothingRunsUntilNeeded) {
   y.item<float>();
   EXPECT_EQ(GlobalCounters::get().kernels_run, before + 1);
 }
+
+// Note [kept convolution outputs]: a later schedule reads a convolution computed by an earlier one.
+TEST(Fusion, ConvolutionOutputIsKeptForLaterSchedules) {
+  Tensor x = Tensor::rand({2, 3, 6, 6}).realize(), w = Tensor::rand({4, 3, 3, 3}).realize();
+  Tensor c = x.conv2d(w);
+  Tensor y = c.relu();
+  EXPECT_EQ(kernels({y}), 2u);  // the convolution, then the activation over its buffer
+  y.realize();
+  EXPECT_TRUE(c.uop()->realized);
+  Tensor z = c * 2.0;
+  auto items = create_schedule({z.uop()});
+  ASSERT_EQ(items.size(), 1u);
+  for (auto& n : toposort({items[0].ast})) EXPECT_NE(n->op, Op::REDUCE) << "the convolution ran again";
+  auto cv = x.conv2d(w).to_vector<float>(), zv = z.to_vector<float>();
+  ASSERT_EQ(cv.size(), zv.size());
+  for (size_t i = 0; i < cv.size(); i++) EXPECT_FLOAT_EQ(zv[i], 2 * cv[i]);
+}

@@ -1,5 +1,7 @@
-// The derivative of each primitive. Compositions (tanh, softmax, conv2d, ...) need no rules of
-// their own: they are differentiated through the primitives they are made of.
+// The derivative of each primitive. Compositions (tanh, softmax, ...) need no rules of their own:
+// they are differentiated through the primitives they are made of. A composition whose
+// primitive-level gradient would be slow (conv2d) wraps its value in CUSTOM_GRAD, whose rule,
+// defined next to the composition, builds the gradient from forward ops instead.
 #include "tinygrad/gradient.h"
 
 #include <cmath>
@@ -72,6 +74,12 @@ std::vector<UOpPtr> backward_rule(const UOpPtr& u, const UOpPtr& g) {
     }
     case Op::FLIP: return {flip(g, u->arg_ints())};
     case Op::CONTIGUOUS: return {g};
+    case Op::CUSTOM_GRAD:
+      switch (static_cast<CustomGrad>(u->arg_ints().at(0))) {
+        case CustomGrad::CONV2D: return conv2d_gradient(u, g);
+      }
+      TG_ASSERT(false, "unknown CUSTOM_GRAD rule ", u->arg_ints().at(0));
+      return {};
     case Op::COPY: return {copy_to(g, s[0]->device)};
     default:
       return std::vector<UOpPtr>(s.size(), nullptr);  // not differentiable: comparisons, bit ops, ...

@@ -7,6 +7,12 @@
 
 namespace tg {
 
+// Gradient rules of compositions that carry one (Op::CUSTOM_GRAD, arg {id, parameters...}); each
+// returns one gradient per source of the node (nullptr for src[0], the value), given the
+// output gradient. Defined next to their composition.
+enum class CustomGrad : int64_t { CONV2D = 0 };
+std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad);  // tensor_nn.cpp
+
 // d(root)/d(t) for every t in `targets`, with d(root)/d(root) = seed. Traversal stops at DETACH.
 std::unordered_map<const UOp*, UOpPtr> compute_gradients(const UOpPtr& root, const UOpPtr& seed,
                                                          const std::unordered_set<const UOp*>& targets);

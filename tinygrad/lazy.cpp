@@ -141,6 +141,12 @@ UOpPtr flip(const UOpPtr& x, const std::vector<int64_t>& axes) {
 }
 
 UOpPtr contiguous(const UOpPtr& x) { return make_uop(Op::CONTIGUOUS, x->dtype, {x}, {}, x->shape, x->device); }
+UOpPtr custom_grad(const UOpPtr& value, const std::vector<UOpPtr>& inputs, std::vector<int64_t> rule) {
+  std::vector<UOpPtr> src{value};
+  src.insert(src.end(), inputs.begin(), inputs.end());
+  return make_uop(Op::CUSTOM_GRAD, value->dtype, std::move(src), Arg{std::move(rule)}, value->shape, value->device);
+}
+
 UOpPtr detach(const UOpPtr& x) { return make_uop(Op::DETACH, x->dtype, {x}, {}, x->shape, x->device); }
 UOpPtr copy_to(const UOpPtr& x, const std::string& device) {
   if (x->device == device) return x;

@@ -28,6 +28,9 @@ UOpPtr shrink(const UOpPtr& x, const Pads& bounds);  // [begin, end) per dim
 UOpPtr flip(const UOpPtr& x, const std::vector<int64_t>& axes);
 UOpPtr contiguous(const UOpPtr& x);
 UOpPtr detach(const UOpPtr& x);
+// `value` (computed from `inputs` by ordinary ops) with the gradient rule `rule` ({CustomGrad id,
+// parameters...}, gradient.h) in place of differentiating its graph.
+UOpPtr custom_grad(const UOpPtr& value, const std::vector<UOpPtr>& inputs, std::vector<int64_t> rule);
 UOpPtr copy_to(const UOpPtr& x, const std::string& device);
 
 // Inverse permutation, and a CONST seen through movement ops (nullptr when x is not constant).

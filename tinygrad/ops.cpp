@@ -37,7 +37,7 @@ const char* op_name(Op op) {
       "BUFFER", "CONST", "COPY", "NEG", "EXP2", "LOG2", "SIN", "SQRT", "RECIP", "TRUNC", "CAST",
       "BITCAST", "ADD", "MUL", "IDIV", "MOD", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL",
       "SHR", "WHERE", "REDUCE_AXIS", "RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP",
-      "CONTIGUOUS", "DETACH", "ALLREDUCE", "DEFINE_GLOBAL", "RANGE", "ENDRANGE", "SPECIAL", "LOAD",
+      "CONTIGUOUS", "DETACH", "CUSTOM_GRAD", "ALLREDUCE", "DEFINE_GLOBAL", "RANGE", "ENDRANGE", "SPECIAL", "LOAD",
       "STORE", "REDUCE", "DEFINE_ACC", "ASSIGN", "SINK"};
   return names[static_cast<int>(op)];
 }
@@ -49,7 +49,7 @@ OpGroup op_group(Op op) {
   if (op == Op::WHERE) return OpGroup::Ternary;
   if (op == Op::REDUCE_AXIS) return OpGroup::Reduce;
   if (op <= Op::FLIP) return OpGroup::Movement;
-  if (op <= Op::DETACH) return OpGroup::Marker;
+  if (op <= Op::CUSTOM_GRAD) return OpGroup::Marker;
   if (op == Op::ALLREDUCE) return OpGroup::Collective;
   return OpGroup::Kernel;
 }

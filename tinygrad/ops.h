@@ -32,8 +32,9 @@ enum class Op : uint8_t {
   REDUCE_AXIS,
   // movement: views, lowered to index arithmetic
   RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP,
-  // graph markers
-  CONTIGUOUS, DETACH,
+  // graph markers; CUSTOM_GRAD: src[0] is the value, src[1..] the inputs that its gradient rule
+  // (arg: {rule id, rule parameters...}, see gradient.h) differentiates
+  CONTIGUOUS, DETACH, CUSTOM_GRAD,
   // collective (implemented by distributed/ through an interface the core declares)
   ALLREDUCE,
   // kernel graph

@@ -206,9 +206,12 @@ void Tensor::realize_all(const Tensors& ts) {
   std::vector<UOpPtr> outs;
   for (auto& t : ts) outs.push_back(t.uop());
   std::vector<std::shared_ptr<Buffer>> bufs;
-  run_schedule(create_schedule(outs, &bufs));
+  KeptBuffers kept;
+  run_schedule(create_schedule(outs, &bufs, &kept));
   for (size_t i = 0; i < outs.size(); i++)
     if (!outs[i]->realized && outs[i]->op != Op::BUFFER) outs[i]->realized = bufs[i];
+  for (auto& [u, b] : kept)
+    if (!u->realized) u->realized = b;
 }
 
 namespace {

@@ -2,6 +2,7 @@
 // built from movement ops), normalisation, dropout, losses.
 #include <cmath>
 
+#include "tinygrad/gradient.h"
 #include "tinygrad/tensor_internal.h"
 
 namespace tg {
@@ -44,7 +45,9 @@ Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) c
 // k*w elements with w = i*f + d (f >= 1 chosen so that w >= o*s); read as [k, w], row kk starts
 // at flat kk*w = kk*d (mod i), so y[o, kk] = row kk, column o*s. Taking columns [0, o*s) split
 // as [o, s] and keeping s-index 0 gives the windows. Index simplification later turns the
-// modulo arithmetic back into plain strides.
+// modulo arithmetic back into plain strides. Disjoint windows (s == k, d == 1: the usual
+// max_pool2d) skip the repeat: x[:o*k] reshaped to [o, k] is already them, and the gradient of
+// a reshape is a reshape, where the repeat's gradient would be a division-heavy fold.
 Tensor Tensor::pool_windows(const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                             const std::vector<int64_t>& dilation) const {
   size_t nk = kernel.size();
@@ -84,10 +87,20 @@ Tensor Tensor::pool_windows(const std::vector<int64_t>& kernel, const std::vecto
       b.insert(b.end(), tail);
       return b;
     };
-    t = t.unsqueeze(-2).expand(with({reps, i})).reshape(with({reps * i}));
-    t = t.shrink(bounds({{0, k * w}})).reshape(with({k, w}));
-    t = t.shrink(bounds({{0, k}, {0, o * s}})).reshape(with({k, o, s}));
-    t = t.shrink(bounds({{0, k}, {0, o}, {0, 1}})).reshape(with({k, o}));  // [..., k, o]
+    if (s == k && d == 1) {
+      // disjoint windows (see the note above)
+      int64_t nb = static_cast<int64_t>(base.size());
+      std::vector<int64_t> swap;
+      for (int64_t a = 0; a < nb; a++) swap.push_back(a);
+      swap.push_back(nb + 1);
+      swap.push_back(nb);
+      t = t.shrink(bounds({{0, o * k}})).reshape(with({o, k})).permute(swap);  // [..., k, o]
+    } else {
+      t = t.unsqueeze(-2).expand(with({reps, i})).reshape(with({reps * i}));
+      t = t.shrink(bounds({{0, k * w}})).reshape(with({k, w}));
+      t = t.shrink(bounds({{0, k}, {0, o * s}})).reshape(with({k, o, s}));
+      t = t.shrink(bounds({{0, k}, {0, o}, {0, 1}})).reshape(with({k, o}));  // [..., k, o]
+    }
     // back: [other dims with o at pos] + [earlier window dims] + [k]
     int64_t nb = static_cast<int64_t>(base.size());
     std::vector<int64_t> back;
@@ -121,11 +134,58 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
   Tensor xw = win.reshape({n, groups, 1, cg, oy, ox, kh, kw});
   Tensor ww = weight.reshape({1, groups, cout / groups, cg, 1, 1, kh, kw});
   Tensor out = (xw * ww).sum({3, 6, 7}).reshape({n, cout, oy, ox});
+  // the value is the composition above; its gradient comes from conv2d_gradient (Note [conv2d gradient])
+  std::vector<int64_t> params{static_cast<int64_t>(CustomGrad::CONV2D), stride[0], stride[1], padding[0], padding[1],
+                              dilation[0], dilation[1], groups};
+  out = result(lazy::custom_grad(out.uop(), {uop(), weight.uop()}, params), {this, &weight});
   if (bias) {
     TG_CHECK(bias->ndim() == 1 && bias->shape()[0] == cout, "conv2d: bias ", bias->describe(), " must be [", cout, "]");
     out = out + bias->reshape({1, cout, 1, 1});
   }
   return out;
+}
+
+// Note [conv2d gradient]: differentiating the composition above through its primitives would
+// materialize the gradient of the windows, [N, Cin, oy, ox, kh, kw] (kh*kw times the input), and
+// then fold it back onto the input with a reduce over the repeat of Note [sliding windows from
+// movement ops], whose indices are all division and modulo. conv2d instead wraps its value in a
+// CUSTOM_GRAD node whose rule builds both gradients from forward primitives:
+//   dW[co, ci, i, j] = sum over n, y, x of g[n, co, y, x] * xpad[n, ci, y*s + i*d, x*s + j*d]
+//     (the windows times the output gradient, one reduce, nothing materialized), and
+//   dX = conv2d(g dilated by the stride (s-1 zeros between elements) and padded by d*(k-1) - p
+//     (negative: cropped) on the leading side and whatever makes the output size H on the
+//     trailing side, with the weight flipped in both spatial dims and its channel dims swapped
+//     within each group, stride 1, the same dilation and groups): the transposed convolution.
+// Both are ordinary graph nodes (dX is itself a conv2d, so it has this rule too).
+std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
+  const auto& a = node->arg_ints();  // {rule, sy, sx, py, px, dy, dx, groups}
+  std::vector<int64_t> stride{a[1], a[2]}, padding{a[3], a[4]}, dilation{a[5], a[6]};
+  int64_t groups = a[7];
+  // g is realized once: both gradients read each of its elements kh*kw times or more
+  Tensor x(node->src[1]), w(node->src[2]), g = Tensor(grad).contiguous();
+  int64_t n = x.shape(0), cin = x.shape(1), h = x.shape(2), wd = x.shape(3);
+  int64_t cout = w.shape(0), cg = w.shape(1), kh = w.shape(2), kw = w.shape(3), cog = cout / groups;
+  int64_t oy = g.shape(2), ox = g.shape(3);
+
+  Tensor win = x.pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}})
+                   .pool_windows({kh, kw}, stride, dilation);  // [N, Cin, oy, ox, kh, kw]
+  Tensor dw = (win.reshape({n, groups, 1, cg, oy, ox, kh, kw}) * g.reshape({n, groups, cog, 1, oy, ox, 1, 1}))
+                  .sum({0, 4, 5})
+                  .reshape({cout, cg, kh, kw});
+
+  Tensor gd = g;
+  if (stride[0] > 1 || stride[1] > 1)
+    gd = g.reshape({n, cout, oy, 1, ox, 1})
+             .pad({{0, 0}, {0, 0}, {0, 0}, {0, stride[0] - 1}, {0, 0}, {0, stride[1] - 1}})
+             .reshape({n, cout, oy * stride[0], ox * stride[1]})
+             .shrink({{0, n}, {0, cout}, {0, (oy - 1) * stride[0] + 1}, {0, (ox - 1) * stride[1] + 1}});
+  int64_t ty = dilation[0] * (kh - 1) - padding[0], tx = dilation[1] * (kw - 1) - padding[1];
+  int64_t by = h + dilation[0] * (kh - 1) - ty - gd.shape(2), bx = wd + dilation[1] * (kw - 1) - tx - gd.shape(3);
+  // materialized padded: the convolution's inner loop then loads without bounds checks
+  gd = gd.pad({{0, 0}, {0, 0}, {ty, by}, {tx, bx}}).contiguous();
+  Tensor wt = w.reshape({groups, cog, cg, kh, kw}).permute({0, 2, 1, 3, 4}).reshape({cin, cog, kh, kw}).flip({2, 3});
+  Tensor dx = gd.conv2d(wt, std::nullopt, {1, 1}, {0, 0}, dilation, groups);
+  return {nullptr, dx.cast(x.dtype()).uop(), dw.cast(w.dtype()).uop()};
 }
 
 Tensor Tensor::max_pool2d(std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,

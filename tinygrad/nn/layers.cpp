@@ -95,7 +95,9 @@ BatchNorm::BatchNorm(int64_t n, std::vector<int64_t> ranks, double eps_, double 
 // Note [BatchNorm's running statistics]: Tensor::assign realizes at once, so a training forward
 // realizes the batch mean and variance together with the new running statistics in one
 // schedule; the normalisation below then reads the realized mean and variance (autograd still
-// sees the graph that produced them), so they are not computed twice.
+// sees the graph that produced them), so they are not computed twice. The input is realized in
+// the same schedule: otherwise every later schedule that reads it (the normalisation, the
+// backward pass) would recompute the layers before it, convolutions included.
 Tensor BatchNorm::forward(const Tensor& x) {
   TG_CHECK(std::find(ranks_.begin(), ranks_.end(), x.ndim()) != ranks_.end() && x.shape()[1] == num_features,
            type_name(), ": input ", x.describe(), " must be ",
@@ -119,7 +121,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
       Tensor rm = *running_mean * (1.0 - momentum) + mean.detach().cast(rt) * momentum;
       Tensor rv = *running_var * (1.0 - momentum) + var.detach().cast(rt) * (momentum * unbias);
       Tensor nb = *num_batches_tracked + Tensor::scalar(1, {.dtype = DType::Int64, .device = x.device()});
-      Tensor::realize_all({mean, var, rm, rv, nb});
+      Tensor::realize_all({x, mean, var, rm, rv, nb});
       running_mean->assign(rm);
       running_var->assign(rv);
       num_batches_tracked->assign(nb);

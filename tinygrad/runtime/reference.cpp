@@ -183,6 +183,7 @@ class Interpreter {
       }
       case Op::DETACH:
       case Op::CONTIGUOUS:
+      case Op::CUSTOM_GRAD:
       case Op::COPY: {
         RefArray r = in(u, 0);
         r.shape = u.shape;

@@ -90,6 +90,7 @@ class Lowerer {
         return kconst(node->dtype, node->const_value());
       case Op::DETACH:
       case Op::CONTIGUOUS:
+      case Op::CUSTOM_GRAD:
         return emit(node->src[0], idx, gate);
       case Op::CAST:
       case Op::BITCAST:

@@ -8,6 +8,13 @@
 // read only once, computes that reduce itself ("sum then scale" is one kernel). The way down may
 // also pass views that use each element at most once (RESHAPE, PERMUTE, SHRINK, FLIP), never an
 // EXPAND, which would recompute the reduce for every copy.
+//
+// Note [kept convolution outputs]: a CUSTOM_GRAD node (a convolution) is a realize point too, and
+// its buffer stays with the node after the schedule has run, like an output's. A training step
+// runs several schedules over one graph (a BatchNorm realizes its statistics in the middle of the
+// forward pass, then the backward pass reads the pre-activations again); without this each of
+// them would recompute every convolution it reaches. The cost is one extra pass over the output
+// where a bias and activation used to fuse into the convolution's kernel.
 #include "tinygrad/schedule/schedule.h"
 
 #include <unordered_map>
@@ -20,16 +27,20 @@ namespace tg {
 
 namespace {
 
-bool is_elementwise(const UOp& u) { return is_alu(u.op) || u.op == Op::DETACH; }
+bool is_elementwise(const UOp& u) { return is_alu(u.op) || u.op == Op::DETACH || u.op == Op::CUSTOM_GRAD; }
 bool is_injective_view(const UOp& u) {
   return u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::SHRINK || u.op == Op::FLIP;
 }
+
+// The sources a node's value is computed from: a CUSTOM_GRAD's value is its first source, the
+// others are there for its gradient rule only.
+size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
 
 // A realized node, or a view of one that needs no kernel: reshapes of a contiguous buffer.
 std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
   if (u->realized) return u->realized;
   if (u->op == Op::BUFFER) return u->arg_buffer();
-  if (u->op == Op::RESHAPE || u->op == Op::DETACH || u->op == Op::CONTIGUOUS) {
+  if (u->op == Op::RESHAPE || u->op == Op::DETACH || u->op == Op::CONTIGUOUS || u->op == Op::CUSTOM_GRAD) {
     if (u->op == Op::CONTIGUOUS && !(u->src[0]->realized || u->src[0]->op == Op::BUFFER)) return nullptr;
     return existing_buffer(u->src[0].get());
   }
@@ -39,13 +50,13 @@ std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
 }  // namespace
 
 std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
-                                          std::vector<std::shared_ptr<Buffer>>* output_buffers) {
+                                          std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
   // 1. the graph still to compute, and how often each node is read
   auto order = toposort(outputs, [](const UOp& u) { return !existing_buffer(&u); });
   std::unordered_map<const UOp*, int> readers;
   for (auto& u : order) {
     if (existing_buffer(u.get())) continue;
-    for (auto& s : u->src) readers[s.get()]++;
+    for (size_t i = 0; i < value_src_count(*u); i++) readers[u->src[i].get()]++;
   }
   std::unordered_set<const UOp*> output_set;
   for (auto& o : outputs) output_set.insert(o.get());
@@ -55,7 +66,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
   for (auto& u : order) {
     if (existing_buffer(u.get())) continue;
     if (output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
-        u->op == Op::ALLREDUCE)
+        u->op == Op::ALLREDUCE || u->op == Op::CUSTOM_GRAD)
       realize.insert(u.get());
     if (u->op == Op::COPY || u->op == Op::ALLREDUCE)
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
@@ -65,7 +76,10 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
   for (auto& u : order) {
     if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || u->op == Op::ALLREDUCE) continue;
     std::vector<const UOp*> stack;
-    for (auto& s : u->src) stack.push_back(s.get());
+    auto push_value_srcs = [&](const UOp& n) {
+      for (size_t i = 0; i < value_src_count(n); i++) stack.push_back(n.src[i].get());
+    };
+    push_value_srcs(*u);
     std::unordered_set<const UOp*> seen;
     while (!stack.empty()) {
       const UOp* n = stack.back();
@@ -76,7 +90,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
         break;
       }
       if (realize.count(n) || !(is_elementwise(*n) || is_injective_view(*n))) continue;
-      for (auto& s : n->src) stack.push_back(s.get());
+      push_value_srcs(*n);
     }
   }
 
@@ -107,6 +121,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       continue;  // an empty tensor needs no kernel
     }
     buffers[u.get()] = out;
+    if (kept && u->op == Op::CUSTOM_GRAD && !output_set.count(u.get())) kept->push_back({u, out});
     items.push_back(std::move(item));
   }
   if (output_buffers) {

@@ -20,10 +20,13 @@ struct ScheduleItem {
 };
 
 // Schedules everything needed to compute `outputs`. `output_buffers` (when given) receives the
-// buffer each output will be in once the schedule has run; the caller attaches them
-// (UOp::realized) after running it.
+// buffer each output will be in once the schedule has run; `kept` (when given) the inner realize
+// points worth keeping with their node (convolution outputs, Note [kept convolution outputs]).
+// The caller attaches both (UOp::realized) after running the schedule.
+using KeptBuffers = std::vector<std::pair<UOpPtr, std::shared_ptr<Buffer>>>;
 std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
-                                          std::vector<std::shared_ptr<Buffer>>* output_buffers = nullptr);
+                                          std::vector<std::shared_ptr<Buffer>>* output_buffers = nullptr,
+                                          KeptBuffers* kept = nullptr);
 
 // Lowers the lazy subgraph under `root` into a kernel graph (index arithmetic, loads, one
 // store). `input_of` names the realized nodes the kernel reads; params are appended to `inputs`.
