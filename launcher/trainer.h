@@ -140,7 +140,7 @@ class Trainer {
   std::unique_ptr<dist::DataParallel> dp_;
   std::unique_ptr<dist::Zero1> zero_;
   std::unique_ptr<TinyJit> jit_;
-  dist::StepOutcome step_outcome_;  // of the last step that ran (not replayed)
+  dist::StepOutcome step_outcome_;  // of the last step (ddp: settled from its outputs, so replays too)
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
   std::optional<double> last_accuracy_;
   int64_t last_eval_step_ = -1;
