@@ -119,7 +119,8 @@ class Trainer {
   const TinyJit& jit() const { return *jit_; }
 
  private:
-  // One training step on a batch {x, y}; returns {loss}. Run through jit_.
+  // One training step on a batch {x, y}; returns {loss}, or {loss, ok, grad_norm} for a ddp step
+  // that checks or clips (settled by fit() after the step). Run through jit_.
   Tensors train_step(const Tensors& batch);
 
   template <class F>
