@@ -1,15 +1,16 @@
-// Coordinated optimizer steps (see coordinated_step.h).
+// Coordinated optimizer steps decided on the device (see coordinated_step.h).
 #include "distributed/coordinated_step.h"
 
 #include <cmath>
-#include <optional>
 
+#include "distributed/collective_runner.h"
 #include "tinygrad/error.h"
 
 namespace tg::dist {
 
-StepOutcome coordinated_step(ProcessGroup& pg, nn::Optimizer& optim, const Tensors& first, const StepOptions& opt) {
-  StepOutcome out;
+LazyStepOutcome coordinated_step_lazy(nn::Optimizer& optim, const Tensors& first, const StepOptions& opt) {
+  LazyStepOutcome out;
+  TG_CHECK(opt.max_norm >= 0, "coordinated step: max_norm must be non-negative, got ", opt.max_norm);
   if (opt.max_norm <= 0 && !opt.skip_nonfinite) {
     optim.step(first);
     return out;
@@ -22,29 +23,47 @@ StepOutcome coordinated_step(ProcessGroup& pg, nn::Optimizer& optim, const Tenso
     if (!g) continue;
     with_grad.push_back(p);
     Tensor s = g->detach().cast(DType::Float32).square().sum();
-    sq = sq ? *sq + s : s;
+    sq = sq ? *sq + s.to(with_grad[0]->device()) : s;
   }
-  Tensors values = first;
-  if (sq) values.push_back(sq->sqrt());
-  Tensor::realize_all(values);
-  double norm = sq ? values.back().item<double>() : 0.0;
-  double flags[2] = {std::isfinite(norm) ? 0.0 : 1.0, std::isfinite(norm) ? norm : 0.0};
-  pg.all_reduce(flags, 2, DType::Float64, ReduceOp::Max)->wait();
-  out.grad_norm = std::isfinite(norm) ? flags[1] : norm;
-  if (flags[0] > 0) {
-    out.skipped = true;
+  if (!sq) {  // nothing to check or clip
+    optim.step(first);
     return out;
   }
-  double coef = opt.max_norm / (flags[1] + 1e-6);
-  if (opt.max_norm > 0 && coef < 1) {
+  Tensor norm = sq->sqrt();
+  Tensor finite = norm.isnan().logical_or(norm.isinf()).logical_not();
+  Tensor zero = norm.zeros_like();
+  Tensor flag = finite.where(zero, norm.ones_like());
+  Tensor stats = all_reduce_node(Tensor::stack({flag, finite.where(norm, zero)}), ReduceOp::Max);
+  Tensor ok = stats[0].eq(zero);
+  Tensor global_norm = stats[1];
+  if (opt.max_norm > 0) {
+    Tensor coef = (Tensor::scalar(opt.max_norm, {.device = norm.device()}) / (global_norm + 1e-6)).minimum(norm.ones_like());
     for (Tensor* p : with_grad) {
       Tensor g = p->grad()->detach();
-      Tensor c = Tensor::from_data(&coef, DType::Float64, {}, {.dtype = g.dtype(), .device = g.device()});
-      p->set_grad(g * c);
+      p->set_grad(g * coef.cast(g.dtype()).to(g.device()));
     }
   }
-  optim.step();
+  out.ok = ok;
+  out.grad_norm = finite.where(global_norm, norm);
+  Tensors values = first;
+  values.push_back(*out.ok);
+  values.push_back(*out.grad_norm);
+  optim.step_if(ok, values);
   return out;
+}
+
+StepOutcome settle_step(nn::Optimizer& optim, const LazyStepOutcome& lazy) {
+  StepOutcome out;
+  if (!lazy.ok) return out;
+  out.skipped = lazy.ok->item<int32_t>() == 0;
+  if (lazy.grad_norm) out.grad_norm = lazy.grad_norm->item<double>();
+  if (out.skipped) optim.uncount_step();
+  return out;
+}
+
+StepOutcome coordinated_step(ProcessGroup& pg, nn::Optimizer& optim, const Tensors& first, const StepOptions& opt) {
+  TG_CHECK(pg.size() >= 1, "coordinated step: an empty process group");
+  return settle_step(optim, coordinated_step_lazy(optim, first, opt));
 }
 
 }  // namespace tg::dist

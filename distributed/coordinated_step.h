@@ -2,8 +2,11 @@
 // holds the same averaged gradients; one more all-reduce (max over [non-finite flag, norm])
 // makes the decisions identical on every rank even where float results could differ: a
 // non-finite gradient on any rank makes all of them skip the step, and gradient-norm clipping
-// uses the global norm.
+// uses the global norm. The decision is taken on the device (Note [the decision on the
+// device]), so a step built with coordinated_step_lazy can be captured and replayed by TinyJit.
 #pragma once
+#include <optional>
+
 #include "distributed/process_group.h"
 #include "tinygrad/nn/optim.h"
 
@@ -19,8 +22,29 @@ struct StepOptions {
   bool skip_nonfinite = true;  // check the gradients and skip the step on inf/NaN
 };
 
-// Realizes `first` (the buckets' all-reduce outputs, then the loss and metrics), decides as
-// above, and runs optim.step() unless skipped. Without clipping and checks it is one schedule.
+// The outcome of a step as realized 0-d device tensors (empty when the step checked nothing).
+struct LazyStepOutcome {
+  std::optional<Tensor> ok;         // bool: the update was applied (false: skipped on every rank)
+  std::optional<Tensor> grad_norm;  // float32: the global norm before clipping (this rank's inf/NaN when skipped)
+};
+
+// Note [the decision on the device]: with clipping or the skip check, the step computes this
+// rank's gradient norm, all-reduces [non-finite flag, norm (0 when non-finite)] with max as an
+// ALLREDUCE node (the installed CollectiveEngine's group), and builds the update with
+// Optimizer::step_if(ok), ok = (global flag == 0), the clipping scale min(1, max_norm / (norm +
+// 1e-6)) a device value that fuses into the update kernels. Everything (the buckets in `first`,
+// the loss, the norm, the flag, the update) is one schedule with no host read, so TinyJit can
+// replay it. A non-finite gradient skips the step whenever the check runs (clipping alone
+// included: a clipped non-finite gradient would still be non-finite). The caller reads ok after
+// the step (settle_step), which also takes back the optimizer's count of a skipped step (Note
+// [a step skipped on the device]).
+LazyStepOutcome coordinated_step_lazy(nn::Optimizer& optim, const Tensors& first, const StepOptions& opt);
+// Reads a lazy outcome on the host; on a skip, calls optim.uncount_step().
+StepOutcome settle_step(nn::Optimizer& optim, const LazyStepOutcome& lazy);
+
+// coordinated_step_lazy, then settle_step: realizes `first` (the buckets' all-reduce outputs,
+// then the loss and metrics), decides as above and updates unless skipped, in one schedule. `pg`
+// must be the group of the installed CollectiveEngine.
 StepOutcome coordinated_step(ProcessGroup& pg, nn::Optimizer& optim, const Tensors& first, const StepOptions& opt);
 
 }  // namespace tg::dist

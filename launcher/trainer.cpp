@@ -118,10 +118,13 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
 // all-reduces, optimizer update) is one function of the batch, wrapped in a TinyJit, so from the
 // third step on its kernels are replayed. The loss is realized in the update's schedule and
 // returned, so reading it at a log step costs no kernel. Gradient clipping in one process is
-// built on the device (clip_grad_norm_lazy). Steps that decide on the host (ddp's
-// coordinated_step with clipping or distributed.skip_nonfinite, zero1's host-side shards)
-// cannot be replayed: the JIT finds that out while capturing and runs every step normally
-// (jit().disabled_reason(); DEBUG=1 prints it).
+// built on the device (clip_grad_norm_lazy). A ddp step with clipping or
+// distributed.skip_nonfinite decides on the device too (coordinated_step_lazy): it returns the
+// 0-d ok flag and the global norm as outputs after the loss, and fit() reads them after the step
+// (settle_step: an output of the step, read outside it, so the step still replays) to count and
+// log a skip and to take back the optimizer's count of the skipped step. zero1's steps decide on
+// the host (their shards are exchanged there) and cannot be replayed: the JIT finds that out
+// while capturing and runs every step normally (jit().disabled_reason(); DEBUG=1 prints it).
 Tensors Trainer::train_step(const Tensors& batch) {
   Tensor x = batch[0], y = batch[1];
   if (dp_) {
@@ -139,7 +142,8 @@ Tensors Trainer::train_step(const Tensors& batch) {
     } else {
       Tensors first = dp_->reduce_gradients();
       first.push_back(loss);
-      step_outcome_ = dist::coordinated_step(*group_, *optim_, first, so);
+      dist::LazyStepOutcome lazy = dist::coordinated_step_lazy(*optim_, first, so);
+      if (lazy.ok) return {loss, *lazy.ok, *lazy.grad_norm};  // settled in fit()
     }
   } else {
     if (clip > 0) nn::clip_grad_norm_lazy(optim_->params(), clip);  // on the device: replayable
@@ -188,8 +192,10 @@ TrainSummary Trainer::fit() {
       if (!b) break;
       double lr = schedule_->lr_at(step_);
       optimizer().lr = lr;
-      step_outcome_ = {};
-      Tensor loss = (*jit_)({b->x, b->y})[0];  // a replayed step leaves step_outcome_ as it is: not skipped
+      step_outcome_ = {};  // a zero1 step sets it (it is never replayed)
+      Tensors outs = (*jit_)({b->x, b->y});
+      Tensor loss = outs[0];
+      if (outs.size() == 3) step_outcome_ = dist::settle_step(*optim_, {outs[1], outs[2]});  // ddp: ok, norm
       bool skipped = step_outcome_.skipped;
       if (skipped) {
         skipped_++;

@@ -119,7 +119,8 @@ class Trainer {
   const TinyJit& jit() const { return *jit_; }
 
  private:
-  // One training step on a batch {x, y}; returns {loss}. Run through jit_.
+  // One training step on a batch {x, y}; returns {loss}, or {loss, ok, grad_norm} for a ddp step
+  // that checks or clips (settled by fit() after the step). Run through jit_.
   Tensors train_step(const Tensors& batch);
 
   template <class F>
@@ -140,7 +141,7 @@ class Trainer {
   std::unique_ptr<dist::DataParallel> dp_;
   std::unique_ptr<dist::Zero1> zero_;
   std::unique_ptr<TinyJit> jit_;
-  dist::StepOutcome step_outcome_;  // of the last step that ran (not replayed)
+  dist::StepOutcome step_outcome_;  // of the last step (ddp: settled from its outputs, so replays too)
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
   std::optional<double> last_accuracy_;
   int64_t last_eval_step_ = -1;

@@ -1,7 +1,9 @@
 // `tg train` with distributed.strategy=ddp under mpirun (2 ranks): rank 0 alone writes the run
 // directory; the parameters after a few steps equal those of one process on the whole batch
 // (with gradient clipping); resume continues a ddp run; a non-finite gradient on rank 1 alone
-// makes every rank skip that step, and the skip is logged.
+// makes every rank skip that step, and the skip is logged; the default ddp step (skip check and
+// clipping on) is replayed by the JIT, bit-identical to JIT=0, and a skip in a replayed step
+// leaves parameters and optimizer state (its step count included) unchanged.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "distributed/process_group.h"
 #include "launcher/config.h"
+#include "launcher/trainer.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
 #include "test_util.h"
@@ -25,23 +28,80 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The mlp, except that on rank 1 its 3rd training forward pass returns inf.
+// The mlp, except that on rank 1 its 3rd training forward pass returns inf. The forward passes
+// are counted on the device (a 0-d tensor the forward assigns), so the injection also happens in
+// a step that TinyJit replays (the 3rd step is the first replay), where forward() is not called.
 class NanOnRank1 : public nn::Module {
  public:
-  explicit NanOnRank1(std::unique_ptr<nn::Module> inner) : inner_(std::move(inner)) { register_module("inner", *inner_); }
+  explicit NanOnRank1(std::unique_ptr<nn::Module> inner) : inner_(std::move(inner)) {
+    register_module("inner", *inner_);
+    float zero = 0;
+    calls_ = Tensor::from_data(&zero, DType::Float32, {});
+  }
   Tensor forward(const Tensor& x) override {
     Tensor y = (*inner_)(x);
-    if (is_training() && ++calls_ == 3 && dist::env_rank() == 1) y = y * std::numeric_limits<double>::infinity();
+    if (is_training() && dist::env_rank() == 1) {
+      calls_.assign(calls_ + 1.0);
+      y = y * calls_.eq(calls_.scalar_like(3)).where(std::numeric_limits<double>::infinity(), 1.0);
+    }
     return y;
   }
 
  private:
   std::unique_ptr<nn::Module> inner_;
-  int calls_ = 0;
+  Tensor calls_;
 };
 TG_REGISTER_MODEL("nan_on_rank1", [](const Config& c) { return std::make_unique<NanOnRank1>(make_mlp(c.get_ints("model.hidden"))); });
 
 const std::string BASE = "/tmp/tg_test_dist_train_" + std::to_string(dist::env_world_size());
+
+// What a Trainer run left: the JIT's record, the counters after every step, the parameters and
+// optimizer state after every step, and the final parameters.
+struct Traced {
+  TrainSummary summary;
+  int64_t captures = 0, replays = 0, optimizer_steps = 0;
+  std::string disabled_reason;
+  std::vector<uint64_t> scheduled, run;  // GlobalCounters after step i + 1
+  std::vector<std::vector<std::vector<float>>> params, state;  // after step i + 1
+};
+
+class Tracer : public TrainObserver {
+ public:
+  explicit Tracer(Traced& t) : t_(t) {}
+  void on_step(Trainer& tr, int64_t) override {
+    GlobalCounters c = GlobalCounters::get();
+    t_.scheduled.push_back(c.kernels_scheduled);
+    t_.run.push_back(c.kernels_run);
+    std::vector<std::vector<float>> ps, st;
+    for (Tensor* p : tr.model().parameters()) ps.push_back(p->to_vector<float>());
+    for (auto& [k, v] : tr.optimizer().state_dict()) st.push_back(v.to_vector<float>());
+    t_.params.push_back(std::move(ps));
+    t_.state.push_back(std::move(st));
+  }
+
+ private:
+  Traced& t_;
+};
+
+// Trains through a Trainer (no run_train, so the JIT can be inspected) with JIT=jit.
+Traced trace(const Config& cfg, int jit) {
+  knobs::JIT.set(jit);
+  fs::create_directories(cfg.get_string("train.run_dir"));
+  auto group = dist::world_group();
+  Traced t;
+  GlobalCounters::reset();
+  {
+    Trainer tr(cfg, cfg.get_string("train.run_dir"), group.get());
+    tr.add_observer(std::make_shared<Tracer>(t));
+    t.summary = tr.fit();
+    t.captures = tr.jit().captures();
+    t.replays = tr.jit().replays();
+    t.disabled_reason = tr.jit().disabled_reason();
+    t.optimizer_steps = tr.optimizer().step_count();
+  }
+  knobs::JIT.set(1);
+  return t;
+}
 
 Config config(const std::string& dir, std::vector<std::string> extra) {
   std::vector<std::string> o{"model.hidden=[32]", "data.batch_size=32", "train.steps=6", "train.log_every=2",
@@ -169,5 +229,58 @@ TEST(DdpTrain, Zero1EqualsDdpAndResumesFromShards) {
     std::printf("tg train zero1 vs ddp: max |a-b| / (|b| + 0.01) %.3g; resumed vs uninterrupted: %.3g\n", vs_ddp, vs_resumed);
     EXPECT_LT(vs_ddp, 1e-5);
     EXPECT_EQ(vs_resumed, 0.0);
+  }
+}
+
+// The default ddp step (distributed.skip_nonfinite on, clipping at 0.5) decides on the device, so
+// the JIT captures it on the 2nd step and replays every later one: no kernel is scheduled after
+// the capture, the kernels still run, and the parameters are bit-identical to JIT=0.
+TEST(DdpTrain, DefaultStepWithSkipCheckAndClippingReplays) {
+  Config cfg = config(BASE + "_jit_default", {"distributed.strategy=ddp"});
+  ASSERT_TRUE(cfg.get_bool("distributed.skip_nonfinite"));
+  Traced off = trace(cfg, 0), on = trace(cfg, 1);
+  EXPECT_EQ(on.disabled_reason, "");
+  EXPECT_EQ(on.captures, 1);
+  EXPECT_EQ(on.replays, 4);
+  EXPECT_EQ(off.replays, 0);
+  ASSERT_EQ(on.scheduled.size(), 6u);
+  ASSERT_EQ(off.scheduled.size(), 6u);
+  // steps 3 to 5 (the last step is followed by the evaluation on rank 0) schedule nothing...
+  EXPECT_EQ(on.scheduled[4], on.scheduled[1]);
+  EXPECT_GT(off.scheduled[4], off.scheduled[1]);
+  // ...and run as many kernels as without the JIT
+  EXPECT_GT(on.run[4], on.run[1]);
+  EXPECT_EQ(on.run[4] - on.run[1], off.run[4] - off.run[1]);
+  EXPECT_EQ(on.summary.skipped_steps, 0);
+  EXPECT_EQ(on.optimizer_steps, 6);
+  for (size_t i = 0; i < 6; i++) {
+    EXPECT_EQ(on.params[i], off.params[i]) << "parameters after step " << i + 1;
+    EXPECT_EQ(on.state[i], off.state[i]) << "optimizer state after step " << i + 1;
+  }
+}
+
+// A non-finite gradient on rank 1 in step 3 (the first replayed step): every rank skips it under
+// replay, the parameters and the optimizer state (step count included) are those of step 2, and
+// the run is bit-identical to JIT=0.
+TEST(DdpTrain, ReplayedStepWithNonFiniteGradientIsSkippedEverywhere) {
+  if (dist::env_world_size() < 2) GTEST_SKIP() << "needs a rank 1";
+  Config cfg = config(BASE + "_jit_nan", {"distributed.strategy=ddp", "model.name=nan_on_rank1"});
+  Traced off = trace(cfg, 0), on = trace(cfg, 1);
+  EXPECT_EQ(on.disabled_reason, "");
+  EXPECT_EQ(on.captures, 1);
+  EXPECT_EQ(on.replays, 4);
+  for (const Traced* t : {&off, &on}) {
+    EXPECT_EQ(t->summary.skipped_steps, 1);
+    EXPECT_EQ(t->optimizer_steps, 5);  // the skipped step is not counted
+    ASSERT_EQ(t->params.size(), 6u);
+    EXPECT_EQ(t->params[2], t->params[1]) << "the skipped step changed a parameter";
+    EXPECT_EQ(t->state[2], t->state[1]) << "the skipped step changed the optimizer state";
+    EXPECT_NE(t->params[3], t->params[2]) << "the step after the skip did not update";
+    for (auto& p : t->params[5])
+      for (float f : p) ASSERT_TRUE(std::isfinite(f));
+  }
+  for (size_t i = 0; i < 6; i++) {
+    EXPECT_EQ(on.params[i], off.params[i]) << "parameters after step " << i + 1;
+    EXPECT_EQ(on.state[i], off.state[i]) << "optimizer state after step " << i + 1;
   }
 }

@@ -40,8 +40,9 @@ class Buffer;
 //
 // What a captured function must keep: the same computation on every call from the second on
 // (no host control flow that depends on data). A function that reads device data on the host
-// while it is being captured (Tensor::item, to_vector; e.g. clip_grad_norm, a skip-on-NaN
-// decision) cannot be replayed: TinyJit then runs it normally on every call and says why
+// while it is being captured (Tensor::item, to_vector; e.g. clip_grad_norm, a host-side
+// skip-on-NaN decision) cannot be replayed; a decision taken on the device and returned as an
+// output, read by the caller after the call (dist::coordinated_step_lazy), can: TinyJit then runs it normally on every call and says why
 // (disabled_reason(), DEBUG=1). Tensors that only the function's own graph saw (gradients held in
 // .grad()) are not updated by replays; the outputs and assigned tensors are. Tensors created
 // from host data inside the function are captured as constants. Memory: the gradients the

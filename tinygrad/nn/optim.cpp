@@ -69,7 +69,19 @@ void Optimizer::host_step() {
   }
 }
 
-void Optimizer::step(const Tensors& also_realize) {
+void Optimizer::step(const Tensors& also_realize) { run_step(nullptr, also_realize); }
+
+void Optimizer::step_if(const Tensor& ok, const Tensors& also_realize) {
+  TG_CHECK(ok.ndim() == 0, type_name(), ".step_if: the condition must be 0-d, got ", ok.describe());
+  run_step(&ok, also_realize);
+}
+
+void Optimizer::uncount_step() {
+  TG_CHECK(step_ > 0, type_name(), ".uncount_step: no step has been counted");
+  step_--;
+}
+
+void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
   NoGradGuard no_grad;
   host_step();
   Updates ups;
@@ -82,6 +94,12 @@ void Optimizer::step(const Tensors& also_realize) {
     Tensor gd = g->detach();
     if (gd.dtype() != p.dtype()) gd = gd.cast(p.dtype());
     update(i, p.detach(), gd, ups);
+  }
+  if (ok) {  // Note [a step skipped on the device]
+    for (auto& [t, v] : ups) {
+      Tensor c = ok->device() == t->device() ? *ok : ok->to(t->device());
+      v = c.where(v, t->detach());
+    }
   }
   Tensors values = also_realize;
   for (auto& [t, v] : ups) values.push_back(v);

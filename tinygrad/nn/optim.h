@@ -25,6 +25,18 @@ using StateDict = std::map<std::string, Tensor>;
 // global (not per parameter, unlike PyTorch): a parameter without a gradient in some step is
 // left alone, but the bias corrections of later steps use the global count.
 //
+// Note [a step skipped on the device]: a data-parallel step that skips on a non-finite gradient
+// decides on the device, so that TinyJit can replay it: step_if(ok) writes where(ok, new, old)
+// into every parameter and state tensor. As with PyTorch's GradScaler (which does not call
+// optimizer.step() for a skipped step), a skipped step must leave everything as it was, the step
+// count included (Adam's bias corrections use it). The count is host state and is written into
+// the scalars before the kernels run, so the caller reads ok after the step and, when it is
+// false, calls uncount_step(): the next step counts itself again as the same step t and writes
+// the same bias corrections as if the skipped step had never run. The one host decision that is
+// not taken back is SGD's first-update rule with dampening != 0 (buf = g once per parameter):
+// after a skipped first step the zero buffer is treated as initialised (with dampening 0, the
+// only value tg train uses, both rules give the same buffer).
+//
 // Note [scalars that change between steps]: kernels are cached by their graph, and a constant
 // is part of it, so lr and the bias corrections (which change from step to step) enter the
 // kernels as 0-d buffers written from the host. The update kernels compile once. Each scalar
@@ -42,6 +54,14 @@ class Optimizer {
   // Updates every parameter that has a gradient (gradients are read, not cleared). Tensors in `also_realize` (the loss, metrics)
   // are computed in the same schedule, so the forward pass they share with the gradients runs once.
   virtual void step(const Tensors& also_realize = {});
+  // The same step made conditional on the device (Note [a step skipped on the device]): `ok` is a
+  // 0-d tensor, and every parameter and state tensor becomes where(ok, new, old), so where ok is
+  // false nothing changes. The host side (the step count, the scalars) counts the step as taken;
+  // a caller that finds ok false afterwards calls uncount_step().
+  void step_if(const Tensor& ok, const Tensors& also_realize = {});
+  // Takes back the count of the last step (one that step_if skipped on the device), so the next
+  // step's bias corrections are those it would have had if the skipped step had never been run.
+  void uncount_step();
   // Drops every parameter's gradient.
   void zero_grad();
 
@@ -85,6 +105,7 @@ class Optimizer {
   std::vector<std::map<std::string, Tensor>> state_;  // per parameter
   // The host side of a step: counts it, sets the scalars and writes them into their buffers.
   void host_step();
+  void run_step(const Tensor* ok, const Tensors& also_realize);
   std::map<std::string, double> scalar_values_;                             // this step's, by name
   std::map<std::tuple<std::string, std::string, DType>, Tensor> scalar_bufs_;  // (name, device, dtype)
 };
