@@ -95,6 +95,7 @@ class CudaProgram : public Program {
       int64_t l = d < local_size.size() && local_size[d] > 0 ? local_size[d] : 1;
       block[d] = static_cast<unsigned>(l);
       grid[d] = static_cast<unsigned>((global_size[d] + l - 1) / l);
+      if (grid[d] == 0) return wait ? std::optional<double>(0.0) : std::nullopt;  // no threads: nothing to run
     }
     std::vector<CUdeviceptr> ptrs(buffers.size());
     std::vector<void*> args(buffers.size());

@@ -3,6 +3,7 @@
 #include "tinygrad/runtime/cuda_api.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -109,6 +110,15 @@ NvrtcState load_nvrtc() {
     return s;
   }
   s.api.nvrtcVersion(&s.api.major, &s.api.minor);
+  // NVRTC opens its builtins library by name when it first compiles; where its directory is not
+  // on the library path, loading it from beside NVRTC first lets that lookup find it by soname.
+  link_map* map = nullptr;
+  if (dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name) {
+    std::string dir = map->l_name;
+    dir = dir.substr(0, dir.find_last_of('/') + 1);
+    std::string builtins = dir + "libnvrtc-builtins.so." + std::to_string(s.api.major) + "." + std::to_string(s.api.minor);
+    dlopen(builtins.c_str(), RTLD_NOW | RTLD_GLOBAL);  // a failure leaves NVRTC's own lookup
+  }
   return s;
 }
 
