@@ -12,15 +12,14 @@ OUT="${OUT:-gpu_check_out}"
 mkdir -p "$OUT"
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 && log "$(nvidia-smi -L | head -1)"
+log "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTG_WITH_LLVM=OFF > "$OUT/build.log" 2>&1 || { log "configure failed"; tail -20 "$OUT/build.log"; exit 1; }
 grep "tinygrad++:" "$OUT/build.log" | tee -a "$OUT/summary.txt"
 targets=(tg test_cuda test_tensor test_ops test_ops_reduce test_ops_movement test_ops_nn)
 t0=$SECONDS
 cmake --build build -j"$(nproc)" --target "${targets[@]}" >> "$OUT/build.log" 2>&1 || { log "build failed"; grep -B2 -A8 "error" "$OUT/build.log" | head -60; exit 1; }
 log "build: $((SECONDS - t0)) s"
-build/launcher/tg info > "$OUT/info.txt" 2>&1
-grep -A2 "^  CUDA" "$OUT/info.txt" | tee -a "$OUT/summary.txt"
+build/launcher/tg info 2>&1 | grep -A1 "^  CUDA" | tee -a "$OUT/summary.txt"
 
 t0=$SECONDS
 ctest --test-dir build -R '^test_cuda$|_cuda$' -j4 --timeout 300 --output-on-failure > "$OUT/ctest_gpu.log" 2>&1

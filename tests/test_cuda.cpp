@@ -119,6 +119,7 @@ TEST_F(Nvrtc, RenderedKernelsCompile) {
       (x.cast(DType::BFloat16) * 3).cast(DType::Float32).sum(0),
       x.cast(DType::Float64).exp().sum(1),
       x.cast(DType::Int64) * 7 + 3,
+      (x * 100).cast(DType::UInt8),
       x.bitcast(DType::Int32),
       x.cast(DType::Float16).bitcast(DType::BFloat16),
       x.argmax(1),
@@ -145,6 +146,12 @@ TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
   ASSERT_EQ(ks.size(), 1u);
   EXPECT_EQ(ks[0].kernel.global_size, std::vector<int64_t>{131071 * 4});
   EXPECT_EQ(ks[0].source.find("blockIdx.y"), std::string::npos) << ks[0].source;
+  // blockDim.z is at most 64: a power-of-two local size above it is halved
+  Tensor deep = Tensor::from_vector(testutil::rnd_values(256 * 9, 1), {256, 3, 3}, cpu);
+  auto ks3 = render_cuda({deep * 2});
+  ASSERT_EQ(ks3.size(), 1u);
+  ASSERT_EQ(ks3[0].kernel.local_size.size(), 3u);
+  EXPECT_EQ(ks3[0].kernel.local_size[2], 64);
   Tensor small = Tensor::from_vector(testutil::rnd_values(60, 1), {3, 4, 5}, cpu);
   auto ks2 = render_cuda({small * 2});
   ASSERT_EQ(ks2.size(), 1u);
@@ -232,6 +239,13 @@ TEST_F(Cuda, GroupedReductionUsesSharedMemory) {
   EXPECT_TRUE(match(m, testutil::Tol{1e-4, 1e-4}));
   Tensor i = testutil::rnd_int({1024}, 6, -50, 50).sum();  // integers are exact
   EXPECT_TRUE(match(i));
+}
+
+// Note [float to integer casts] in render_cuda.cpp: out-of-range values wrap, never saturate.
+TEST_F(Cuda, FloatToIntegerCastsWrap) {
+  Tensor x = Tensor::from_vector(std::vector<float>{-107.5f, 300.25f, -3.0f, 255.9f}, {4});
+  EXPECT_EQ(x.cast(DType::UInt8).to_vector<uint8_t>(), (std::vector<uint8_t>{149, 44, 253, 255}));
+  EXPECT_EQ(x.cast(DType::Int32).to_vector<int32_t>(), (std::vector<int32_t>{-107, 300, -3, 255}));
 }
 
 TEST_F(Cuda, HalfTypesAsStorage) {

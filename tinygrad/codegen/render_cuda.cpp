@@ -22,6 +22,7 @@ namespace tg {
 namespace {
 
 bool grid_fits(const LinearKernel& k) {
+  if (k.local_size.size() > 2 && k.local_size[2] > CUDARenderer::MAX_BLOCK_Z) return false;
   int64_t threads = 1;
   for (size_t d = 0; d < k.global_size.size(); d++) {
     int64_t l = d < k.local_size.size() && k.local_size[d] > 0 ? k.local_size[d] : 1;
@@ -32,11 +33,22 @@ bool grid_fits(const LinearKernel& k) {
   return threads <= CUDARenderer::MAX_BLOCK_THREADS;
 }
 
+// Blocks are at most 1024 x 1024 x 64 threads. gpu_dims chooses power-of-two local sizes that
+// divide the global sizes; halving one keeps that, and global ids do not depend on the split.
+void clamp_block(LinearKernel& k) {
+  if (!k.group_reduces.empty()) return;  // the group's size is fixed by its shared array
+  for (size_t d = 0; d < k.local_size.size(); d++) {
+    int64_t cap = d == 2 ? CUDARenderer::MAX_BLOCK_Z : CUDARenderer::MAX_BLOCK_THREADS;
+    while (k.local_size[d] > cap) k.local_size[d] /= 2;
+  }
+}
+
 }  // namespace
 
 void CUDARenderer::prepare(LinearKernel& k) const {
   LinearKernel original = k;
   gpu_dims(k, limits_);
+  clamp_block(k);
   if (grid_fits(k)) return;
   // Note [cuda grid limits]. Grouped kernels never get here: they have few outputs.
   TG_ASSERT(k.group_reduces.empty(), "CUDA kernel '", k.name, "': grouped reduction outside the grid limits");
@@ -112,7 +124,14 @@ std::string CUDARenderer::literal(const UOp& c) const {
   return CStyleRenderer::literal(c);
 }
 
+// Note [float to integer casts]: CUDA's conversions saturate (-3.5 to uint8 gives 0); the
+// reference truncates to int64 and wraps, as x86 code does for values within int32. Going
+// through long long gives the same result on every device.
 std::string CUDARenderer::cast(DType to, DType from, const std::string& x) const {
+  if (is_float(from) && (to == DType::UInt8 || to == DType::Int32)) {
+    std::string f = from == DType::BFloat16 ? "tg_bf16_to_f32(" + x + ")" : x;
+    return "(" + type_name(to) + ")(long long)" + f;
+  }
   if (to == DType::Float16) {
     std::string f = from == DType::BFloat16 ? "tg_bf16_to_f32(" + x + ")" : "(float)" + x;
     return "tg_round_half(" + f + ")";

@@ -15,6 +15,7 @@ class CUDARenderer : public CStyleRenderer {
   void prepare(LinearKernel& k) const override;
   // Threads per block and blocks per grid dimension that CUDA allows.
   static constexpr int64_t MAX_BLOCK_THREADS = 1024;
+  static constexpr int64_t MAX_BLOCK_Z = 64;
   static constexpr int64_t MAX_GRID_YZ = 65535;
 
  protected:
