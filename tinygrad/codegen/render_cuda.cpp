@@ -7,6 +7,12 @@
 // the device works where only libnvrtc (no toolkit headers) is installed. Arithmetic on half
 // types runs in float32 anyway (codegen/linearize.cpp).
 //
+// Note [integer max through PTX]: ptxas of CUDA 13.0 for sm_90 merges max(max(-a, -b), -c) on
+// int32 into one three-input VIMNMX3 and drops the negation of its middle operand, so
+// x.min() (= -max(-x)) over a short axis came out wrong for some columns (seen on an H200,
+// driver 580.159). Integer MAX is therefore emitted as an inline PTX max.s32 / max.s64, which
+// ptxas keeps as two-input instructions with every negation in place.
+//
 // Note [cuda grid limits]: gridDim.y and gridDim.z are at most 65535 blocks. gpu_dims puts the
 // outermost output loops on the last dimension; when that gives a grid CUDA refuses, the kernel
 // is laid out again with every output loop on dimension 0 (up to 2^31-1 blocks).
@@ -86,7 +92,11 @@ std::string CUDARenderer::prelude(const LinearKernel&) const {
          "return f; }\n"
          "TG_INL unsigned short tg_f32_to_half(float f) { unsigned short h; "
          "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
-         "TG_INL float tg_round_half(float f) { return tg_half_to_f32(tg_f32_to_half(f)); }\n";
+         "TG_INL float tg_round_half(float f) { return tg_half_to_f32(tg_f32_to_half(f)); }\n"
+         "TG_INL int tg_max_i32(int a, int b) { int r; asm(\"max.s32 %0, %1, %2;\" : \"=r\"(r) : \"r\"(a), \"r\"(b)); "
+         "return r; }\n"
+         "TG_INL long long tg_max_i64(long long a, long long b) { long long r; "
+         "asm(\"max.s64 %0, %1, %2;\" : \"=l\"(r) : \"l\"(a), \"l\"(b)); return r; }\n";
 }
 
 std::string CUDARenderer::signature(const LinearKernel& k) const {
@@ -104,6 +114,13 @@ std::string CUDARenderer::signature(const LinearKernel& k) const {
 std::string CUDARenderer::math(Op op, DType t, const std::string& x) const {
   const char* fn = op == Op::EXP2 ? "exp2" : op == Op::LOG2 ? "log2" : op == Op::SIN ? "sin" : op == Op::SQRT ? "sqrt" : "trunc";
   return std::string(fn) + (t == DType::Float64 ? "" : "f") + "(" + x + ")";
+}
+
+// Note [integer max through PTX]
+std::string CUDARenderer::max_expr(DType t, const std::string& a, const std::string& b) const {
+  if (t == DType::Int32) return "tg_max_i32(" + a + ", " + b + ")";
+  if (t == DType::Int64) return "tg_max_i64(" + a + ", " + b + ")";
+  return CStyleRenderer::max_expr(t, a, b);
 }
 
 std::string CUDARenderer::literal(const UOp& c) const {

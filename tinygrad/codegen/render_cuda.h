@@ -24,6 +24,7 @@ class CUDARenderer : public CStyleRenderer {
   std::string signature(const LinearKernel& k) const override;
   std::string param_decl(const LinearKernel&, size_t) const override { return ""; }
   std::string math(Op op, DType t, const std::string& x) const override;
+  std::string max_expr(DType t, const std::string& a, const std::string& b) const override;
   std::string literal(const UOp& c) const override;
   std::string cast(DType to, DType from, const std::string& x) const override;
   std::string bitcast(DType to, DType from, const std::string& x, const std::string& v) const override;
