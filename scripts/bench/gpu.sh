@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 args=("$@")
-[[ ${#args[@]} -gt 0 ]] || args=(mlp_step matmul_2048 elementwise softmax)
+names=0
+for a in "$@"; do [[ $a == --* ]] || names=1; done
+[[ $names == 1 ]] || args+=(mlp_step matmul_2048 elementwise softmax)
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 DEVICE=CUDA build/launcher/tg bench "${args[@]}" | tee "$out/tg.jsonl"
