@@ -7,11 +7,12 @@
 // the device works where only libnvrtc (no toolkit headers) is installed. Arithmetic on half
 // types runs in float32 anyway (codegen/linearize.cpp).
 //
-// Note [integer max through PTX]: ptxas of CUDA 13.0 for sm_90 merges max(max(-a, -b), -c) on
-// int32 into one three-input VIMNMX3 and drops the negation of its middle operand, so
-// x.min() (= -max(-x)) over a short axis came out wrong for some columns (seen on an H200,
-// driver 580.159). Integer MAX is therefore emitted as an inline PTX max.s32 / max.s64, which
-// ptxas keeps as two-input instructions with every negation in place.
+// Note [integer max through PTX]: ptxas of CUDA 13.0 for sm_90 merges chains of int32 max over
+// negated values (x.min() is -max(-x)) into three-input VIMNMX3 instructions and drops the
+// negation of an operand, so integer min over a short axis came out wrong for some columns
+// (seen on an H200, driver 580.159; an inline PTX max.s32 still got merged over 5 elements).
+// Integer MAX is therefore an inline PTX max.s64 (int32 operands widened): 64-bit max becomes
+// compares and selects, and no 32-bit min/max instruction is formed.
 //
 // Note [cuda grid limits]: gridDim.y and gridDim.z are at most 65535 blocks. gpu_dims puts the
 // outermost output loops on the last dimension; when that gives a grid CUDA refuses, the kernel
@@ -93,8 +94,8 @@ std::string CUDARenderer::prelude(const LinearKernel&) const {
          "TG_INL unsigned short tg_f32_to_half(float f) { unsigned short h; "
          "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
          "TG_INL float tg_round_half(float f) { return tg_half_to_f32(tg_f32_to_half(f)); }\n"
-         "TG_INL int tg_max_i32(int a, int b) { int r; asm(\"max.s32 %0, %1, %2;\" : \"=r\"(r) : \"r\"(a), \"r\"(b)); "
-         "return r; }\n"
+         "TG_INL int tg_max_i32(int a, int b) { long long r; "
+         "asm(\"max.s64 %0, %1, %2;\" : \"=l\"(r) : \"l\"((long long)a), \"l\"((long long)b)); return (int)r; }\n"
          "TG_INL long long tg_max_i64(long long a, long long b) { long long r; "
          "asm(\"max.s64 %0, %1, %2;\" : \"=l\"(r) : \"l\"(a), \"l\"(b)); return r; }\n";
 }
