@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/registry.h"
+#include "tinygrad/device.h"
 #include "tinygrad/engine/jit.h"
 #include "tinygrad/error.h"
 #include "tinygrad/nn/optim.h"
@@ -23,8 +24,14 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// Runs step() (which must realize its results) `reps` times after one warm-up, in place.
-BenchResult measure(const std::string& name, int reps, const std::function<void()>& step) {
+// Runs step() (which must realize its results) `reps` times after one warm-up, in place. Each
+// step ends with a synchronize of the default device, so GPU kernels are timed to completion.
+BenchResult measure(const std::string& name, int reps, const std::function<void()>& step_fn) {
+  Device& dev = get_device(default_device());
+  auto step = [&] {
+    step_fn();
+    dev.synchronize();
+  };
   BenchResult r{name};
   auto t0 = Clock::now();
   step();

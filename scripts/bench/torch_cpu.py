@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch's side of the CPU benchmark: the workloads of `tg bench` (launcher/bench.cpp), with the
 same shapes, optimizers and timing rule (median of the timed repetitions after two warm-ups).
-Prints one JSON object per line, as `tg bench` does."""
+Prints one JSON object per line, as `tg bench` does. TORCH_DEVICE=cuda runs them on the GPU
+(scripts/bench/gpu.sh), synchronizing after every step."""
 import json
 import os
 import statistics
@@ -13,9 +14,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 STREAM_N = 1 << 24
+DEV = torch.device(os.environ.get("TORCH_DEVICE", "cpu"))
 
 
-def measure(name, reps, step):
+def sync():
+    if DEV.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(name, reps, step_fn):
+    def step():
+        step_fn()
+        sync()
     t0 = time.perf_counter()
     step()
     first = (time.perf_counter() - t0) * 1e3
@@ -30,8 +40,8 @@ def measure(name, reps, step):
 
 
 def train_step(name, reps, model, opt):
-    x = torch.randn(512, 1, 28, 28)
-    y = torch.randint(0, 10, (512,))
+    x = torch.randn(512, 1, 28, 28, device=DEV)
+    y = torch.randint(0, 10, (512,), device=DEV)
 
     def step():
         loss = F.cross_entropy(model(x), y)
@@ -46,6 +56,7 @@ def mlp(reps):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
+    model.to(DEV)
     return train_step("mlp_step", reps, model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
 
 
@@ -54,11 +65,12 @@ def cnn(reps):
     model = nn.Sequential(nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32),
                           nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(),
                           nn.BatchNorm2d(64), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(576, 10))
+    model.to(DEV)
     return train_step("cnn_step", reps, model, torch.optim.Adam(model.parameters(), lr=1e-3))
 
 
 def matmul(n, reps):
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = torch.randn(n, n, device=DEV), torch.randn(n, n, device=DEV)
     r = measure(f"matmul_{n}", reps, lambda: a @ b)
     r["gflops"] = 2.0 * n ** 3 / (r["ms"] * 1e6)
     return r
@@ -71,8 +83,8 @@ def stream(name, reps, fn, nbytes):
 
 
 def conv2d(reps):
-    x = torch.randn(512, 32, 24, 24, requires_grad=True)
-    w = (torch.randn(32, 32, 5, 5) * 0.05).requires_grad_()
+    x = torch.randn(512, 32, 24, 24, device=DEV, requires_grad=True)
+    w = (torch.randn(32, 32, 5, 5, device=DEV) * 0.05).requires_grad_()
 
     def step():
         x.grad = w.grad = None
@@ -91,8 +103,8 @@ def main():
         else:
             names.append(a)
     torch.set_num_threads(int(os.environ.get("THREADS") or os.cpu_count()))
-    x, y, z = torch.randn(STREAM_N), torch.randn(STREAM_N), torch.randn(STREAM_N)
-    s = torch.randn(4096, 1024)
+    x, y, z = (torch.randn(STREAM_N, device=DEV) for _ in range(3))
+    s = torch.randn(4096, 1024, device=DEV)
     workloads = {
         "cnn_step": lambda: cnn(reps),
         "conv2d": lambda: conv2d(reps),

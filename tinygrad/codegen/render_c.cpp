@@ -51,6 +51,10 @@ std::string CStyleRenderer::math(Op op, DType t, const std::string& x) const {
   return std::string("__builtin_") + fn + suffix + "(" + x + ")";
 }
 
+std::string CStyleRenderer::max_expr(DType, const std::string& a, const std::string& b) const {
+  return a + " > " + b + " ? " + a + " : " + b;
+}
+
 std::string CStyleRenderer::render(const LinearKernel& k) const {
   std::ostringstream os;
   os << prelude(k) << signature(k) << " {\n";
@@ -131,7 +135,7 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
           case Op::MUL: e = s(0) + " * " + s(1); break;
           case Op::IDIV: e = s(0) + " / " + s(1); break;
           case Op::MOD: e = s(0) + " % " + s(1); break;
-          case Op::MAX: e = s(0) + " > " + s(1) + " ? " + s(0) + " : " + s(1); break;
+          case Op::MAX: e = max_expr(u->dtype, s(0), s(1)); break;
           case Op::CMPLT: e = s(0) + " < " + s(1); break;
           case Op::CMPNE: e = s(0) + " != " + s(1); break;
           case Op::AND: e = s(0) + " & " + s(1); break;

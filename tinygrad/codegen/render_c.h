@@ -24,6 +24,8 @@ class CStyleRenderer : public Renderer {
   // Declares parameter i: a line in the body, or "" when the signature names it.
   virtual std::string param_decl(const LinearKernel& k, size_t i) const = 0;
   virtual std::string math(Op op, DType t, const std::string& x) const;
+  // MAX of two values of type t, as an expression.
+  virtual std::string max_expr(DType t, const std::string& a, const std::string& b) const;
   virtual std::string literal(const UOp& c) const;
   // Value conversion (CAST) as an expression.
   virtual std::string cast(DType to, DType from, const std::string& x) const;

@@ -1,0 +1,289 @@
+// The CUDA device (label gpu). Two halves: NVRTC and the renderer, which need the toolkit's
+// libnvrtc but no GPU (they run wherever the build has CUDA; skipped when NVRTC is missing), and
+// the device itself (skipped with the reason where there is no GPU or driver): device selection,
+// decoded errors, build failures naming the kernel with the NVRTC log, loops on threads, the
+// grouped reduction through shared memory, timing, half types.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "ops_util.h"
+#include "test_util.h"
+#include "tinygrad/codegen/linearize.h"
+#include "tinygrad/codegen/render_cuda.h"
+#include "tinygrad/device.h"
+#include "tinygrad/engine/realize.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/runtime/cuda.h"
+#include "tinygrad/schedule/schedule.h"
+
+namespace tg {
+namespace {
+
+using testutil::match;
+using testutil::rnd;
+
+// The kernels of t's schedule on the CPU device, laid out and rendered as CUDA for sm_90.
+struct RenderedKernel {
+  std::string name, source;
+  LinearKernel kernel;
+};
+std::vector<RenderedKernel> render_cuda(const Tensors& ts) {
+  std::vector<UOpPtr> outs;
+  for (auto& t : ts) outs.push_back(t.uop());
+  CUDARenderer r{GpuLimits{}};
+  std::vector<RenderedKernel> out;
+  for (auto& item : create_schedule(outs)) {
+    if (item.kind != ScheduleItem::Kind::Kernel) continue;
+    std::vector<DType> dtypes;
+    for (auto& b : item.buffers) dtypes.push_back(b->dtype());
+    LinearKernel k = linearize(item.ast, dtypes);
+    r.prepare(k);
+    out.push_back({k.name, r.render(k), k});
+  }
+  return out;
+}
+
+class Nvrtc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (nvrtc_description().rfind("NVRTC ", 0) != 0) GTEST_SKIP() << "NVRTC is not available: " << nvrtc_description();
+  }
+};
+
+TEST(CudaErrors, DecodesErrorNames) {
+  EXPECT_EQ(cuda_error_name(0), "CUDA_SUCCESS");
+  EXPECT_EQ(cuda_error_name(2), "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(cuda_error_name(100), "CUDA_ERROR_NO_DEVICE");
+  EXPECT_EQ(cuda_error_name(700), "CUDA_ERROR_ILLEGAL_ADDRESS");
+  EXPECT_EQ(cuda_error_name(123456), "CUDA error 123456");
+}
+
+// Without a usable driver, opening the device fails with the reason (the one `tg info` prints).
+TEST(CudaAvailability, UnavailableDeviceSaysWhy) {
+  std::string why = cuda_unavailable_reason();
+  if (cuda_device_count() > 0 && nvrtc_description().rfind("NVRTC ", 0) == 0) {
+    EXPECT_EQ(why, "");
+    EXPECT_NE(get_device("CUDA").description().find("sm_"), std::string::npos);
+    return;
+  }
+  ASSERT_NE(why, "");
+  bool known = why.find("libcuda.so.1 not found") != std::string::npos || why.find("no CUDA device") != std::string::npos ||
+               why.find("cuInit failed") != std::string::npos || why.find("NVRTC not found") != std::string::npos;
+  EXPECT_TRUE(known) << why;
+  testing_util::expect_error([] { get_device("CUDA"); }, {"device 'CUDA': ", why});
+}
+
+TEST_F(Nvrtc, BuildFailureReportsLogAndKernelName) {
+  testing_util::expect_error(
+      [] { cuda_compile("tg_broken", "extern \"C\" __global__ void tg_broken(float* a) { a[0] = not_declared; }", 90); },
+      {"CUDA kernel 'tg_broken' failed to build for sm_90", "NVRTC_ERROR_COMPILATION", "not_declared", "tg_broken(float* a)"});
+}
+
+TEST_F(Nvrtc, CubinForTheCardAndPtxBeyondNvrtc) {
+  auto dir = std::filesystem::temp_directory_path() / ("tg_test_cuda_cache_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::string saved = knobs::CACHEDIR.get();
+  knobs::CACHEDIR.set(dir.string());
+  std::string src = "extern \"C\" __global__ void tg_scale(float* a) { a[threadIdx.x] *= 2.0f; }";
+  CudaBinary first = cuda_compile("tg_scale", src, 90);
+  EXPECT_EQ(first.target, "sm_90");
+  EXPECT_FALSE(first.from_cache);
+  ASSERT_GT(first.image.size(), 4u);
+  EXPECT_EQ(first.image.substr(0, 4), "\x7f" "ELF");  // a cubin is an ELF image
+  CudaBinary second = cuda_compile("tg_scale", src, 90);
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(second.image, first.image);
+  EXPECT_FALSE(cuda_compile("tg_scale", src + "\n", 90).from_cache);  // the key is the exact source
+  // a card newer than this NVRTC gets PTX for the newest architecture NVRTC knows
+  CudaBinary ptx = cuda_compile("tg_scale", src, 9990);
+  EXPECT_EQ(ptx.target.rfind("compute_", 0), 0u) << ptx.target;
+  EXPECT_NE(ptx.image.find(".entry tg_scale"), std::string::npos);
+  testing_util::expect_error([&] { cuda_compile("tg_scale", src, 10); }, {"cannot compile for sm_10"});
+  knobs::CACHEDIR.set(saved);
+  std::filesystem::remove_all(dir);
+}
+
+// Every kernel of these graphs, rendered for CUDA, is valid CUDA C++ for NVRTC (no GPU needed):
+// float16/bfloat16 storage, bool, int64, float64, infinities, bitcasts, grouped reductions.
+TEST_F(Nvrtc, RenderedKernelsCompile) {
+  TensorOptions cpu{.device = "CPU"};
+  auto r = [&](const Shape& s, uint32_t seed) { return Tensor::from_vector(testutil::rnd_values(prod(s), seed), s, cpu); };
+  Tensor x = r({64, 300}, 1), y = r({300, 32}, 2), big = r({4096}, 3);
+  Tensors graphs = {
+      x.matmul(y).relu().softmax(1),
+      (x.exp() + x.abs().log() + x.sin() + x.abs().sqrt()).max(1),
+      big.sum(),
+      (x < 0.5f).logical_and(x > -0.5f),
+      x.cast(DType::Float16) * 3 + 1,
+      (x.cast(DType::BFloat16) * 3).cast(DType::Float32).sum(0),
+      x.cast(DType::Float64).exp().sum(1),
+      x.cast(DType::Int64) * 7 + 3,
+      (x * 100).cast(DType::UInt8),
+      x.bitcast(DType::Int32),
+      x.cast(DType::Float16).bitcast(DType::BFloat16),
+      x.argmax(1),
+      x.cast(DType::Int32).min(1),
+  };
+  int kernels = 0;
+  bool grouped = false;
+  for (auto& k : render_cuda(graphs)) {
+    kernels++;
+    grouped |= !k.kernel.group_reduces.empty();
+    EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__("), std::string::npos) << k.source;
+    EXPECT_EQ(k.source.find("#include"), std::string::npos) << k.source;
+    if (k.source.find("int acc0 = (-2147483648)") != std::string::npos) {  // an int32 max reduction
+      EXPECT_NE(k.source.find("= tg_max_i32(acc0, "), std::string::npos) << k.source;
+    }
+    CudaBinary b = cuda_compile(k.name, k.source, 90);
+    EXPECT_EQ(b.image.substr(0, 4), "\x7f" "ELF") << k.name;
+  }
+  EXPECT_GE(kernels, static_cast<int>(graphs.size()));
+  EXPECT_TRUE(grouped);  // big.sum() is a grouped reduction
+}
+
+// gridDim.y and gridDim.z are limited to 65535 blocks: such kernels move to dimension 0.
+TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
+  TensorOptions cpu{.device = "CPU"};
+  Tensor a = Tensor::from_vector(testutil::rnd_values(131071 * 4, 1), {131071, 2, 2}, cpu);  // 131071 is prime
+  auto ks = render_cuda({a * 2 + 1});
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_EQ(ks[0].kernel.global_size, std::vector<int64_t>{131071 * 4});
+  EXPECT_EQ(ks[0].source.find("blockIdx.y"), std::string::npos) << ks[0].source;
+  // blockDim.z is at most 64: a power-of-two local size above it is halved
+  Tensor deep = Tensor::from_vector(testutil::rnd_values(256 * 9, 1), {256, 3, 3}, cpu);
+  auto ks3 = render_cuda({deep * 2});
+  ASSERT_EQ(ks3.size(), 1u);
+  ASSERT_EQ(ks3[0].kernel.local_size.size(), 3u);
+  EXPECT_EQ(ks3[0].kernel.local_size[2], 64);
+  Tensor small = Tensor::from_vector(testutil::rnd_values(60, 1), {3, 4, 5}, cpu);
+  auto ks2 = render_cuda({small * 2});
+  ASSERT_EQ(ks2.size(), 1u);
+  EXPECT_EQ(ks2[0].kernel.global_size.size(), 3u);
+}
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0 || !cuda_unavailable_reason().empty())
+      GTEST_SKIP() << "CUDA is not available here: " << cuda_unavailable_reason();
+    knobs::DEVICE.set("CUDA");
+  }
+  void TearDown() override { knobs::DEVICE.set("CPU"); }
+  // Realizes t at DEBUG=4 and returns the generated source that was printed.
+  static std::string source_of(Tensor& t) {
+    knobs::DEBUG.set(4);
+    ::testing::internal::CaptureStderr();
+    t.realize();
+    knobs::DEBUG.set(0);
+    return ::testing::internal::GetCapturedStderr();
+  }
+};
+
+TEST_F(Cuda, DeviceSelection) {
+  EXPECT_EQ(&get_device("CUDA:0"), &get_device("CUDA"));
+  EXPECT_NE(get_device("cuda").description().find("CUDA ("), std::string::npos);
+  EXPECT_NE(get_device("CUDA").description().find(", sm_"), std::string::npos);
+  testing_util::expect_error([] { get_device("CUDA:" + std::to_string(cuda_device_count())); }, {"CUDA device(s) found"});
+  testing_util::expect_error([] { get_device("CUDA:x"); }, {"expected CUDA or CUDA:<index>"});
+  Tensor t = rnd({5}, 1).to("CUDA");
+  EXPECT_EQ(t.device(), "CUDA");
+  EXPECT_TRUE(match(t * 2));
+}
+
+TEST_F(Cuda, BuildFailureReportsLogAndKernelName) {
+  testing_util::expect_error(
+      [] { get_device("CUDA").compiler().compile("tg_broken2", "extern \"C\" __global__ void tg_broken2(int* a) { a[0] = nope; }"); },
+      {"CUDA kernel 'tg_broken2' failed to build", "NVRTC_ERROR_COMPILATION", "nope"});
+}
+
+TEST_F(Cuda, LaunchErrorsAreDecodedAndNameTheKernel) {
+  Device& d = get_device("CUDA");
+  Program& p = d.get_program("tg_inc", "extern \"C\" __global__ void tg_inc(float* a) { a[threadIdx.x] += 1.0f; }");
+  void* buf = d.pool().alloc(4096 * sizeof(float));
+  testing_util::expect_error([&] { p.launch({buf}, {4096}, {4096}, false); },
+                             {"cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE", "kernel tg_inc", "block 4096x1x1"});
+  // the error is not sticky: the context still works
+  std::vector<float> host(256, 1.0f), back(256);
+  d.allocator().copy_in(buf, host.data(), host.size() * sizeof(float));
+  auto t = p.launch({buf}, {256}, {256}, true);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_GT(*t, 0.0);
+  EXPECT_LT(*t, 1.0);
+  d.allocator().copy_out(back.data(), buf, back.size() * sizeof(float));
+  for (float v : back) EXPECT_EQ(v, 2.0f);
+  d.pool().free(buf, 4096 * sizeof(float));
+}
+
+TEST_F(Cuda, ElementwiseLoopsBecomeThreads) {
+  Tensor a = rnd({2, 3, 4, 5}, 1), b = rnd({2, 3, 4, 5}, 2);
+  Tensor c = a * b + 1;
+  std::string src = source_of(c);
+  EXPECT_NE(src.find("blockIdx.z"), std::string::npos) << src;  // 4 loops in 3 dimensions
+  EXPECT_EQ(src.find("for ("), std::string::npos) << src;
+  EXPECT_TRUE(match(c));
+  EXPECT_TRUE(match(rnd({3, 5}, 3).permute({1, 0}).contiguous()));
+  Tensor wide = rnd({131071, 2, 2}, 4);  // beyond gridDim.z: on dimension 0
+  EXPECT_TRUE(match(wide * 2 + 1));
+}
+
+TEST_F(Cuda, GroupedReductionUsesSharedMemory) {
+  for (Op op : {Op::ADD, Op::MAX}) {
+    Tensor x = rnd({6, 4096}, 4);
+    Tensor r = op == Op::ADD ? x.sum(1) : x.max(1);
+    std::string src = source_of(r);
+    EXPECT_NE(src.find("__shared__ float tg_red0[128];"), std::string::npos) << src;
+    EXPECT_NE(src.find("__syncthreads();"), std::string::npos) << src;
+    EXPECT_NE(src.find("threadIdx.x"), std::string::npos) << src;
+    EXPECT_NE(src.find("blockIdx.y"), std::string::npos) << src;
+    EXPECT_TRUE(match(r, testutil::Tol{1e-4, 1e-4}));
+  }
+  Tensor m = rnd({8192}, 5).mean();  // one output: one block
+  EXPECT_NE(source_of(m).find("tg_red0"), std::string::npos);
+  EXPECT_TRUE(match(m, testutil::Tol{1e-4, 1e-4}));
+  Tensor i = testutil::rnd_int({1024}, 6, -50, 50).sum();  // integers are exact
+  EXPECT_TRUE(match(i));
+}
+
+// Note [integer max through PTX] in render_cuda.cpp: min over a short axis is -max(-x), which
+// ptxas once merged into a three-input max that lost one negation.
+TEST_F(Cuda, IntegerMinOverShortAxis) {
+  Tensor i = Tensor::from_vector(std::vector<int32_t>{-47, 4, -2, -4, 34, -5, -9, 20, 13, 38, -21, -22, 4, 3, -28}, {3, 5});
+  EXPECT_EQ(i.min(0).to_vector<int32_t>(), (std::vector<int32_t>{-47, -22, -2, -4, -28}));
+  EXPECT_EQ(i.argmin(0).to_vector<int32_t>(), (std::vector<int32_t>{0, 2, 0, 0, 2}));
+  EXPECT_EQ(i.cast(DType::Int64).min(0).to_vector<int64_t>(), (std::vector<int64_t>{-47, -22, -2, -4, -28}));
+  EXPECT_EQ(i.max(0).to_vector<int32_t>(), (std::vector<int32_t>{-5, 4, 20, 13, 38}));
+}
+
+// Note [float to integer casts] in render_cuda.cpp: out-of-range values wrap, never saturate.
+TEST_F(Cuda, FloatToIntegerCastsWrap) {
+  Tensor x = Tensor::from_vector(std::vector<float>{-107.5f, 300.25f, -3.0f, 255.9f}, {4});
+  EXPECT_EQ(x.cast(DType::UInt8).to_vector<uint8_t>(), (std::vector<uint8_t>{149, 44, 253, 255}));
+  EXPECT_EQ(x.cast(DType::Int32).to_vector<int32_t>(), (std::vector<int32_t>{-107, 300, -3, 255}));
+}
+
+TEST_F(Cuda, HalfTypesAsStorage) {
+  Tensor h = rnd({300}, 8).cast(DType::Float16);
+  EXPECT_TRUE(match((h * h + h).sum(), testutil::Tol{2e-2, 2e-2}));
+  EXPECT_TRUE(match(h * 3 + 1));
+  Tensor b = (rnd({33}, 9).cast(DType::BFloat16) * 3).cast(DType::Float32);
+  EXPECT_TRUE(match(b, testutil::tol_for(DType::BFloat16)));
+}
+
+TEST_F(Cuda, Debug2ReportsKernelTimeAndMemory) {
+  Tensor x = rnd({256, 256}, 10);
+  Tensor y = (x.matmul(x) + 1).sum();
+  double before = GlobalCounters::get().kernel_seconds;
+  knobs::DEBUG.set(2);
+  ::testing::internal::CaptureStderr();
+  y.realize();
+  knobs::DEBUG.set(0);
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("*** CUDA"), std::string::npos) << log;
+  EXPECT_NE(log.find(" ms   mem in use"), std::string::npos) << log;
+  EXPECT_GT(GlobalCounters::get().kernel_seconds, before);  // GPU times from events
+  EXPECT_GT(get_device("CUDA").pool().stats().peak_bytes, 256u * 256u * 4u);
+}
+
+}  // namespace
+}  // namespace tg

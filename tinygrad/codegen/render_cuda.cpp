@@ -1,0 +1,192 @@
+// CUDA C++ rendering.
+//
+// Note [cuda half types]: a float16 value is held in a float that is always rounded to half
+// precision (tg_round_half), and float16 buffers are unsigned short, converted with the PTX cvt
+// instructions; bfloat16 is unsigned short with the integer conversions every C-style renderer
+// uses. So kernels include neither cuda_fp16.h nor cuda_bf16.h and NVRTC needs no include path:
+// the device works where only libnvrtc (no toolkit headers) is installed. Arithmetic on half
+// types runs in float32 anyway (codegen/linearize.cpp).
+//
+// Note [integer max through PTX]: ptxas of CUDA 13.0 for sm_90 merges chains of int32 max over
+// negated values (x.min() is -max(-x)) into three-input VIMNMX3 instructions and drops the
+// negation of an operand, so integer min over a short axis came out wrong for some columns
+// (seen on an H200, driver 580.159; an inline PTX max.s32 still got merged over 5 elements).
+// Integer MAX is therefore an inline PTX max.s64 (int32 operands widened): 64-bit max becomes
+// compares and selects, and no 32-bit min/max instruction is formed.
+//
+// Note [cuda grid limits]: gridDim.y and gridDim.z are at most 65535 blocks. gpu_dims puts the
+// outermost output loops on the last dimension; when that gives a grid CUDA refuses, the kernel
+// is laid out again with every output loop on dimension 0 (up to 2^31-1 blocks).
+#include "tinygrad/codegen/render_cuda.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "tinygrad/error.h"
+
+namespace tg {
+
+namespace {
+
+bool grid_fits(const LinearKernel& k) {
+  if (k.local_size.size() > 2 && k.local_size[2] > CUDARenderer::MAX_BLOCK_Z) return false;
+  int64_t threads = 1;
+  for (size_t d = 0; d < k.global_size.size(); d++) {
+    int64_t l = d < k.local_size.size() && k.local_size[d] > 0 ? k.local_size[d] : 1;
+    int64_t blocks = (k.global_size[d] + l - 1) / l;
+    threads *= l;
+    if (blocks > (d == 0 ? int64_t{0x7fffffff} : CUDARenderer::MAX_GRID_YZ)) return false;
+  }
+  return threads <= CUDARenderer::MAX_BLOCK_THREADS;
+}
+
+// Blocks are at most 1024 x 1024 x 64 threads. gpu_dims chooses power-of-two local sizes that
+// divide the global sizes; halving one keeps that, and global ids do not depend on the split.
+void clamp_block(LinearKernel& k) {
+  if (!k.group_reduces.empty()) return;  // the group's size is fixed by its shared array
+  for (size_t d = 0; d < k.local_size.size(); d++) {
+    int64_t cap = d == 2 ? CUDARenderer::MAX_BLOCK_Z : CUDARenderer::MAX_BLOCK_THREADS;
+    while (k.local_size[d] > cap) k.local_size[d] /= 2;
+  }
+}
+
+}  // namespace
+
+void CUDARenderer::prepare(LinearKernel& k) const {
+  LinearKernel original = k;
+  gpu_dims(k, limits_);
+  clamp_block(k);
+  if (grid_fits(k)) return;
+  // Note [cuda grid limits]. Grouped kernels never get here: they have few outputs.
+  TG_ASSERT(k.group_reduces.empty(), "CUDA kernel '", k.name, "': grouped reduction outside the grid limits");
+  k = std::move(original);
+  GpuLimits flat = limits_;
+  flat.max_dims = 1;
+  gpu_dims(k, flat);
+  TG_CHECK(grid_fits(k), "CUDA kernel '", k.name, "': no launch grid within CUDA's limits for ",
+           k.global_size.empty() ? 0 : k.global_size[0], " threads");
+}
+
+std::string CUDARenderer::type_name(DType t) const {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::UInt8: return "unsigned char";
+    case DType::Int32: return "int";
+    case DType::Int64: return "long long";
+    case DType::Float16: return "float";  // Note [cuda half types]
+    case DType::BFloat16: return "unsigned short";
+    case DType::Float32: return "float";
+    case DType::Float64: return "double";
+  }
+  return "?";
+}
+
+std::string CUDARenderer::buffer_type(DType t) const { return t == DType::Float16 ? "unsigned short" : type_name(t); }
+
+std::string CUDARenderer::prelude(const LinearKernel&) const {
+  return "#define TG_INL static __device__ __forceinline__\n"
+         "TG_INL float tg_bf16_to_f32(unsigned short b) { return __uint_as_float((unsigned int)b << 16); }\n"
+         "TG_INL unsigned short tg_f32_to_bf16(float f) { unsigned int x = __float_as_uint(f); "
+         "if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u); "
+         "x += 0x7fffu + ((x >> 16) & 1u); return (unsigned short)(x >> 16); }\n"
+         "TG_INL float tg_half_to_f32(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); "
+         "return f; }\n"
+         "TG_INL unsigned short tg_f32_to_half(float f) { unsigned short h; "
+         "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+         "TG_INL float tg_round_half(float f) { return tg_half_to_f32(tg_f32_to_half(f)); }\n"
+         "TG_INL int tg_max_i32(int a, int b) { long long r; "
+         "asm(\"max.s64 %0, %1, %2;\" : \"=l\"(r) : \"l\"((long long)a), \"l\"((long long)b)); return (int)r; }\n"
+         "TG_INL long long tg_max_i64(long long a, long long b) { long long r; "
+         "asm(\"max.s64 %0, %1, %2;\" : \"=l\"(r) : \"l\"(a), \"l\"(b)); return r; }\n";
+}
+
+std::string CUDARenderer::signature(const LinearKernel& k) const {
+  int64_t threads = 1;
+  for (auto l : k.local_size) threads *= l > 0 ? l : 1;
+  std::string s = "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(threads) + ") " + k.name + "(";
+  for (size_t i = 0; i < k.params.size(); i++) {
+    if (i) s += ", ";
+    s += std::string(k.params[i].written ? "" : "const ") + buffer_type(k.params[i].dtype) + "* __restrict__ data" +
+         std::to_string(i);
+  }
+  return s + ")";
+}
+
+std::string CUDARenderer::math(Op op, DType t, const std::string& x) const {
+  const char* fn = op == Op::EXP2 ? "exp2" : op == Op::LOG2 ? "log2" : op == Op::SIN ? "sin" : op == Op::SQRT ? "sqrt" : "trunc";
+  return std::string(fn) + (t == DType::Float64 ? "" : "f") + "(" + x + ")";
+}
+
+// Note [integer max through PTX]
+std::string CUDARenderer::max_expr(DType t, const std::string& a, const std::string& b) const {
+  if (t == DType::Int32) return "tg_max_i32(" + a + ", " + b + ")";
+  if (t == DType::Int64) return "tg_max_i64(" + a + ", " + b + ")";
+  return CStyleRenderer::max_expr(t, a, b);
+}
+
+std::string CUDARenderer::literal(const UOp& c) const {
+  double v = c.const_value();
+  if (is_float(c.dtype) && c.dtype != DType::BFloat16 && (std::isnan(v) || std::isinf(v))) {
+    if (c.dtype == DType::Float64)
+      return std::isnan(v) ? "__longlong_as_double(0x7ff8000000000000ll)"
+                           : v < 0 ? "__longlong_as_double(0xfff0000000000000ll)" : "__longlong_as_double(0x7ff0000000000000ll)";
+    return std::isnan(v) ? "__uint_as_float(0x7fc00000u)" : v < 0 ? "__uint_as_float(0xff800000u)" : "__uint_as_float(0x7f800000u)";
+  }
+  if (c.dtype == DType::Float16) {  // the float holding the half value
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(half_to_float(float_to_half(static_cast<float>(v)))));
+    std::string t = buf;
+    if (t.find_first_of(".e") == std::string::npos) t += ".0";
+    return "(" + t + "f)";
+  }
+  return CStyleRenderer::literal(c);
+}
+
+// Note [float to integer casts]: CUDA's conversions saturate (-3.5 to uint8 gives 0); the
+// reference truncates to int64 and wraps, as x86 code does for values within int32. Going
+// through long long gives the same result on every device.
+std::string CUDARenderer::cast(DType to, DType from, const std::string& x) const {
+  if (is_float(from) && (to == DType::UInt8 || to == DType::Int32)) {
+    std::string f = from == DType::BFloat16 ? "tg_bf16_to_f32(" + x + ")" : x;
+    return "(" + type_name(to) + ")(long long)" + f;
+  }
+  if (to == DType::Float16) {
+    std::string f = from == DType::BFloat16 ? "tg_bf16_to_f32(" + x + ")" : "(float)" + x;
+    return "tg_round_half(" + f + ")";
+  }
+  return CStyleRenderer::cast(to, from, x);
+}
+
+std::string CUDARenderer::bitcast(DType to, DType from, const std::string& x, const std::string& v) const {
+  std::string T = type_name(to);
+  if (from == DType::Float16) return T + " " + v + " = " + (to == DType::Float16 ? x : "tg_f32_to_half(" + x + ")") + ";";
+  if (to == DType::Float16) return T + " " + v + " = tg_half_to_f32(" + x + ");";
+  if (from == DType::Bool || to == DType::Bool) return T + " " + v + " = (" + T + ")" + x + ";";
+  return T + " " + v + "; { " + type_name(from) + " bits = " + x + "; memcpy(&" + v + ", &bits, sizeof(" + v + ")); }";
+}
+
+std::string CUDARenderer::load(DType t, const std::string& buf, const std::string& idx) const {
+  if (t == DType::Float16) return "tg_half_to_f32(" + buf + "[" + idx + "])";
+  return CStyleRenderer::load(t, buf, idx);
+}
+
+std::string CUDARenderer::store(DType t, const std::string& buf, const std::string& idx, const std::string& val) const {
+  if (t == DType::Float16) return buf + "[" + idx + "] = tg_f32_to_half(" + val + ");";
+  return CStyleRenderer::store(t, buf, idx, val);
+}
+
+std::string CUDARenderer::special(int64_t arg) const {
+  std::string d(1, "xyz"[special_dim(arg)]);
+  switch (special_kind(arg)) {
+    case SpecialKind::GlobalId: return "((long long)blockIdx." + d + " * blockDim." + d + " + threadIdx." + d + ")";
+    case SpecialKind::GroupId: return "(long long)blockIdx." + d;
+    case SpecialKind::LocalId: return "(long long)threadIdx." + d;
+  }
+  return "?";
+}
+
+std::string CUDARenderer::local_array(DType t, const std::string& name, int64_t size) const {
+  return "__shared__ " + type_name(t) + " " + name + "[" + std::to_string(size) + "];";
+}
+
+}  // namespace tg

@@ -1,0 +1,42 @@
+// The CUDA C++ renderer: CStyleRenderer with CUDA's types, `extern "C" __global__` kernels,
+// thread indices (blockIdx, blockDim, threadIdx), __syncthreads and __shared__ memory. Kernels
+// need no headers (Note [cuda half types]), so NVRTC compiles them without the toolkit's
+// include directory. Its prepare() maps loops onto threads (codegen/gpu_dims.h) within CUDA's
+// grid limits.
+#pragma once
+#include "tinygrad/codegen/gpu_dims.h"
+#include "tinygrad/codegen/render_c.h"
+
+namespace tg {
+
+class CUDARenderer : public CStyleRenderer {
+ public:
+  explicit CUDARenderer(GpuLimits limits) : limits_(limits) {}
+  void prepare(LinearKernel& k) const override;
+  // Threads per block and blocks per grid dimension that CUDA allows.
+  static constexpr int64_t MAX_BLOCK_THREADS = 1024;
+  static constexpr int64_t MAX_BLOCK_Z = 64;
+  static constexpr int64_t MAX_GRID_YZ = 65535;
+
+ protected:
+  std::string type_name(DType t) const override;
+  std::string prelude(const LinearKernel& k) const override;
+  std::string signature(const LinearKernel& k) const override;
+  std::string param_decl(const LinearKernel&, size_t) const override { return ""; }
+  std::string math(Op op, DType t, const std::string& x) const override;
+  std::string max_expr(DType t, const std::string& a, const std::string& b) const override;
+  std::string literal(const UOp& c) const override;
+  std::string cast(DType to, DType from, const std::string& x) const override;
+  std::string bitcast(DType to, DType from, const std::string& x, const std::string& v) const override;
+  std::string load(DType t, const std::string& buf, const std::string& idx) const override;
+  std::string store(DType t, const std::string& buf, const std::string& idx, const std::string& val) const override;
+  std::string special(int64_t arg) const override;
+  std::string barrier() const override { return "__syncthreads();"; }
+  std::string local_array(DType t, const std::string& name, int64_t size) const override;
+
+ private:
+  std::string buffer_type(DType t) const;
+  GpuLimits limits_;
+};
+
+}  // namespace tg

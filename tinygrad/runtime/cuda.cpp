@@ -1,0 +1,332 @@
+// CUDA runtime over the driver API (loaded at run time, runtime/cuda_api.h). Each device is the
+// primary context of one GPU (shared with other libraries in the process) and one non-blocking
+// stream: kernels and copies run on it in order, so memory the pool hands out again is never
+// touched by an earlier kernel after a later one. Copies are synchronous (the host buffer may be
+// freed when copy_in returns). A launch that waits brackets the kernel with two events and
+// reports the GPU time between them.
+#include "tinygrad/runtime/cuda.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <vector>
+
+#include "tinygrad/codegen/render_cuda.h"
+#include "tinygrad/error.h"
+#include "tinygrad/runtime/cuda_api.h"
+
+namespace tg {
+
+namespace {
+
+using cuda::driver;
+using cuda::nvrtc;
+
+// The driver keeps a current context per thread; every entry point makes the device's current.
+void make_current(CUcontext ctx, const std::string& where) {
+  thread_local CUcontext current = nullptr;
+  if (current == ctx) return;
+  TG_CU(where, cuCtxSetCurrent, ctx);
+  current = ctx;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct CudaContext {
+  std::string name;
+  CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
+  void current() const { make_current(ctx, "device " + name); }
+};
+
+class CudaAllocator : public Allocator {
+ public:
+  explicit CudaAllocator(const CudaContext& c) : c_(c) {}
+  void* alloc(size_t bytes) override {
+    c_.current();
+    CUdeviceptr p = 0;
+    CUresult r = driver().cuMemAlloc(&p, bytes);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;  // the pool frees its cache and tries again
+    cuda::check_cu(r, "cuMemAlloc", "device " + c_.name + ", " + std::to_string(bytes) + " bytes");
+    return reinterpret_cast<void*>(p);
+  }
+  // Frees run from destructors, which must not throw: a failure here means the context is
+  // already broken, and the next checked call reports it.
+  void free(void* ptr, size_t) override {
+    c_.current();
+    driver().cuMemFree(reinterpret_cast<CUdeviceptr>(ptr));
+  }
+  void copy_in(void* dst, const void* src, size_t bytes) override {
+    c_.current();
+    std::string where = "device " + c_.name + ", copy_in of " + std::to_string(bytes) + " bytes";
+    TG_CU(where, cuMemcpyHtoDAsync, reinterpret_cast<CUdeviceptr>(dst), src, bytes, c_.stream);
+    TG_CU(where, cuStreamSynchronize, c_.stream);
+  }
+  void copy_out(void* dst, const void* src, size_t bytes) override {
+    c_.current();
+    std::string where = "device " + c_.name + ", copy_out of " + std::to_string(bytes) + " bytes";
+    TG_CU(where, cuMemcpyDtoHAsync, dst, reinterpret_cast<CUdeviceptr>(src), bytes, c_.stream);
+    TG_CU(where, cuStreamSynchronize, c_.stream);
+  }
+
+ private:
+  const CudaContext& c_;
+};
+
+class CudaProgram : public Program {
+ public:
+  CudaProgram(const CudaContext& c, CUmodule mod, CUfunction fn, std::string name)
+      : c_(c), mod_(mod), fn_(fn), name_(std::move(name)) {}
+  ~CudaProgram() override {
+    if (mod_) driver().cuModuleUnload(mod_);
+  }
+  std::optional<double> launch(const std::vector<void*>& buffers, const std::vector<int64_t>& global_size,
+                               const std::vector<int64_t>& local_size, bool wait) override {
+    TG_ASSERT(global_size.size() <= 3, "CUDA kernel '", name_, "' launched with ", global_size.size(), " dimensions");
+    c_.current();
+    unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+    for (size_t d = 0; d < global_size.size(); d++) {
+      int64_t l = d < local_size.size() && local_size[d] > 0 ? local_size[d] : 1;
+      block[d] = static_cast<unsigned>(l);
+      grid[d] = static_cast<unsigned>((global_size[d] + l - 1) / l);
+      if (grid[d] == 0) return wait ? std::optional<double>(0.0) : std::nullopt;  // no threads: nothing to run
+    }
+    std::vector<CUdeviceptr> ptrs(buffers.size());
+    std::vector<void*> args(buffers.size());
+    for (size_t i = 0; i < buffers.size(); i++) {
+      ptrs[i] = reinterpret_cast<CUdeviceptr>(buffers[i]);
+      args[i] = &ptrs[i];
+    }
+    std::string where = "kernel " + name_ + ", grid " + std::to_string(grid[0]) + "x" + std::to_string(grid[1]) + "x" +
+                        std::to_string(grid[2]) + ", block " + std::to_string(block[0]) + "x" +
+                        std::to_string(block[1]) + "x" + std::to_string(block[2]);
+    if (!wait) {
+      TG_CU(where, cuLaunchKernel, fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, c_.stream,
+            args.data(), nullptr);
+      return std::nullopt;
+    }
+    std::lock_guard<std::mutex> lock(timing_mu_);
+    if (!start_) {
+      TG_CU(where, cuEventCreate, &start_, CU_EVENT_DEFAULT);
+      TG_CU(where, cuEventCreate, &end_, CU_EVENT_DEFAULT);
+    }
+    TG_CU(where, cuEventRecord, start_, c_.stream);
+    TG_CU(where, cuLaunchKernel, fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, c_.stream,
+          args.data(), nullptr);
+    TG_CU(where, cuEventRecord, end_, c_.stream);
+    TG_CU(where, cuEventSynchronize, end_);
+    float ms = 0;
+    TG_CU(where, cuEventElapsedTime, &ms, start_, end_);
+    return ms * 1e-3;
+  }
+
+ private:
+  const CudaContext& c_;
+  CUmodule mod_;
+  CUfunction fn_;
+  std::string name_;
+  std::mutex timing_mu_;
+  CUevent start_ = nullptr, end_ = nullptr;
+};
+
+class CudaCompiler : public Compiler {
+ public:
+  CudaCompiler(const CudaContext& c, int cc) : c_(c), cc_(cc) {}
+  std::string cache_key() const override { return "cuda:sm_" + std::to_string(cc_) + " " + nvrtc_description(); }
+  std::unique_ptr<Program> compile(const std::string& name, const std::string& source) override {
+    CudaBinary bin = cuda_compile(name, source, cc_);
+    c_.current();
+    std::string where = "kernel " + name + ", " + bin.target + " on " + c_.name;
+    CUmodule mod = nullptr;
+    TG_CU(where, cuModuleLoadData, &mod, bin.image.c_str());
+    CUfunction fn = nullptr;
+    CUresult r = driver().cuModuleGetFunction(&fn, mod, name.c_str());
+    if (r != CUDA_SUCCESS) driver().cuModuleUnload(mod);
+    cuda::check_cu(r, "cuModuleGetFunction", where);
+    return std::make_unique<CudaProgram>(c_, mod, fn, name);
+  }
+
+ private:
+  const CudaContext& c_;
+  int cc_;
+};
+
+class CudaDevice : public Device {
+ public:
+  CudaDevice(const std::string& name, int ordinal) : Device(name) {
+    c_.name = name;
+    std::string where = "device " + name;
+    TG_CU(where, cuDeviceGet, &dev_, ordinal);
+    TG_CU(where, cuDevicePrimaryCtxRetain, &c_.ctx, dev_);
+    c_.current();
+    TG_CU(where, cuStreamCreate, &c_.stream, CU_STREAM_NON_BLOCKING);
+    int major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    int minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    cc_ = major * 10 + minor;
+    char dev_name[256] = {};
+    TG_CU(where, cuDeviceGetName, dev_name, static_cast<int>(sizeof(dev_name) - 1), dev_);
+    size_t mem = 0;
+    TG_CU(where, cuDeviceTotalMem, &mem, dev_);
+    GpuLimits lim;
+    int max_threads = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    while (lim.max_local > max_threads) lim.max_local /= 2;
+    while (lim.group_threads > max_threads) lim.group_threads /= 2;
+    int v = driver().version;
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), "%s (%s, sm_%d, %d SMs, %.1f GiB, driver CUDA %d.%d, %s)", name.c_str(), dev_name,
+                  cc_, attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), static_cast<double>(mem) / (1 << 30),
+                  v / 1000, v % 1000 / 10, nvrtc_description().c_str());
+    desc_ = buf;
+    renderer_ = std::make_unique<CUDARenderer>(lim);
+    allocator_ = std::make_unique<CudaAllocator>(c_);
+    compiler_ = std::make_unique<CudaCompiler>(c_, cc_);
+  }
+  Allocator& allocator() override { return *allocator_; }
+  const Renderer& renderer() const override { return *renderer_; }
+  Compiler& compiler() override { return *compiler_; }
+  void synchronize() override {
+    c_.current();
+    TG_CU("device " + name(), cuStreamSynchronize, c_.stream);
+  }
+  bool supports(Feature f) const override {
+    return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals;
+  }
+  std::string description() const override { return desc_; }
+
+ private:
+  int attribute(CUdevice_attribute a) const {
+    int v = 0;
+    TG_CU("device " + name(), cuDeviceGetAttribute, &v, a, dev_);
+    return v;
+  }
+  CudaContext c_;
+  CUdevice dev_ = 0;
+  int cc_ = 0;
+  std::string desc_;
+  std::unique_ptr<Renderer> renderer_;
+  std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<Compiler> compiler_;
+};
+
+}  // namespace
+
+std::string nvrtc_description() {
+  std::string why = cuda::nvrtc_unavailable_reason();
+  if (!why.empty()) return why;
+  auto& nv = nvrtc();
+  return "NVRTC " + std::to_string(nv.major) + "." + std::to_string(nv.minor);
+}
+
+CudaBinary cuda_compile(const std::string& name, const std::string& source, int cc) {
+  const auto& nv = nvrtc();
+  int n = 0;
+  TG_NVRTC("kernel " + name, nvrtcGetNumSupportedArchs, &n);
+  std::vector<int> archs(static_cast<size_t>(n));
+  TG_NVRTC("kernel " + name, nvrtcGetSupportedArchs, archs.data());
+  int best = 0;
+  std::string known;
+  for (int a : archs) {
+    if (a <= cc && a > best) best = a;
+    known += (known.empty() ? "sm_" : ", sm_") + std::to_string(a);
+  }
+  TG_CHECK(best > 0, "CUDA kernel '", name, "': ", nvrtc_description(), " cannot compile for sm_", cc, " (it knows ", known, ")");
+  CudaBinary out;
+  bool cubin = best == cc;
+  out.target = (cubin ? "sm_" : "compute_") + std::to_string(best);
+  std::vector<std::string> options = {"--gpu-architecture=" + out.target};
+
+  std::string key = out.target + "\n" + nvrtc_description();
+  for (auto& o : options) key += " " + o;
+  auto dir = std::filesystem::path(cache_dir()) / "cuda";
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(stable_hash(key + "\n" + source)));
+  auto file = dir / (name + "_" + hex + (cubin ? ".cubin" : ".ptx"));
+  if (std::filesystem::exists(file)) {
+    out.image = read_file(file);
+    out.from_cache = !out.image.empty();
+    if (out.from_cache) return out;
+  }
+
+  nvrtcProgram prog = nullptr;
+  TG_NVRTC("kernel " + name, nvrtcCreateProgram, &prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
+  std::vector<const char*> opts;
+  for (auto& o : options) opts.push_back(o.c_str());
+  nvrtcResult r = nv.nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  if (r != NVRTC_SUCCESS) {
+    size_t len = 0;
+    std::string log;
+    if (nv.nvrtcGetProgramLogSize(prog, &len) == NVRTC_SUCCESS && len > 1) {
+      log.resize(len);
+      nv.nvrtcGetProgramLog(prog, log.data());
+      log.pop_back();  // the terminating NUL
+    }
+    nv.nvrtcDestroyProgram(&prog);
+    TG_CHECK(false, "CUDA kernel '", name, "' failed to build for ", out.target, " (", cuda::nvrtc_error_name(r),
+             "):\n", log, "\n", source);
+  }
+  size_t size = 0;
+  try {
+    if (cubin) {
+      TG_NVRTC("kernel " + name, nvrtcGetCUBINSize, prog, &size);
+      out.image.resize(size);
+      TG_NVRTC("kernel " + name, nvrtcGetCUBIN, prog, out.image.data());
+    } else {
+      TG_NVRTC("kernel " + name, nvrtcGetPTXSize, prog, &size);
+      out.image.resize(size);
+      TG_NVRTC("kernel " + name, nvrtcGetPTX, prog, out.image.data());  // NUL-terminated text
+    }
+  } catch (...) {
+    nv.nvrtcDestroyProgram(&prog);
+    throw;
+  }
+  nv.nvrtcDestroyProgram(&prog);
+
+  // write a unique temporary and rename it, so concurrent processes never read half a file
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  auto tmp = dir / (std::string(hex) + "." + std::to_string(getpid()) + ".tmp");
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(out.image.data(), static_cast<std::streamsize>(out.image.size()));
+  }
+  std::filesystem::rename(tmp, file, ec);  // a cache that cannot be written only costs a compile
+  if (ec) std::filesystem::remove(tmp, ec);
+  return out;
+}
+
+int cuda_device_count() {
+  if (!cuda::driver_unavailable_reason().empty()) return 0;
+  return driver().devices;
+}
+
+std::string cuda_unavailable_reason() {
+  std::string why = cuda::driver_unavailable_reason();
+  return why.empty() ? cuda::nvrtc_unavailable_reason() : why;
+}
+
+std::string cuda_error_name(int code) { return cuda::cu_error_name(code); }
+
+std::unique_ptr<Device> make_cuda_device(const std::string& name) {
+  auto colon = name.find(':');
+  int index = 0;
+  if (colon != std::string::npos) {
+    std::string num = name.substr(colon + 1);
+    TG_CHECK(!num.empty() && num.size() < 6 && num.find_first_not_of("0123456789") == std::string::npos, "device '",
+             name, "': expected CUDA or CUDA:<index>");
+    index = std::stoi(num);
+  }
+  std::string why = cuda_unavailable_reason();
+  TG_CHECK(why.empty(), "device '", name, "': ", why);
+  int count = cuda_device_count();
+  TG_CHECK(index < count, "device '", name, "': only ", count, " CUDA device(s) found (CUDA",
+           count > 1 ? " .. CUDA:" + std::to_string(count - 1) : std::string(), ")");
+  return std::make_unique<CudaDevice>(name, index);
+}
+
+}  // namespace tg
