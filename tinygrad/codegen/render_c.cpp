@@ -198,6 +198,14 @@ std::string c_binary(Op op, const std::string& a, const std::string& b) {
 // local memory; after a barrier, a tree halves the active threads each round (the group size is
 // a power of two), with a barrier between rounds; then every thread reads the result, so the
 // code after the reduce sees the full value in `acc` whatever thread runs it.
+std::string CStyleRenderer::half_as_float_literal(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(half_to_float(float_to_half(static_cast<float>(v)))));
+  std::string t = buf;
+  if (t.find_first_of(".e") == std::string::npos) t += ".0";
+  return "(" + t + "f)";
+}
+
 std::string CStyleRenderer::group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
                                           const std::string& in) const {
   std::string m = "tg_red" + std::to_string(id);

@@ -27,6 +27,8 @@ class CStyleRenderer : public Renderer {
   // MAX of two values of type t, as an expression.
   virtual std::string max_expr(DType t, const std::string& a, const std::string& b) const;
   virtual std::string literal(const UOp& c) const;
+  // A float literal holding v rounded to float16, for devices that keep halves as storage only.
+  static std::string half_as_float_literal(double v);
   // Value conversion (CAST) as an expression.
   virtual std::string cast(DType to, DType from, const std::string& x) const;
   // BITCAST: statements that declare `v` of type `to` holding the bits of x.

@@ -133,11 +133,7 @@ std::string CUDARenderer::literal(const UOp& c) const {
     return std::isnan(v) ? "__uint_as_float(0x7fc00000u)" : v < 0 ? "__uint_as_float(0xff800000u)" : "__uint_as_float(0x7f800000u)";
   }
   if (c.dtype == DType::Float16) {  // the float holding the half value
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(half_to_float(float_to_half(static_cast<float>(v)))));
-    std::string t = buf;
-    if (t.find_first_of(".e") == std::string::npos) t += ".0";
-    return "(" + t + "f)";
+    return half_as_float_literal(v);
   }
   return CStyleRenderer::literal(c);
 }

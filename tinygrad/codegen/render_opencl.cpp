@@ -73,11 +73,7 @@ std::string OpenCLRenderer::literal(const UOp& c) const {
   }
   if (c.dtype == DType::Int64) return "((long)" + std::to_string(static_cast<int64_t>(v)) + ")";
   if (c.dtype == DType::Float16 && !native_half_) {  // a float holding the half value
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(half_to_float(float_to_half(static_cast<float>(v)))));
-    std::string t = buf;
-    if (t.find_first_of(".e") == std::string::npos) t += ".0";
-    return "(" + t + "f)";
+    return half_as_float_literal(v);
   }
   return CStyleRenderer::literal(c);
 }
