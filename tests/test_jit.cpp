@@ -115,11 +115,11 @@ void expect_bit_identical(const Trained& a, const Trained& b) {
 
 const LrAt constant_lr = [](int) { return 0.05; };
 // Warm-up then decay: a different lr in every step, including the replayed ones.
+const MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9); };
 const LrAt changing_lr = [](int i) { return i < 3 ? 0.01 * (i + 1) : 0.03 / (1.0 + 0.5 * (i - 2)); };
 
 TEST(Jit, SgdMomentumBitIdenticalToNoJit) {
   auto batches = make_batches(7, 8, true);  // one batch again and again: the loss must fall
-  MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9); };
   Trained off = train(false, sgd, constant_lr, batches, 0);
   Trained on = train(false, sgd, constant_lr, batches, 1);
   expect_bit_identical(off, on);
@@ -148,9 +148,9 @@ TEST(Jit, AdamAndAdamWWithChangingLrBitIdenticalToNoJit) {
 
 TEST(Jit, BatchNormRunningStatisticsBitIdenticalToNoJit) {
   auto batches = make_batches(6);
-  MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9, 0.0, 1e-4); };
-  Trained off = train(true, sgd, changing_lr, batches, 0);
-  Trained on = train(true, sgd, changing_lr, batches, 1);
+  MakeOpt sgd_decay = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9, 0.0, 1e-4); };
+  Trained off = train(true, sgd_decay, changing_lr, batches, 0);
+  Trained on = train(true, sgd_decay, changing_lr, batches, 1);
   expect_bit_identical(off, on);  // includes running_mean, running_var, num_batches_tracked
   EXPECT_EQ(on.replays, 4);
 }
@@ -158,7 +158,6 @@ TEST(Jit, BatchNormRunningStatisticsBitIdenticalToNoJit) {
 // Clipping built on the device keeps the step replayable; it clips as clip_grad_norm does.
 TEST(Jit, LazyGradientClippingIsReplayed) {
   auto batches = make_batches(6);
-  MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9); };
   Trained off = train(false, sgd, constant_lr, batches, 0, 0.5);
   Trained on = train(false, sgd, constant_lr, batches, 1, 0.5);
   expect_bit_identical(off, on);
@@ -240,7 +239,6 @@ TEST(Jit, DebugSaysWhenCapturedAndReplayed) {
 TEST(Jit, NewShapeGetsItsOwnCapture) {
   auto big = make_batches(6, 8), small = make_batches(3, 4);
   std::vector<Batch> seq{big[0], big[1], big[2], small[0], small[1], big[3], small[2], big[4], big[5]};
-  MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9); };
   Trained off = train(false, sgd, changing_lr, seq, 0);
   Trained on = train(false, sgd, changing_lr, seq, 1);
   expect_bit_identical(off, on);

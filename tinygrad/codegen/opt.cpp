@@ -283,6 +283,19 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
 
   std::vector<Opt> opts;
   int64_t lanes = 1;
+  // A narrow tile along the first reuse loop that the other operand moves along (no load that
+  // moves along `wide` moves along it), within the lanes left.
+  auto upcast_other_operand = [&](const KernelAxis* wide, int64_t lanes) {
+    for (auto* ax : outputs) {
+      if (ax == wide || !reused_along(*ax)) continue;
+      bool other_operand = true;
+      for (auto& l : loads)
+        if (l.ranges.count(wide->range.get()) && l.ranges.count(ax->range.get())) other_operand = false;
+      if (!other_operand) continue;
+      if (int64_t b = pick_amount(ax->size, {4, 2}, MAX_LANES / lanes)) opts.push_back({OptOp::UPCAST, ax->id, b});
+      return;
+    }
+  };
   const KernelAxis* wide = nullptr;
   for (auto* ax : outputs)
     if (reused_along(*ax) && contiguous(*ax, true)) wide = ax;
@@ -296,15 +309,7 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
       opts.push_back({OptOp::UNROLL, red->id, u});
       opts.push_back({OptOp::UPCAST, wide->id, a});
       lanes = u * a;
-      for (auto* ax : outputs) {
-        if (ax == wide || !reused_along(*ax)) continue;
-        bool other_operand = true;  // no load that moves along `wide` moves along ax
-        for (auto& l : loads)
-          if (l.ranges.count(wide->range.get()) && l.ranges.count(ax->range.get())) other_operand = false;
-        if (!other_operand) continue;
-        if (int64_t b = pick_amount(ax->size, {4, 2}, MAX_LANES / lanes)) opts.push_back({OptOp::UPCAST, ax->id, b});
-        break;
-      }
+      upcast_other_operand(wide, lanes);
       return opts;
     }
   }
@@ -314,15 +319,7 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
       // Note [whole rows]: see below
       opts.push_back({OptOp::UPCAST, wide->id, wide->size});
       lanes = wide->size;
-      for (auto* ax : outputs) {
-        if (ax == wide || !reused_along(*ax)) continue;
-        bool other_operand = true;
-        for (auto& l : loads)
-          if (l.ranges.count(wide->range.get()) && l.ranges.count(ax->range.get())) other_operand = false;
-        if (!other_operand) continue;
-        if (int64_t b = pick_amount(ax->size, {4, 2}, MAX_LANES / lanes)) opts.push_back({OptOp::UPCAST, ax->id, b});
-        break;
-      }
+      upcast_other_operand(wide, lanes);
       return opts;
     }
     if (a) {
