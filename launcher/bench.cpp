@@ -70,6 +70,32 @@ BenchResult matmul(int64_t n, int reps) {
 
 constexpr int64_t STREAM_N = 1 << 24;  // 64 MiB of float32 per operand
 
+// Memory-bound workloads report bytes read plus bytes written, each tensor counted once.
+BenchResult elementwise(const std::string& name, const Shape& shape, int reps) {
+  Tensor x = Tensor::randn(shape).realize(), y = Tensor::randn(shape).realize(), z = Tensor::randn(shape).realize();
+  BenchResult r = measure(name, reps, [&] { (x * y + z).relu().realize(); });
+  r.gbps = 4.0 * 4 * static_cast<double>(prod(shape)) / (r.ms * 1e6);  // three reads and one write
+  return r;
+}
+
+BenchResult copy(const std::string& name, const Shape& shape, int reps) {
+  Tensor x = Tensor::randn(shape).realize();
+  BenchResult r = measure(name, reps, [&] { (x + 0.0).contiguous().realize(); });
+  r.gbps = 2.0 * 4 * static_cast<double>(prod(shape)) / (r.ms * 1e6);
+  return r;
+}
+
+Tensor softmax(const Tensor& x) { return x.softmax(-1); }
+Tensor layernorm(const Tensor& x) { return x.layernorm(); }
+
+// An op over the rows of a matrix (softmax, layernorm): one read and one write of it.
+BenchResult row_op(const std::string& name, const Shape& shape, int reps, Tensor (*op)(const Tensor&)) {
+  Tensor x = Tensor::randn(shape).realize();
+  BenchResult r = measure(name, reps, [&] { op(x).realize(); });
+  r.gbps = 2.0 * 4 * static_cast<double>(prod(shape)) / (r.ms * 1e6);
+  return r;
+}
+
 const std::map<std::string, std::function<BenchResult(int)>>& workloads() {
   static const std::map<std::string, std::function<BenchResult(int)>> w = {
       {"mlp_step",
@@ -97,35 +123,14 @@ const std::map<std::string, std::function<BenchResult(int)>>& workloads() {
        }},
       {"matmul_1024", [](int reps) { return matmul(1024, reps); }},
       {"matmul_2048", [](int reps) { return matmul(2048, std::max(1, reps / 2)); }},
-      {"elementwise",
-       [](int reps) {
-         Tensor x = Tensor::randn({STREAM_N}).realize(), y = Tensor::randn({STREAM_N}).realize(),
-                z = Tensor::randn({STREAM_N}).realize();
-         BenchResult r = measure("elementwise", reps, [&] { (x * y + z).relu().realize(); });
-         r.gbps = 4.0 * 4 * STREAM_N / (r.ms * 1e6);  // three reads and one write
-         return r;
-       }},
-      {"copy",
-       [](int reps) {
-         Tensor x = Tensor::randn({STREAM_N}).realize();
-         BenchResult r = measure("copy", reps, [&] { (x + 0.0).contiguous().realize(); });
-         r.gbps = 2.0 * 4 * STREAM_N / (r.ms * 1e6);
-         return r;
-       }},
-      {"softmax",
-       [](int reps) {
-         Tensor x = Tensor::randn({4096, 1024}).realize();
-         BenchResult r = measure("softmax", reps, [&] { x.softmax(-1).realize(); });
-         r.gbps = 2.0 * 4 * 4096 * 1024 / (r.ms * 1e6);
-         return r;
-       }},
-      {"layernorm",
-       [](int reps) {
-         Tensor x = Tensor::randn({4096, 1024}).realize();
-         BenchResult r = measure("layernorm", reps, [&] { x.layernorm().realize(); });
-         r.gbps = 2.0 * 4 * 4096 * 1024 / (r.ms * 1e6);
-         return r;
-       }},
+      {"elementwise", [](int reps) { return elementwise("elementwise", {STREAM_N}, reps); }},
+      {"elementwise_8192", [](int reps) { return elementwise("elementwise_8192", {8192, 8192}, reps); }},
+      {"copy", [](int reps) { return copy("copy", {STREAM_N}, reps); }},
+      {"copy_8192", [](int reps) { return copy("copy_8192", {8192, 8192}, reps); }},
+      {"softmax", [](int reps) { return row_op("softmax", {4096, 1024}, reps, softmax); }},
+      {"softmax_8192", [](int reps) { return row_op("softmax_8192", {8192, 8192}, reps, softmax); }},
+      {"layernorm", [](int reps) { return row_op("layernorm", {4096, 1024}, reps, layernorm); }},
+      {"layernorm_8192", [](int reps) { return row_op("layernorm_8192", {8192, 8192}, reps, layernorm); }},
       {"conv2d",
        [](int reps) {
          // the CNN's second layer: 32 -> 32 channels, 5x5, on 24x24 maps, batch 512

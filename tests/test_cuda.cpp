@@ -109,7 +109,7 @@ TEST_F(Nvrtc, CubinForTheCardAndPtxBeyondNvrtc) {
 TEST_F(Nvrtc, RenderedKernelsCompile) {
   TensorOptions cpu{.device = "CPU"};
   auto r = [&](const Shape& s, uint32_t seed) { return Tensor::from_vector(testutil::rnd_values(prod(s), seed), s, cpu); };
-  Tensor x = r({64, 300}, 1), y = r({300, 32}, 2), big = r({4096}, 3);
+  Tensor x = r({64, 300}, 1), y = r({300, 32}, 2), big = r({4096}, 3), rows = r({1024, 1024}, 4);
   Tensors graphs = {
       x.matmul(y).relu().softmax(1),
       (x.exp() + x.abs().log() + x.sin() + x.abs().sqrt()).max(1),
@@ -124,6 +124,11 @@ TEST_F(Nvrtc, RenderedKernelsCompile) {
       x.cast(DType::Float16).bitcast(DType::BFloat16),
       x.argmax(1),
       x.cast(DType::Int32).min(1),
+      rows.softmax(1),                           // grouped rows, several warps
+      rows.cast(DType::Float64).sum(1),          // float64 shuffles
+      (rows * 10).cast(DType::Int32).max(1),     // integer max through shuffles
+      rows.shrink({{0, 512}, {0, 128}}).sum(1),  // 16 threads a row: less than a warp
+      rows * 2 + 1,                              // elementwise lanes
   };
   int kernels = 0;
   bool grouped = false;
@@ -160,6 +165,37 @@ TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
   auto ks2 = render_cuda({small * 2});
   ASSERT_EQ(ks2.size(), 1u);
   EXPECT_EQ(ks2[0].kernel.global_size.size(), 3u);
+}
+
+// Note [grouped reduction]: rows are grouped however many there are, all on dimension 0;
+// strided reductions with many outputs and matmuls stay one thread per output. Note [elementwise lanes].
+TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
+  TensorOptions cpu{.device = "CPU"};
+  Tensor x = Tensor::from_vector(testutil::rnd_values(4096 * 1024, 1), {4096, 1024}, cpu);
+  auto rows = render_cuda({x.sum(1)});
+  ASSERT_EQ(rows.size(), 1u);
+  ASSERT_EQ(rows[0].kernel.group_reduces.size(), 1u);
+  EXPECT_EQ(rows[0].kernel.global_size, std::vector<int64_t>{4096 * 128});  // 128 threads, 8 elements each
+  EXPECT_EQ(rows[0].kernel.local_size, std::vector<int64_t>{128});
+  EXPECT_NE(rows[0].source.find("__shfl_xor_sync"), std::string::npos) << rows[0].source;
+  auto cols = render_cuda({x.reshape({1024, 4096}).sum(0)});  // 4096 strided outputs
+  ASSERT_EQ(cols.size(), 1u);
+  EXPECT_TRUE(cols[0].kernel.group_reduces.empty()) << cols[0].source;
+  Tensor w = Tensor::from_vector(testutil::rnd_values(256 * 1024, 3), {256, 1024}, cpu);
+  auto mm = render_cuda({x.shrink({{0, 256}, {0, 1024}}).matmul(w.permute({1, 0}))});  // rows shared by outputs
+  ASSERT_EQ(mm.size(), 1u);
+  EXPECT_TRUE(mm[0].kernel.group_reduces.empty()) << mm[0].source;
+  auto ew = render_cuda({x * 2 + 1});
+  ASSERT_EQ(ew.size(), 1u);
+  EXPECT_EQ(ew[0].kernel.global_size.size(), 2u);
+  EXPECT_EQ(ew[0].kernel.global_size[0], 1024 / 4);  // 4 lanes along the row
+  int stores = 0;
+  for (auto& u : ew[0].kernel.uops) stores += u->op == Op::STORE;
+  EXPECT_EQ(stores, 4);
+  Tensor small = Tensor::from_vector(testutil::rnd_values(64 * 64, 2), {64, 64}, cpu);
+  auto one = render_cuda({small * 2});  // too few elements for lanes
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].kernel.global_size[0], 64);
 }
 
 class Cuda : public ::testing::Test {
@@ -232,10 +268,11 @@ TEST_F(Cuda, GroupedReductionUsesSharedMemory) {
     Tensor x = rnd({6, 4096}, 4);
     Tensor r = op == Op::ADD ? x.sum(1) : x.max(1);
     std::string src = source_of(r);
-    EXPECT_NE(src.find("__shared__ float tg_red0[128];"), std::string::npos) << src;
+    EXPECT_NE(src.find("__shared__ float tg_red0[512];"), std::string::npos) << src;  // 4096 / 8 elements each
+    EXPECT_NE(src.find("__shfl_xor_sync(0xffffffffu, acc0, s)"), std::string::npos) << src;
     EXPECT_NE(src.find("__syncthreads();"), std::string::npos) << src;
     EXPECT_NE(src.find("threadIdx.x"), std::string::npos) << src;
-    EXPECT_NE(src.find("blockIdx.y"), std::string::npos) << src;
+    EXPECT_NE(src.find("blockIdx.x"), std::string::npos) << src;
     EXPECT_TRUE(match(r, testutil::Tol{1e-4, 1e-4}));
   }
   Tensor m = rnd({8192}, 5).mean();  // one output: one block
@@ -243,6 +280,24 @@ TEST_F(Cuda, GroupedReductionUsesSharedMemory) {
   EXPECT_TRUE(match(m, testutil::Tol{1e-4, 1e-4}));
   Tensor i = testutil::rnd_int({1024}, 6, -50, 50).sum();  // integers are exact
   EXPECT_TRUE(match(i));
+}
+
+// Note [grouped reduction], Note [warp combine], Note [elementwise lanes] on the GPU: many rows,
+// groups smaller than a warp, integer and float64 partials, softmax and layernorm, lanes.
+TEST_F(Cuda, RowReductionsAndLanesMatch) {
+  Tensor x = rnd({2048, 256}, 7);
+  EXPECT_TRUE(match(x.sum(1), testutil::Tol{1e-4, 1e-4}));
+  EXPECT_TRUE(match(x.max(1)));
+  EXPECT_TRUE(match(x.softmax(-1), testutil::Tol{1e-5, 1e-4}));
+  EXPECT_TRUE(match(x.layernorm(), testutil::Tol{1e-4, 1e-4}));
+  EXPECT_TRUE(match(x.sum(0), testutil::Tol{1e-4, 1e-4}));  // a strided reduce: one thread per output
+  EXPECT_TRUE(match(rnd({4096, 128}, 8).sum(1), testutil::Tol{1e-4, 1e-4}));  // 16 threads a row
+  EXPECT_TRUE(match(testutil::rnd_int({2048, 512}, 9, -50, 50).sum(1)));
+  EXPECT_TRUE(match(testutil::rnd_int({2048, 512}, 10, -50, 50).min(1)));
+  EXPECT_TRUE(match(x.cast(DType::Float64).sum(1)));
+  Tensor a = rnd({1 << 20}, 11), b = rnd({1 << 20}, 12);
+  EXPECT_TRUE(match((a * b + 1).relu()));
+  EXPECT_TRUE(match(rnd({1024, 1024}, 13).permute({1, 0}).contiguous()));
 }
 
 // Note [integer max through PTX] in render_cuda.cpp: min over a short axis is -max(-x), which

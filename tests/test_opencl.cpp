@@ -68,10 +68,10 @@ TEST_F(OpenCL, GroupedReductionUsesLocalMemoryAndBarriers) {
     Tensor x = rnd({6, 4096}, 4);
     Tensor r = op == Op::ADD ? x.sum(1) : x.max(1);
     std::string src = source_of(r);
-    EXPECT_NE(src.find("__local float tg_red0[128];"), std::string::npos) << src;
+    EXPECT_NE(src.find("__local float tg_red0[512];"), std::string::npos) << src;  // 4096 / 8 elements each
     EXPECT_NE(src.find("barrier(CLK_LOCAL_MEM_FENCE);"), std::string::npos) << src;
     EXPECT_NE(src.find("get_local_id(0)"), std::string::npos) << src;
-    EXPECT_NE(src.find("get_group_id(1)"), std::string::npos) << src;
+    EXPECT_NE(src.find("get_group_id(0)"), std::string::npos) << src;
     EXPECT_TRUE(match(r, testutil::Tol{1e-4, 1e-4}));
   }
   Tensor m = rnd({8192}, 5).mean();  // one output: one group
@@ -79,6 +79,24 @@ TEST_F(OpenCL, GroupedReductionUsesLocalMemoryAndBarriers) {
   EXPECT_TRUE(match(m, testutil::Tol{1e-4, 1e-4}));
   Tensor i = testutil::rnd_int({1024}, 6, -50, 50).sum();  // integers are exact
   EXPECT_TRUE(match(i));
+}
+
+// Note [grouped reduction] and Note [elementwise lanes] (codegen/gpu_dims.cpp): many rows,
+// groups of 16, strided reductions, lanes.
+TEST_F(OpenCL, RowReductionsAndLanesMatch) {
+  Tensor x = rnd({2048, 256}, 7);
+  Tensor s = x.sum(1);
+  std::string src = source_of(s);
+  EXPECT_NE(src.find("tg_red0[32]"), std::string::npos) << src;  // 32 threads, 8 elements each
+  EXPECT_TRUE(match(s, testutil::Tol{1e-4, 1e-4}));
+  EXPECT_TRUE(match(x.softmax(-1), testutil::Tol{1e-5, 1e-4}));
+  EXPECT_TRUE(match(x.sum(0), testutil::Tol{1e-4, 1e-4}));
+  EXPECT_TRUE(match(rnd({4096, 128}, 8).max(1)));
+  Tensor a = rnd({1 << 20}, 11), b = rnd({1 << 20}, 12);
+  Tensor e = (a * b + 1).relu();
+  std::string esrc = source_of(e);
+  EXPECT_NE(esrc.find("get_local_id(0)"), std::string::npos) << esrc;
+  EXPECT_TRUE(match(e));
 }
 
 TEST_F(OpenCL, ShortReductionsStayInOneThread) {

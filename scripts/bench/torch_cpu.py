@@ -103,18 +103,35 @@ def main():
         else:
             names.append(a)
     torch.set_num_threads(int(os.environ.get("THREADS") or os.cpu_count()))
-    x, y, z = (torch.randn(STREAM_N, device=DEV) for _ in range(3))
-    s = torch.randn(4096, 1024, device=DEV)
+    # memory-bound workloads: bytes read plus bytes written, each tensor counted once
+    def elementwise(name, *shape):
+        x, y, z = (torch.randn(*shape, device=DEV) for _ in range(3))
+        return stream(name, reps, lambda: torch.relu(x * y + z), 4.0 * 4 * x.numel())
+
+    def copy(name, *shape):
+        x = torch.randn(*shape, device=DEV)
+        return stream(name, reps, lambda: x.clone(), 2.0 * 4 * x.numel())
+
+    def rows(name, fn, *shape):
+        s = torch.randn(*shape, device=DEV)
+        return stream(name, reps, lambda: fn(s), 2.0 * 4 * s.numel())
+
+    softmax = lambda s: torch.softmax(s, -1)
+    layernorm = lambda s: F.layer_norm(s, s.shape[-1:])
     workloads = {
         "cnn_step": lambda: cnn(reps),
         "conv2d": lambda: conv2d(reps),
-        "copy": lambda: stream("copy", reps, lambda: x.clone(), 2.0 * 4 * STREAM_N),
-        "elementwise": lambda: stream("elementwise", reps, lambda: torch.relu(x * y + z), 4.0 * 4 * STREAM_N),
-        "layernorm": lambda: stream("layernorm", reps, lambda: F.layer_norm(s, (1024,)), 2.0 * 4 * 4096 * 1024),
+        "copy": lambda: copy("copy", STREAM_N),
+        "copy_8192": lambda: copy("copy_8192", 8192, 8192),
+        "elementwise": lambda: elementwise("elementwise", STREAM_N),
+        "elementwise_8192": lambda: elementwise("elementwise_8192", 8192, 8192),
+        "layernorm": lambda: rows("layernorm", layernorm, 4096, 1024),
+        "layernorm_8192": lambda: rows("layernorm_8192", layernorm, 8192, 8192),
         "matmul_1024": lambda: matmul(1024, reps),
         "matmul_2048": lambda: matmul(2048, max(1, reps // 2)),
         "mlp_step": lambda: mlp(reps),
-        "softmax": lambda: stream("softmax", reps, lambda: torch.softmax(s, -1), 2.0 * 4 * 4096 * 1024),
+        "softmax": lambda: rows("softmax", softmax, 4096, 1024),
+        "softmax_8192": lambda: rows("softmax_8192", softmax, 8192, 8192),
     }
     for n in names or sorted(workloads):
         with torch.no_grad() if n not in ("mlp_step", "cnn_step", "conv2d") else torch.enable_grad():

@@ -1,21 +1,37 @@
-// GPU kernel transforms: loops onto threads, local sizes, grouped reductions.
+// GPU kernel transforms: loops onto threads, local sizes, grouped reductions, elementwise lanes.
 //
 // Note [thread mapping]: the linearizer opens the output loops first (outermost first). Here the
 // innermost output loop becomes dimension 0 (the fastest-varying one, so neighbouring threads
 // touch neighbouring memory), the next one dimension 1, and so on; when there are more output
 // loops than dimensions, the outermost ones share one dimension through division and modulo.
 //
-// Note [grouped reduction]: a kernel with one accumulator over one reduce loop of length N, few
-// outputs and a long N runs one work-group of L threads per output: thread t accumulates the
-// elements t, t+L, t+2L, ... (the loop becomes N/L trips of index r*L+t), then the renderer's
-// group combine (render_c.cpp, Note [group combine]) meets the partials in local memory. L is a
-// power of two that divides N, so no thread reads out of range; only thread 0 stores.
+// Note [grouped reduction]: a kernel with one accumulator over one reduce loop of length N runs
+// one work-group of L threads per output: thread t accumulates the elements t, t+L, t+2L, ...
+// (the loop becomes N/L trips of index r*L+t), then the renderer's group combine (render_c.cpp,
+// Note [group combine]; CUDA: Note [warp combine]) meets the partials. L is a power of two that
+// divides N, at most group_threads and at most N/group_min_per_thread, so no thread reads out of
+// range and each has a few loads to overlap; only thread 0 stores. Work-groups are numbered on
+// dimension 0 (all output loops flattened into the group id), so any number of outputs fits a
+// CUDA grid. Grouping pays when each warp's loads are contiguous: a reduction over a contiguous
+// row (softmax, layernorm, a sum over the last axis) is grouped however many rows there are;
+// otherwise only reductions with few outputs are, where one thread per output would leave the
+// GPU idle. A long reduction over a strided axis with many outputs (a column sum) stays one
+// thread per output, whose neighbours read neighbouring addresses; so does one whose operands
+// are shared between outputs (a matmul, a convolution), whose neighbours share their loads.
+//
+// Note [elementwise lanes]: with one element per thread, a copy has one 4-byte load in flight per
+// thread, too little to cover the memory latency (1.7 TB/s of the H200's 4.8 measured for a copy
+// of 2^24 floats). A large elementwise kernel instead gives each thread `lanes` elements of
+// dimension 0, a work-group's width L apart: element g*L*lanes + c*L + t for group g, lane c and
+// thread t. Every lane's loads stay coalesced across the warp and the lanes' loads are
+// independent, so they are all in flight at once.
 #include "tinygrad/codegen/gpu_dims.h"
 
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tinygrad/codegen/opt.h"
 #include "tinygrad/error.h"
 
 namespace tg {
@@ -35,12 +51,35 @@ UOpPtr special(SpecialKind kind, int dim, int64_t size) {
   return make_uop(Op::SPECIAL, dtypes::index, {kint(size)}, Arg{special_arg(kind, dim)});
 }
 
+bool depends_on(const UOpPtr& u, const UOpPtr& range) {
+  for (auto& n : toposort({u}))
+    if (n == range) return true;
+  return false;
+}
+
+// A reduction over rows: every load whose address moves along the reduce loop `range` moves by
+// one element along it (and at least one does), and also moves along every output loop, so no
+// two outputs read the same row (a matmul's operands are shared between outputs: those stay one
+// thread per output, whose neighbours share one operand's loads).
+bool row_loads(const LinearKernel& k, const UOpPtr& range, size_t n_outer) {
+  bool any = false;
+  for (auto& u : k.uops) {
+    if (u->op != Op::LOAD || !depends_on(u->src[1], range)) continue;
+    if (index_stride(u->src[1], range) != 1) return false;
+    for (size_t i = 0; i < n_outer; i++)
+      if (trip(k.uops[i]) > 1 && !depends_on(u->src[1], k.uops[i])) return false;
+    any = true;
+  }
+  return any;
+}
+
 struct Grouping {
   UOpPtr acc, range;
   Op op;
   int64_t threads = 0;
 };
 
+// Note [grouped reduction]
 Grouping find_grouping(const LinearKernel& k, const GpuLimits& lim) {
   Grouping g;
   int64_t outputs = 1;
@@ -48,14 +87,28 @@ Grouping find_grouping(const LinearKernel& k, const GpuLimits& lim) {
   int accs = 0;
   for (auto& u : k.uops)
     if (u->op == Op::DEFINE_ACC) accs++, g.acc = u;
-  if (accs != 1 || g.acc->src.size() != 2 || g.acc->dtype == DType::Bool || outputs > lim.group_max_outputs) return {};
+  if (accs != 1 || g.acc->src.size() != 2 || g.acc->dtype == DType::Bool) return {};
   g.range = g.acc->src[1];
-  if (trip(g.range) < lim.group_min_length) return {};
+  int64_t n = trip(g.range);
+  bool few_outputs = outputs <= lim.group_max_outputs && n >= lim.group_min_length;
+  bool row = n >= lim.row_min_length && row_loads(k, g.range, k.global_size.size());
+  if (!few_outputs && !row) return {};
   for (auto& u : k.uops)
     if (u->op == Op::ASSIGN && u->src[0] == g.acc) g.op = u->src[1]->op;
-  g.threads = pow2_divisor(trip(g.range), lim.group_threads);
+  g.threads = pow2_divisor(n, std::min(lim.group_threads, n / lim.group_min_per_thread));
   if (g.threads < 16) return {};
   return g;
+}
+
+// Note [elementwise lanes]: lanes per thread for a kernel without reduce loops whose dimension 0
+// holds `size0` elements (1: none).
+int64_t elementwise_lanes(const LinearKernel& k, size_t n_outer, int64_t size0, const GpuLimits& lim) {
+  for (size_t i = n_outer; i < k.uops.size(); i++)
+    if (k.uops[i]->op == Op::RANGE || k.uops[i]->op == Op::DEFINE_ACC) return 1;
+  int64_t total = 1;
+  for (auto s : k.global_size) total *= s;
+  if (lim.lanes < 2 || size0 % lim.lanes != 0 || total / lim.lanes < lim.lanes_min_threads) return 1;
+  return lim.lanes;
 }
 
 }  // namespace
@@ -67,46 +120,66 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   Grouping grp = find_grouping(k, lim);
   bool grouped = grp.threads > 0;
 
-  // output loops -> dimensions (Note [thread mapping]); grouped: dimension 0 is the group's threads
-  int first_dim = grouped ? 1 : 0;
-  int out_dims = std::min<int>(static_cast<int>(n_outer), lim.max_dims - first_dim);
-  std::vector<UOpPtr> prologue;  // thread indices and the index arithmetic over them
-  std::unordered_map<const UOp*, UOpPtr> sub;
-  std::vector<int64_t> global, local;
-  SpecialKind kind = grouped ? SpecialKind::GroupId : SpecialKind::GlobalId;
-  UOpPtr lid;
-  if (grouped) {
-    lid = special(SpecialKind::LocalId, 0, grp.threads);
-    prologue.push_back(lid);
-    global.push_back(grp.threads);
-    local.push_back(grp.threads);
-  }
+  // output loops -> dimensions (Note [thread mapping]); grouped: all of them on the group id
+  int out_dims = std::min<int>(static_cast<int>(n_outer), grouped ? 1 : lim.max_dims);
+  std::vector<int64_t> dim_size;
   for (int d = 0; d < out_dims; d++) {
-    // dimension first_dim+d holds outer loop n_outer-1-d; the last dimension also the ones above it
     size_t hi = n_outer - static_cast<size_t>(d);
     size_t lo = d == out_dims - 1 ? 0 : hi - 1;
     int64_t size = 1;
     for (size_t i = lo; i < hi; i++) size *= trip(outer[i]);
-    UOpPtr idx = special(kind, first_dim + d, size);
-    prologue.push_back(idx);
-    int64_t inner = 1;
-    for (size_t i = hi; i-- > lo;) {
-      UOpPtr e = idx;
-      if (inner > 1) prologue.push_back(e = kalu(Op::IDIV, e, kint(inner)));
-      if (i != lo) prologue.push_back(e = kalu(Op::MOD, e, kint(trip(outer[i]))));
-      sub[outer[i].get()] = e;
-      inner *= trip(outer[i]);
-    }
-    global.push_back(size);
-    local.push_back(grouped ? 1 : 0);  // chosen below
+    dim_size.push_back(size);
   }
-  if (global.empty()) global = {1}, local = {1};
-  if (!grouped) {
-    int64_t budget = lim.max_local;
-    for (size_t d = 0; d < global.size(); d++) {
-      local[d] = pow2_divisor(global[d], budget);
-      budget /= local[d];
+  int64_t lanes = grouped || dim_size.empty() ? 1 : elementwise_lanes(k, n_outer, dim_size[0], lim);
+
+  std::vector<UOpPtr> prologue;  // thread indices and the index arithmetic over them
+  std::vector<std::unordered_map<const UOp*, UOpPtr>> sub(static_cast<size_t>(lanes));  // per lane
+  std::vector<int64_t> global, local;
+  UOpPtr lid;
+  if (grouped) lid = special(SpecialKind::LocalId, 0, grp.threads), prologue.push_back(lid);
+  int64_t budget = lim.max_local;
+  for (int d = 0; d < out_dims; d++) {
+    // dimension d holds outer loop n_outer-1-d; the last dimension also the ones above it
+    size_t hi = n_outer - static_cast<size_t>(d);
+    size_t lo = d == out_dims - 1 ? 0 : hi - 1;
+    int64_t size = dim_size[static_cast<size_t>(d)];
+    std::vector<UOpPtr> idx;  // the dimension's element index, per lane
+    if (grouped) {
+      idx = {special(SpecialKind::GroupId, 0, size)};
+      global.push_back(size * grp.threads);
+      local.push_back(grp.threads);
+    } else if (d == 0 && lanes > 1) {  // Note [elementwise lanes]
+      int64_t l = pow2_divisor(size / lanes, budget);
+      auto g = special(SpecialKind::GroupId, 0, size / lanes / l), t = special(SpecialKind::LocalId, 0, l);
+      auto base = kalu(Op::ADD, kalu(Op::MUL, g, kint(l * lanes)), t);
+      prologue.insert(prologue.end(), {g, t, base->src[0], base});
+      for (int64_t c = 0; c < lanes; c++) idx.push_back(c == 0 ? base : kalu(Op::ADD, base, kint(c * l)));
+      for (size_t c = 1; c < idx.size(); c++) prologue.push_back(idx[c]);
+      global.push_back(size / lanes);
+      local.push_back(l);
+      budget /= l;
+    } else {
+      idx = {special(SpecialKind::GlobalId, d, size)};
+      global.push_back(size);
+      local.push_back(pow2_divisor(size, budget));
+      budget /= local.back();
     }
+    if (idx.size() == 1 && idx[0]->op == Op::SPECIAL) prologue.push_back(idx[0]);
+    for (size_t c = 0; c < sub.size(); c++) {
+      UOpPtr lane_idx = idx[idx.size() == 1 ? 0 : c];
+      int64_t inner = 1;
+      for (size_t i = hi; i-- > lo;) {
+        UOpPtr e = lane_idx;
+        if (inner > 1) prologue.push_back(e = kalu(Op::IDIV, e, kint(inner)));
+        if (i != lo) prologue.push_back(e = kalu(Op::MOD, e, kint(trip(outer[i]))));
+        sub[c][outer[i].get()] = e;
+        inner *= trip(outer[i]);
+      }
+    }
+  }
+  if (global.empty()) {  // a scalar output: one group, or one thread
+    int64_t l = grouped ? grp.threads : 1;
+    global = {l}, local = {l};
   }
 
   // the reduce loop of a grouped reduction: N/L trips of index r*L + lid
@@ -118,49 +191,57 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
     auto mul = kalu(Op::MUL, r, kint(grp.threads));
     auto add = kalu(Op::ADD, mul, lid);
     range_index = {mul, add};
-    sub[grp.range.get()] = add;
+    sub[0][grp.range.get()] = add;
   }
 
-  std::unordered_map<const UOp*, UOpPtr> memo;
-  std::function<UOpPtr(const UOpPtr&)> rebuild = [&](const UOpPtr& u) -> UOpPtr {
-    if (auto it = sub.find(u.get()); it != sub.end()) return it->second;
-    if (auto it = memo.find(u.get()); it != memo.end()) return it->second;
+  std::vector<std::unordered_map<const UOp*, UOpPtr>> memo(sub.size());
+  std::function<UOpPtr(const UOpPtr&, size_t)> rebuild = [&](const UOpPtr& u, size_t c) -> UOpPtr {
+    if (auto it = sub[c].find(u.get()); it != sub[c].end()) return it->second;
+    if (auto it = memo[c].find(u.get()); it != memo[c].end()) return it->second;
     if (u->op == Op::CONST) return u;
     std::vector<UOpPtr> src;
     for (auto& s : u->src) {
       auto rs = range_sub.find(s.get());  // loops keep being loops where they are opened and closed
       bool loop_ref = (u->op == Op::DEFINE_ACC || u->op == Op::ENDRANGE) && rs != range_sub.end();
-      src.push_back(loop_ref ? rs->second : rebuild(s));
+      src.push_back(loop_ref ? rs->second : rebuild(s, c));
     }
     UOpPtr out = src == u->src ? u : make_uop(u->op, u->dtype, src, u->arg);
-    return memo[u.get()] = out;
+    return memo[c][u.get()] = out;
   };
 
   std::unordered_set<const UOp*> outer_set;
   for (auto& r : outer) outer_set.insert(r.get());
-  std::vector<UOpPtr> uops = prologue;
+  std::vector<UOpPtr> uops;
+  std::unordered_set<const UOp*> emitted;
+  auto emit = [&](const UOpPtr& u) {
+    if (emitted.insert(u.get()).second) uops.push_back(u);
+  };
+  for (auto& u : prologue) emit(u);
   for (size_t i = n_outer; i < k.uops.size(); i++) {
     const UOpPtr& u = k.uops[i];
     if (u->op == Op::ENDRANGE && outer_set.count(u->src[0].get())) continue;
     if (grouped && u == grp.range) {
-      uops.push_back(range_sub.at(u.get()));
-      uops.insert(uops.end(), range_index.begin(), range_index.end());
+      emit(range_sub.at(u.get()));
+      for (auto& r : range_index) emit(r);
       continue;
     }
-    UOpPtr n = rebuild(u);
-    if (grouped && n->op == Op::STORE) {  // only thread 0 of the group stores
-      auto gate = kalu(Op::CMPLT, lid, kint(1));
-      uops.push_back(gate);
-      auto src = n->src;
-      src.push_back(gate);
-      n = make_uop(Op::STORE, n->dtype, src, n->arg);
+    // lanes only exist in kernels without loops, so each lane's uop follows its sources
+    for (size_t c = 0; c < sub.size(); c++) {
+      UOpPtr n = rebuild(u, c);
+      if (grouped && n->op == Op::STORE) {  // only thread 0 of the group stores
+        auto gate = kalu(Op::CMPLT, lid, kint(1));
+        emit(gate);
+        auto src = n->src;
+        src.push_back(gate);
+        n = make_uop(Op::STORE, n->dtype, src, n->arg);
+      }
+      emit(n);
     }
-    uops.push_back(n);
   }
   k.uops = std::move(uops);
   k.global_size = global;
   k.local_size = local;
-  if (grouped) k.group_reduces.push_back({rebuild(grp.acc), lid, grp.threads, grp.op});
+  if (grouped) k.group_reduces.push_back({rebuild(grp.acc, 0), lid, grp.threads, grp.op});
 }
 
 }  // namespace tg

@@ -1,16 +1,26 @@
 // GPU kernel transforms on a LinearKernel: the output loops become thread indices (global ids,
-// or group ids in a grouped reduction), local sizes are chosen, and a long reduction with few
-// outputs is split over the threads of a work-group and combined through local memory.
+// or group ids in a grouped reduction), local sizes are chosen, a long reduction is split over
+// the threads of a work-group and combined through local memory, and large elementwise kernels
+// give each thread several elements.
 #pragma once
 #include "tinygrad/codegen/renderer.h"
 
 namespace tg {
 
 struct GpuLimits {
-  int64_t max_local = 256;      // work-items per work-group for elementwise kernels
-  int64_t group_threads = 128;  // threads sharing one grouped reduction (a power of two)
-  int64_t group_max_outputs = 1024;  // group a reduction only when it has at most this many outputs
-  int64_t group_min_length = 256;    // ... and its reduce loop is at least this long
+  int64_t max_local = 256;           // work-items per work-group for elementwise kernels
+  int64_t group_threads = 1024;      // most threads sharing one grouped reduction (a power of two)
+  int64_t group_min_per_thread = 8;  // ... each of which reduces at least this many elements
+  // A reduction is grouped when its reduce loop is at least row_min_length long and contiguous in
+  // memory for every load that moves along it (softmax's and layernorm's rows), or when it has
+  // at most group_max_outputs outputs and a reduce loop of at least group_min_length.
+  int64_t row_min_length = 128;
+  int64_t group_max_outputs = 1024;
+  int64_t group_min_length = 256;
+  // Elementwise kernels of at least lanes_min_threads * lanes elements give each thread `lanes`
+  // elements, a work-group's width apart (Note [elementwise lanes]); 1 turns this off.
+  int64_t lanes = 4;
+  int64_t lanes_min_threads = int64_t{1} << 18;
   int max_dims = 3;
 };
 

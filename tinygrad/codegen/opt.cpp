@@ -223,6 +223,8 @@ int64_t pick_amount(int64_t size, std::initializer_list<int64_t> amounts, int64_
 
 }  // namespace
 
+int64_t index_stride(const UOpPtr& index, const UOpPtr& range) { return stride(index, range); }
+
 // Note [hand-coded opts]: a reduce kernel whose inputs are reused along some output loops (a
 // matmul's A along the columns, its B along the rows; a convolution's weights along batch and
 // pixels, its input along the output channels) gets a register tile: the output loop that is

@@ -49,6 +49,9 @@ bool opt_applies(const UOpPtr& ast, const Opt& opt);
 // partial accumulators for reductions over contiguous memory.
 std::vector<Opt> hand_coded_opts(const UOpPtr& ast);
 
+// How far an index expression moves when `range` goes from 0 to 1 (every other loop at 0).
+int64_t index_stride(const UOpPtr& index, const UOpPtr& range);
+
 // Lanes a kernel would have after opts (the product of all amounts), to bound register use.
 int64_t lane_count(const std::vector<Opt>& opts);
 

@@ -40,9 +40,10 @@ class CStyleRenderer : public Renderer {
   virtual std::string special(int64_t arg) const;
   virtual std::string barrier() const;
   virtual std::string local_array(DType t, const std::string& name, int64_t size) const;
-  // The combine of a group reduction, after its loop (shared by every GPU renderer).
-  std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
-                            const std::string& indent) const;
+  // The combine of a group reduction, after its loop: a tree through local memory (Note [group
+  // combine]); a renderer with faster means (CUDA's warp shuffles) overrides it.
+  virtual std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
+                                    const std::string& indent) const;
 };
 
 class CRenderer : public CStyleRenderer {

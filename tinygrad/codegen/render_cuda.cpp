@@ -14,11 +14,19 @@
 // Integer MAX is therefore an inline PTX max.s64 (int32 operands widened): 64-bit max becomes
 // compares and selects, and no 32-bit min/max instruction is formed.
 //
+// Note [warp combine]: the partials of a grouped reduction (codegen/gpu_dims.cpp) meet through
+// warp shuffles instead of a shared-memory tree with a barrier per round: each warp combines its
+// 32 partials with __shfl_xor_sync (after the butterfly every lane holds the warp's result);
+// with more than one warp, lane 0 of each writes it to shared memory, and after one barrier
+// every warp combines the L/32 warp results the same way. Every thread ends with the full value,
+// as the code after the reduce expects. A group smaller than a warp shuffles within its L lanes.
+//
 // Note [cuda grid limits]: gridDim.y and gridDim.z are at most 65535 blocks. gpu_dims puts the
 // outermost output loops on the last dimension; when that gives a grid CUDA refuses, the kernel
 // is laid out again with every output loop on dimension 0 (up to 2^31-1 blocks).
 #include "tinygrad/codegen/render_cuda.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -57,7 +65,7 @@ void CUDARenderer::prepare(LinearKernel& k) const {
   gpu_dims(k, limits_);
   clamp_block(k);
   if (grid_fits(k)) return;
-  // Note [cuda grid limits]. Grouped kernels never get here: they have few outputs.
+  // Note [cuda grid limits]. Grouped kernels never get here: their groups are all on dimension 0.
   TG_ASSERT(k.group_reduces.empty(), "CUDA kernel '", k.name, "': grouped reduction outside the grid limits");
   k = std::move(original);
   GpuLimits flat = limits_;
@@ -183,6 +191,32 @@ std::string CUDARenderer::special(int64_t arg) const {
 
 std::string CUDARenderer::local_array(DType t, const std::string& name, int64_t size) const {
   return "__shared__ " + type_name(t) + " " + name + "[" + std::to_string(size) + "];";
+}
+
+// Note [warp combine]
+std::string CUDARenderer::group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
+                                        const std::string& in) const {
+  DType t = g.acc->dtype;
+  std::string T = type_name(t);
+  auto combine = [&](const std::string& a, const std::string& b) {
+    return g.op == Op::MAX ? max_expr(t, a, b) : c_binary(g.op, a, b);
+  };
+  // every thread of the group takes part: all 32 lanes of each warp, or the L < 32 of a small group
+  int64_t active = std::min<int64_t>(g.size, 32);
+  char mask[16];
+  std::snprintf(mask, sizeof(mask), "0x%08xu", static_cast<unsigned>(active == 32 ? 0xffffffffull : (1ull << active) - 1));
+  auto butterfly = [&](int64_t width) {  // combines within aligned runs of `width` lanes
+    return in + "for (int s = " + std::to_string(width / 2) + "; s > 0; s >>= 1) { " + T + " o = __shfl_xor_sync(" + mask +
+           ", " + acc + ", s); " + acc + " = " + combine(acc, "o") + "; }\n";
+  };
+  std::string out = butterfly(active);
+  if (g.size <= 32) return out;
+  std::string m = "tg_red" + std::to_string(id);
+  int64_t warps = g.size / 32;
+  out += in + "if ((" + lid + " & 31) == 0) " + m + "[" + lid + " >> 5] = " + acc + ";\n";
+  out += in + barrier() + "\n";
+  out += in + acc + " = " + m + "[" + lid + " & " + std::to_string(warps - 1) + "];\n";
+  return out + butterfly(warps);
 }
 
 }  // namespace tg

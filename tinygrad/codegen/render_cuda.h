@@ -33,6 +33,8 @@ class CUDARenderer : public CStyleRenderer {
   std::string special(int64_t arg) const override;
   std::string barrier() const override { return "__syncthreads();"; }
   std::string local_array(DType t, const std::string& name, int64_t size) const override;
+  std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
+                            const std::string& indent) const override;
 
  private:
   std::string buffer_type(DType t) const;

@@ -78,7 +78,12 @@ std::string OpenCLRenderer::literal(const UOp& c) const {
   return CStyleRenderer::literal(c);
 }
 
+// Float to uint8 or int32 goes through long, so out-of-range values wrap as on the other devices
+// instead of being undefined (PoCL gave 0 for -107.0f to uint8); see Note [float to integer
+// casts] in render_cuda.cpp.
 std::string OpenCLRenderer::cast(DType to, DType from, const std::string& x) const {
+  if (is_float(from) && (to == DType::UInt8 || to == DType::Int32))
+    return "(" + type_name(to) + ")" + CStyleRenderer::cast(DType::Int64, from, x);
   if (!native_half_ && to == DType::Float16) {
     std::string f = from == DType::BFloat16 ? "tg_bf16_to_f32(" + x + ")" : "(float)" + x;
     return "tg_round_half(" + f + ")";
