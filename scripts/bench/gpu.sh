@@ -4,13 +4,14 @@
 # synchronized), then a table of medians and ratios. Needs a build with the CUDA device
 # (build/launcher/tg) and a python3 with a CUDA PyTorch.
 #
-#   bash scripts/bench/gpu.sh [--reps=N] [WORKLOAD ...]   (default: mlp_step matmul_2048 elementwise softmax)
+#   bash scripts/bench/gpu.sh [--reps=N] [WORKLOAD ...]   (default: mlp_step matmul_2048 matmul_8192_bf16
+#                                                       matmul_8192_fp16 elementwise softmax)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 args=("$@")
 names=0
 for a in "$@"; do [[ $a == --* ]] || names=1; done
-[[ $names == 1 ]] || args+=(mlp_step matmul_2048 elementwise softmax)
+[[ $names == 1 ]] || args+=(mlp_step matmul_2048 matmul_8192_bf16 matmul_8192_fp16 elementwise softmax)
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 DEVICE=CUDA build/launcher/tg bench "${args[@]}" | tee "$out/tg.jsonl"
@@ -19,10 +20,10 @@ python3 - "$out/tg.jsonl" "$out/torch.jsonl" <<'PY'
 import json, sys
 load = lambda p: {r["name"]: r for r in map(json.loads, filter(str.strip, open(p)))}
 tg, pt = load(sys.argv[1]), load(sys.argv[2])
-print(f"{'workload':<14}{'tinygrad++ ms':>15}{'PyTorch ms':>12}{'ratio':>8}  throughput (tinygrad++ / PyTorch)")
+print(f"{'workload':<18}{'tinygrad++ ms':>15}{'PyTorch ms':>12}{'ratio':>8}  throughput (tinygrad++ / PyTorch)")
 for n in tg:
     a, b = tg[n], pt.get(n)
     unit = "gflops" if "gflops" in a else "gbps" if "gbps" in a else None
     tp = f"{a[unit]:.0f} / {b[unit]:.0f} {'GFLOP/s' if unit == 'gflops' else 'GB/s'}" if unit and b else ""
-    print(f"{n:<14}{a['ms']:>15.3f}{(b['ms'] if b else float('nan')):>12.3f}{(a['ms'] / b['ms'] if b else float('nan')):>8.2f}  {tp}")
+    print(f"{n:<18}{a['ms']:>15.3f}{(b['ms'] if b else float('nan')):>12.3f}{(a['ms'] / b['ms'] if b else float('nan')):>8.2f}  {tp}")
 PY
