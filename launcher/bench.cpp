@@ -61,9 +61,9 @@ BenchResult train_step(const std::string& name, int reps, nn::Module& model, nn:
   return measure(name, reps, [&] { step({x, y}); });  // under JIT=1: run, capture, then replays
 }
 
-BenchResult matmul(int64_t n, int reps) {
-  Tensor a = Tensor::randn({n, n}).realize(), b = Tensor::randn({n, n}).realize();
-  BenchResult r = measure("matmul_" + std::to_string(n), reps, [&] { a.matmul(b).realize(); });
+BenchResult matmul(const std::string& name, int64_t n, int reps, DType dtype = DType::Float32) {
+  Tensor a = Tensor::randn({n, n}).cast(dtype).realize(), b = Tensor::randn({n, n}).cast(dtype).realize();
+  BenchResult r = measure(name, reps, [&] { a.matmul(b).realize(); });
   r.gflops = 2.0 * n * n * n / (r.ms * 1e6);
   return r;
 }
@@ -96,8 +96,15 @@ BenchResult row_op(const std::string& name, const Shape& shape, int reps, Tensor
   return r;
 }
 
-const std::map<std::string, std::function<BenchResult(int)>>& workloads() {
-  static const std::map<std::string, std::function<BenchResult(int)>> w = {
+struct Workload {
+  template <class F>
+  Workload(F f, bool in_default = true) : run(std::move(f)), by_default(in_default) {}
+  std::function<BenchResult(int)> run;
+  bool by_default;  // false: sized for a GPU, run only when named
+};
+
+const std::map<std::string, Workload>& workloads() {
+  static const std::map<std::string, Workload> w = {
       {"mlp_step",
        [](int reps) {
          Tensor::manual_seed(0);
@@ -121,16 +128,18 @@ const std::map<std::string, std::function<BenchResult(int)>>& workloads() {
          nn::Adam opt(model->parameters(), 1e-3);
          return train_step("cnn_step", reps, *model, opt, {512, 1, 28, 28});
        }},
-      {"matmul_1024", [](int reps) { return matmul(1024, reps); }},
-      {"matmul_2048", [](int reps) { return matmul(2048, std::max(1, reps / 2)); }},
+      {"matmul_1024", [](int reps) { return matmul("matmul_1024", 1024, reps); }},
+      {"matmul_2048", [](int reps) { return matmul("matmul_2048", 2048, std::max(1, reps / 2)); }},
+      {"matmul_8192_bf16", {[](int reps) { return matmul("matmul_8192_bf16", 8192, reps, DType::BFloat16); }, false}},
+      {"matmul_8192_fp16", {[](int reps) { return matmul("matmul_8192_fp16", 8192, reps, DType::Float16); }, false}},
       {"elementwise", [](int reps) { return elementwise("elementwise", {STREAM_N}, reps); }},
-      {"elementwise_8192", [](int reps) { return elementwise("elementwise_8192", {8192, 8192}, reps); }},
+      {"elementwise_8192", {[](int reps) { return elementwise("elementwise_8192", {8192, 8192}, reps); }, false}},
       {"copy", [](int reps) { return copy("copy", {STREAM_N}, reps); }},
-      {"copy_8192", [](int reps) { return copy("copy_8192", {8192, 8192}, reps); }},
+      {"copy_8192", {[](int reps) { return copy("copy_8192", {8192, 8192}, reps); }, false}},
       {"softmax", [](int reps) { return row_op("softmax", {4096, 1024}, reps, softmax); }},
-      {"softmax_8192", [](int reps) { return row_op("softmax_8192", {8192, 8192}, reps, softmax); }},
+      {"softmax_8192", {[](int reps) { return row_op("softmax_8192", {8192, 8192}, reps, softmax); }, false}},
       {"layernorm", [](int reps) { return row_op("layernorm", {4096, 1024}, reps, layernorm); }},
-      {"layernorm_8192", [](int reps) { return row_op("layernorm_8192", {8192, 8192}, reps, layernorm); }},
+      {"layernorm_8192", {[](int reps) { return row_op("layernorm_8192", {8192, 8192}, reps, layernorm); }, false}},
       {"conv2d",
        [](int reps) {
          // the CNN's second layer: 32 -> 32 channels, 5x5, on 24x24 maps, batch 512
@@ -160,17 +169,28 @@ std::vector<std::string> bench_names() {
   return n;
 }
 
+namespace {
+
+std::vector<std::string> default_names() {
+  std::vector<std::string> n;
+  for (auto& [k, v] : workloads())
+    if (v.by_default) n.push_back(k);
+  return n;
+}
+
+}  // namespace
+
 std::vector<BenchResult> run_bench(const std::vector<std::string>& names, int repetitions) {
   TG_CHECK(repetitions > 0, "tg bench: repetitions must be positive, got ", repetitions);
   std::vector<BenchResult> out;
-  for (auto& n : names.empty() ? bench_names() : names) {
+  for (auto& n : names.empty() ? default_names() : names) {
     auto it = workloads().find(n);
     if (it == workloads().end()) {
       std::string list;
       for (auto& k : bench_names()) list += (list.empty() ? "" : ", ") + k;
       throw Error("tg bench: unknown workload '" + n + "' (workloads: " + list + ")");
     }
-    out.push_back(it->second(repetitions));
+    out.push_back(it->second.run(repetitions));
   }
   return out;
 }

@@ -16,7 +16,8 @@ struct BenchResult {
 };
 
 // Workloads: mlp_step, cnn_step, matmul_1024, matmul_2048, elementwise, copy, softmax,
-// layernorm, conv2d. An empty list runs all.
+// layernorm, conv2d, and, sized for a GPU and run only when named, matmul_8192_bf16 and
+// matmul_8192_fp16. An empty list runs all the others.
 std::vector<std::string> bench_names();
 std::vector<BenchResult> run_bench(const std::vector<std::string>& names, int repetitions);
 std::string bench_json(const BenchResult& r);  // one JSON object per line

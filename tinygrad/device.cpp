@@ -114,6 +114,37 @@ Program& Device::get_program(const std::string& name, const std::string& source)
   return *programs_.emplace(key, std::move(prog)).first->second;
 }
 
+Program* Device::get_matmul_program(const MatmulSpec& spec) {
+  std::lock_guard<std::mutex> lock(program_mu_);
+  std::string key = spec.key();
+  auto it = matmul_programs_.find(key);
+  if (it == matmul_programs_.end()) it = matmul_programs_.emplace(key, make_matmul_program(spec)).first;
+  return it->second.get();
+}
+
+std::string MatmulSpec::name() const {
+  std::string s = "matmul_" + std::string(dtype_name(inputs_bf16 ? DType::BFloat16 : a.dtype)) + "_";
+  if (batch > 1) s += std::to_string(batch) + "x";
+  s += std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+  if (bias) s += "_bias";
+  if (relu) s += "_relu";
+  if (out.dtype != (inputs_bf16 ? DType::BFloat16 : a.dtype)) s += "_to_" + std::string(dtype_name(out.dtype));
+  return s;
+}
+
+std::string MatmulSpec::key() const {
+  std::string s = name() + (allow_tf32 ? " tf32" : "") + (inputs_bf16 ? " from_float32" : "");
+  auto add = [&](const char* what, const MatmulOperand& o) {
+    s += detail::cat(" ", what, ":", o.param, ":", dtype_name(o.dtype), "@", o.offset, "/", o.stride_batch, ",",
+                     o.stride_row, ",", o.stride_col);
+  };
+  add("a", a);
+  add("b", b);
+  add("out", out);
+  if (bias) add("bias", *bias);
+  return s;
+}
+
 // ---- registry --------------------------------------------------------------------------------
 
 namespace {

@@ -74,6 +74,32 @@ class Compiler {
   virtual std::unique_ptr<Program> compile(const std::string& name, const std::string& source) = 0;
 };
 
+// Note [library matmuls]: a kernel that is a (batched) matrix product, found by
+// schedule/match_matmul.h, as a device library runs it (cuBLASLt on CUDA):
+//   out[q, i, j] = relu?(sum_p a[q, i, p] * b[q, p, j] + bias?[j])
+// accumulated in float32 and cast to out's dtype once. Each operand is read from one kernel
+// parameter at an element offset with element strides (rows: i for a and out, p for b; cols: p
+// for a, j for b and out; a zero stride broadcasts); the bias is a vector along j (stride_col 1,
+// the other strides 0). Float32 operands that the kernel casts to bfloat16 (mixed precision) are
+// read as float32 and rounded by the library (`inputs_bf16`).
+struct MatmulOperand {
+  int param = 0;
+  DType dtype = DType::Float32;
+  int64_t offset = 0;
+  int64_t stride_batch = 0, stride_row = 0, stride_col = 0;
+};
+struct MatmulSpec {
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+  MatmulOperand a, b, out;
+  std::optional<MatmulOperand> bias;  // the epilogue: + bias[j], then relu when `relu`
+  bool relu = false;
+  bool allow_tf32 = false;   // float32 operands may be rounded to tf32 (the TF32 knob)
+  bool inputs_bf16 = false;  // float32 operands are rounded to bfloat16 (cast in the kernel)
+  // "matmul_bfloat16_8192x8192x8192" ([batch x] m x n x k, then _bias, _relu, _to_<out dtype>).
+  std::string name() const;
+  std::string key() const;  // every field, for caches
+};
+
 // NativeTranscendentals: exp2 and friends are fast instructions (GPUs); without it, kernels
 // compute them with plain arithmetic (codegen/transcendental.h).
 enum class Feature { HostMemory, Timing, Float16, BFloat16, NativeTranscendentals };
@@ -91,16 +117,22 @@ class Device {
   MemoryPool& pool();
   // Compiles through the device compiler, cached by source.
   Program& get_program(const std::string& name, const std::string& source);
+  // The device library's program for a matrix product (Note [library matmuls]), cached by spec,
+  // or nullptr when the device has no library that runs it. Its launch takes the kernel's
+  // buffers and ignores the sizes.
+  Program* get_matmul_program(const MatmulSpec& spec);
   size_t compiled_count() const { return programs_.size(); }
 
  protected:
   explicit Device(std::string name) : name_(std::move(name)) {}
+  virtual std::unique_ptr<Program> make_matmul_program(const MatmulSpec& /*spec*/) { return nullptr; }
 
  private:
   std::string name_;
   std::unique_ptr<MemoryPool> pool_;
   std::mutex program_mu_;
   std::map<std::string, std::unique_ptr<Program>> programs_;
+  std::map<std::string, std::unique_ptr<Program>> matmul_programs_;  // null: the library cannot
 };
 
 // Device registry. Names follow tinygrad: "CPU", "CUDA", "CUDA:1", "CL".

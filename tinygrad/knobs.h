@@ -46,6 +46,8 @@ extern IntKnob BEAM;      // >0: search kernel optimizations with this beam widt
 extern IntKnob NOOPT;     // 1: no kernel optimizations (one output element per loop iteration)
 extern IntKnob THREADS;   // CPU kernel threads (0: all cores)
 extern IntKnob JIT;       // 1: engine/jit captures a step once and replays it; 0: every call runs normally
+extern IntKnob MATMUL_LIB; // 1: matrix-product kernels run through the device's library (cuBLASLt); 0: generated
+extern IntKnob TF32;      // 1: library float32 matmuls may round their inputs to tf32 (tensor cores)
 extern StringKnob DEVICE;   // default device
 extern StringKnob CC;       // system C compiler for CPU kernels without LLVM
 extern StringKnob CACHEDIR; // where compiled kernels may be cached on disk

@@ -68,10 +68,7 @@ bool is_index(const UOpPtr& u) { return u->dtype == DType::Int64 || u->dtype == 
 // coefficient the divisor divides leaves the remainder unchanged, and bounds (vmin/vmax, from
 // RANGE trip counts) tell when what remains is below the divisor. Everything is non-negative in
 // the index expressions the lowering builds; rules check that before they apply.
-struct Linear {
-  std::vector<std::pair<UOpPtr, int64_t>> terms;
-  int64_t constant = 0;
-};
+using Linear = LinearForm;
 
 void add_linear(const UOpPtr& x, int64_t scale, Linear& out) {
   if (x->op == Op::CONST) {
@@ -309,6 +306,8 @@ std::vector<Rule> symbolic_rules() {
 }
 
 }  // namespace
+
+LinearForm linear_form(const UOpPtr& index) { return linear_of(index); }
 
 const PatternMatcher& symbolic() {
   static const PatternMatcher pm(symbolic_rules());

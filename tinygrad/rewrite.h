@@ -41,4 +41,12 @@ UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm);
 // with bounds, comparisons decided by bounds, trivial gates and selects.
 const PatternMatcher& symbolic();
 
+// An integer index expression as a sum of terms times constant coefficients plus a constant,
+// equal terms merged and zero terms dropped (Note [linear forms] in rewrite.cpp).
+struct LinearForm {
+  std::vector<std::pair<UOpPtr, int64_t>> terms;
+  int64_t constant = 0;
+};
+LinearForm linear_form(const UOpPtr& index);
+
 }  // namespace tg

@@ -4,14 +4,16 @@
 # synchronized), then a table of medians and ratios. Needs a build with the CUDA device
 # (build/launcher/tg) and a python3 with a CUDA PyTorch.
 #
-#   bash scripts/bench/gpu.sh [--reps=N] [WORKLOAD ...]   (default: mlp_step matmul_2048 and the
-#   8192x8192 float32 workloads copy_8192 elementwise_8192 softmax_8192 layernorm_8192)
+#   bash scripts/bench/gpu.sh [--reps=N] [WORKLOAD ...]   (default: mlp_step matmul_2048, the
+#   8192x8192 float32 workloads copy_8192 elementwise_8192 softmax_8192 layernorm_8192 and the
+#   8192^3 products matmul_8192_bf16 matmul_8192_fp16)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 args=("$@")
 names=0
 for a in "$@"; do [[ $a == --* ]] || names=1; done
-[[ $names == 1 ]] || args+=(mlp_step matmul_2048 copy_8192 elementwise_8192 softmax_8192 layernorm_8192)
+[[ $names == 1 ]] || args+=(mlp_step matmul_2048 copy_8192 elementwise_8192 softmax_8192 layernorm_8192 matmul_8192_bf16
+  matmul_8192_fp16)
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 DEVICE=CUDA build/launcher/tg bench "${args[@]}" | tee "$out/tg.jsonl"

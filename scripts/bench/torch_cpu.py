@@ -14,6 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 STREAM_N = 1 << 24
+GPU_SIZED = {"matmul_8192_bf16", "matmul_8192_fp16", "copy_8192", "elementwise_8192", "softmax_8192",
+             "layernorm_8192"}  # run only when named, as in `tg bench`
 DEV = torch.device(os.environ.get("TORCH_DEVICE", "cpu"))
 
 
@@ -69,9 +71,9 @@ def cnn(reps):
     return train_step("cnn_step", reps, model, torch.optim.Adam(model.parameters(), lr=1e-3))
 
 
-def matmul(n, reps):
-    a, b = torch.randn(n, n, device=DEV), torch.randn(n, n, device=DEV)
-    r = measure(f"matmul_{n}", reps, lambda: a @ b)
+def matmul(name, n, reps, dtype=torch.float32):
+    a, b = torch.randn(n, n, device=DEV).to(dtype), torch.randn(n, n, device=DEV).to(dtype)
+    r = measure(name, reps, lambda: a @ b)
     r["gflops"] = 2.0 * n ** 3 / (r["ms"] * 1e6)
     return r
 
@@ -127,13 +129,15 @@ def main():
         "elementwise_8192": lambda: elementwise("elementwise_8192", 8192, 8192),
         "layernorm": lambda: rows("layernorm", layernorm, 4096, 1024),
         "layernorm_8192": lambda: rows("layernorm_8192", layernorm, 8192, 8192),
-        "matmul_1024": lambda: matmul(1024, reps),
-        "matmul_2048": lambda: matmul(2048, max(1, reps // 2)),
+        "matmul_1024": lambda: matmul("matmul_1024", 1024, reps),
+        "matmul_2048": lambda: matmul("matmul_2048", 2048, max(1, reps // 2)),
+        "matmul_8192_bf16": lambda: matmul("matmul_8192_bf16", 8192, reps, torch.bfloat16),
+        "matmul_8192_fp16": lambda: matmul("matmul_8192_fp16", 8192, reps, torch.float16),
         "mlp_step": lambda: mlp(reps),
         "softmax": lambda: rows("softmax", softmax, 4096, 1024),
         "softmax_8192": lambda: rows("softmax_8192", softmax, 8192, 8192),
     }
-    for n in names or sorted(workloads):
+    for n in names or sorted(set(workloads) - GPU_SIZED):
         with torch.no_grad() if n not in ("mlp_step", "cnn_step", "conv2d") else torch.enable_grad():
             print(json.dumps(workloads[n]()), flush=True)
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "tinygrad/codegen/linearize.h"
@@ -13,6 +14,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/schedule/match_matmul.h"
 
 namespace tg {
 
@@ -41,7 +43,7 @@ thread_local ExecRecorder* exec_recorder = nullptr;
 // cache keeps the key alive and maps it to its compiled program.
 struct KernelCache {
   std::mutex mu;
-  std::unordered_map<std::string, std::unordered_map<const UOp*, std::pair<UOpPtr, CompiledKernel>>> by_device;
+  std::unordered_map<std::string, std::unordered_map<const UOp*, std::pair<UOpPtr, CompiledKernel>>> by_key;
 };
 KernelCache& kernel_cache() {
   static KernelCache* c = new KernelCache();
@@ -62,14 +64,20 @@ std::vector<Opt> choose_opts(const ScheduleItem& item, const Device& dev) {
   return hand_coded_opts(item.ast);
 }
 
-const CompiledKernel& compiled(const ScheduleItem& item) {
-  auto& cache = kernel_cache();
-  {
-    std::lock_guard<std::mutex> lock(cache.mu);
-    auto& m = cache.by_device[item.device];
-    if (auto it = m.find(item.ast.get()); it != m.end()) return it->second.second;
-  }
-  Device& dev = get_device(item.device);
+// The device library's program when the kernel is a matrix product it runs (Note [library
+// matmuls] in device.h), else nullopt and the kernel is generated.
+std::optional<CompiledKernel> library_kernel(const ScheduleItem& item, Device& dev) {
+  if (!knobs::MATMUL_LIB.get()) return std::nullopt;
+  auto spec = match_matmul(item.ast, param_dtypes(item));
+  if (!spec) return std::nullopt;
+  spec->allow_tf32 = knobs::TF32.get() != 0;
+  Program* prog = dev.get_matmul_program(*spec);
+  if (!prog) return std::nullopt;
+  if (knobs::DEBUG >= 3) std::fprintf(stderr, "library %-40s %s\n", spec->name().c_str(), spec->key().c_str());
+  return CompiledKernel{KernelLaunch{prog, spec->name(), {}, {}}, "", {}};
+}
+
+CompiledKernel generated_kernel(const ScheduleItem& item, Device& dev) {
   std::vector<Opt> opts = choose_opts(item, dev);
   LinearKernel k = linearize(device_kernel_graph(item, opts), param_dtypes(item));
   dev.renderer().prepare(k);
@@ -77,9 +85,29 @@ const CompiledKernel& compiled(const ScheduleItem& item) {
   if (knobs::DEBUG >= 3) std::fprintf(stderr, "opts %-40s %s\n", k.name.c_str(), opts_str(opts).c_str());
   if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", src.c_str());
   Program& prog = dev.get_program(k.name, src);
+  return CompiledKernel{KernelLaunch{&prog, k.name, k.global_size, k.local_size}, src, opts};
+}
+
+// The cache's first key: the device, and the knobs that decide between library and generated
+// kernels (tests compare the two on one kernel graph).
+std::string cache_key(const ScheduleItem& item) {
+  return item.device + (knobs::MATMUL_LIB.get() ? (knobs::TF32.get() ? " lib tf32" : " lib") : "");
+}
+
+const CompiledKernel& compiled(const ScheduleItem& item) {
+  auto& cache = kernel_cache();
+  const std::string key = cache_key(item);
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto& m = cache.by_key[key];
+    if (auto it = m.find(item.ast.get()); it != m.end()) return it->second.second;
+  }
+  Device& dev = get_device(item.device);
+  std::optional<CompiledKernel> lib = library_kernel(item, dev);
+  CompiledKernel ck = lib ? std::move(*lib) : generated_kernel(item, dev);
   std::lock_guard<std::mutex> lock(cache.mu);
-  auto& slot = cache.by_device[item.device][item.ast.get()];
-  slot = {item.ast, CompiledKernel{KernelLaunch{&prog, k.name, k.global_size, k.local_size}, src, opts}};
+  auto& slot = cache.by_key[key][item.ast.get()];
+  slot = {item.ast, std::move(ck)};
   return slot.second;
 }
 

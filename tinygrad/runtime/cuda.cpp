@@ -16,6 +16,7 @@
 
 #include "tinygrad/codegen/render_cuda.h"
 #include "tinygrad/error.h"
+#include "tinygrad/runtime/cublaslt.h"
 #include "tinygrad/runtime/cuda_api.h"
 
 namespace tg {
@@ -179,13 +180,14 @@ class CudaDevice : public Device {
     while (lim.group_threads > max_threads) lim.group_threads /= 2;
     int v = driver().version;
     char buf[512];
-    std::snprintf(buf, sizeof(buf), "%s (%s, sm_%d, %d SMs, %.1f GiB, driver CUDA %d.%d, %s)", name.c_str(), dev_name,
-                  cc_, attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), static_cast<double>(mem) / (1 << 30),
-                  v / 1000, v % 1000 / 10, nvrtc_description().c_str());
+    std::snprintf(buf, sizeof(buf), "%s (%s, sm_%d, %d SMs, %.1f GiB, driver CUDA %d.%d, %s, %s)", name.c_str(),
+                  dev_name, cc_, attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), static_cast<double>(mem) / (1 << 30),
+                  v / 1000, v % 1000 / 10, nvrtc_description().c_str(), cublaslt_description().c_str());
     desc_ = buf;
     renderer_ = std::make_unique<CUDARenderer>(lim);
     allocator_ = std::make_unique<CudaAllocator>(c_);
     compiler_ = std::make_unique<CudaCompiler>(c_, cc_);
+    lt_ = std::make_unique<CublasLt>(name, c_.stream, pool(), [this] { c_.current(); });
   }
   Allocator& allocator() override { return *allocator_; }
   const Renderer& renderer() const override { return *renderer_; }
@@ -198,6 +200,9 @@ class CudaDevice : public Device {
     return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals;
   }
   std::string description() const override { return desc_; }
+
+ protected:
+  std::unique_ptr<Program> make_matmul_program(const MatmulSpec& spec) override { return lt_->matmul(spec); }
 
  private:
   int attribute(CUdevice_attribute a) const {
@@ -212,6 +217,7 @@ class CudaDevice : public Device {
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Compiler> compiler_;
+  std::unique_ptr<CublasLt> lt_;  // destroyed before the pool its workspace came from
 };
 
 }  // namespace

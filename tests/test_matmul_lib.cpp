@@ -1,0 +1,309 @@
+// Library matmuls (Note [library matmuls] in device.h). Two halves: which kernels
+// schedule/match_matmul.h recognises as products, with their sizes and strides (no device
+// needed), and, on CUDA (label gpu; skipped with the reason where the device or cuBLASLt is
+// missing), products through cuBLASLt against the generated kernel and a float64 product on the
+// host, over dtypes, odd shapes, transposed and batched operands and the fused bias and relu.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "ops_util.h"
+#include "tinygrad/device.h"
+#include "tinygrad/engine/realize.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/schedule/match_matmul.h"
+#include "tinygrad/schedule/schedule.h"
+
+namespace tg {
+namespace {
+
+using testutil::rnd;
+
+// The spec of t's one kernel (its inputs realized), or nullopt.
+std::optional<MatmulSpec> spec_of(const Tensor& t) {
+  auto items = create_schedule({t.uop()});
+  std::vector<const ScheduleItem*> kernels;
+  for (auto& item : items)
+    if (item.kind == ScheduleItem::Kind::Kernel) kernels.push_back(&item);
+  EXPECT_EQ(kernels.size(), 1u);
+  if (kernels.size() != 1) return std::nullopt;
+  std::vector<DType> dtypes;
+  for (auto& b : kernels[0]->buffers) dtypes.push_back(b->dtype());
+  return match_matmul(kernels[0]->ast, dtypes);
+}
+
+Tensor input(const Shape& s, uint32_t seed, DType dt = DType::Float32) {
+  return rnd(s, seed, -1, 1, dt).realize();
+}
+
+// {batch, m, n, k} and the row and column strides of a, b and out.
+std::vector<int64_t> sizes(const MatmulSpec& s) { return {s.batch, s.m, s.n, s.k}; }
+std::vector<int64_t> strides(const MatmulSpec& s) {
+  return {s.a.stride_row, s.a.stride_col, s.b.stride_row, s.b.stride_col, s.out.stride_row, s.out.stride_col};
+}
+
+TEST(MatchMatmul, PlainProduct) {
+  auto spec = spec_of(input({24, 40}, 1).matmul(input({40, 56}, 2)));
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(sizes(*spec), (std::vector<int64_t>{1, 24, 56, 40}));
+  EXPECT_EQ(strides(*spec), (std::vector<int64_t>{40, 1, 56, 1, 56, 1}));
+  EXPECT_EQ(spec->out.param, 0);
+  EXPECT_FALSE(spec->bias);
+  EXPECT_FALSE(spec->relu);
+  EXPECT_EQ(spec->name(), "matmul_float32_24x56x40");
+}
+
+TEST(MatchMatmul, TransposedOperandsAreStrides) {
+  auto spec = spec_of(input({40, 24}, 1).T().matmul(input({56, 40}, 2).T()));
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(sizes(*spec), (std::vector<int64_t>{1, 24, 56, 40}));
+  EXPECT_EQ(strides(*spec), (std::vector<int64_t>{1, 24, 1, 40, 56, 1}));
+}
+
+TEST(MatchMatmul, BatchedAndBroadcastBatch) {
+  auto spec = spec_of(input({3, 8, 16}, 1, DType::BFloat16).matmul(input({3, 16, 12}, 2, DType::BFloat16)));
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->batch, 3);
+  EXPECT_EQ(spec->a.stride_batch, 8 * 16);
+  EXPECT_EQ(spec->b.stride_batch, 16 * 12);
+  EXPECT_EQ(spec->out.stride_batch, 8 * 12);
+  EXPECT_EQ(spec->a.dtype, DType::BFloat16);
+  // [B, T, K] x [K, N]: B and T are one row dim of a and out
+  auto merged = spec_of(input({3, 8, 16}, 1).matmul(input({16, 12}, 2)));
+  ASSERT_TRUE(merged);
+  EXPECT_EQ(merged->batch, 1);
+  EXPECT_EQ(merged->m, 24);
+  // a batch read by one operand only, not mergeable with its rows: broadcast (stride 0)
+  auto bcast = spec_of(input({16, 12}, 2).matmul(input({3, 12, 8}, 1)));
+  ASSERT_TRUE(bcast);
+  EXPECT_EQ(bcast->batch, 3);
+  EXPECT_EQ(bcast->a.stride_batch + bcast->b.stride_batch, 12 * 8);
+}
+
+TEST(MatchMatmul, LinearWithBiasAndRelu) {
+  Tensor x = input({32, 20}, 1), w = input({12, 20}, 2), b = input({12}, 3);
+  auto spec = spec_of(x.linear(w, b).relu());
+  ASSERT_TRUE(spec);
+  ASSERT_TRUE(spec->bias);
+  EXPECT_TRUE(spec->relu);
+  EXPECT_EQ(spec->bias->stride_col, 1);
+  EXPECT_EQ(spec->bias->stride_row, 0);
+  EXPECT_EQ(spec->name(), "matmul_float32_32x12x20_bias_relu");
+  // relu before the bias is not the library's epilogue
+  EXPECT_FALSE(spec_of(x.matmul(w.T()).relu() + b));
+  // a bias along the rows is not either
+  EXPECT_FALSE(spec_of(x.matmul(w.T()) + input({32, 1}, 4)));
+}
+
+TEST(MatchMatmul, Float32OperandsCastToBFloat16) {
+  Tensor a = input({8, 16}, 1), b = input({16, 8}, 2);
+  auto spec = spec_of(a.cast(DType::BFloat16).matmul(b.cast(DType::BFloat16)).float_());
+  ASSERT_TRUE(spec);
+  EXPECT_TRUE(spec->inputs_bf16);
+  EXPECT_EQ(spec->a.dtype, DType::Float32);
+  EXPECT_EQ(spec->name(), "matmul_bfloat16_8x8x16_to_float32");
+  // one operand cast, the other not: no library type pair
+  EXPECT_FALSE(spec_of(a.cast(DType::BFloat16).matmul(input({16, 8}, 3, DType::BFloat16))));
+}
+
+TEST(MatchMatmul, OutputCast) {
+  auto spec = spec_of(input({8, 16}, 1, DType::Float16).matmul(input({16, 8}, 2, DType::Float16)).float_());
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(spec->a.dtype, DType::Float16);
+  EXPECT_EQ(spec->out.dtype, DType::Float32);
+  EXPECT_EQ(spec->name(), "matmul_float16_8x8x16_to_float32");
+}
+
+TEST(MatchMatmul, OtherKernelsAreNotProducts) {
+  Tensor a = input({16, 16}, 1), b = input({16, 16}, 2);
+  EXPECT_FALSE(spec_of(a * b));              // no reduce
+  EXPECT_FALSE(spec_of((a * b).sum(1)));     // dot products (m = n = 1): a plain reduce
+  EXPECT_FALSE(spec_of(a.exp().matmul(b)));  // a computed operand
+  EXPECT_FALSE(spec_of(a.pad({{0, 0}, {1, 1}}).matmul(b.pad({{1, 1}, {0, 0}}))));  // gated loads
+  EXPECT_FALSE(spec_of(a.flip({1}).matmul(b)));                                    // a negative stride
+  EXPECT_FALSE(spec_of(a.max(1)));                                                 // not a sum
+}
+
+// The CPU has no library: products there stay generated kernels.
+TEST(MatchMatmul, CpuRunsGeneratedKernels) {
+  auto spec = spec_of(input({8, 8}, 1).matmul(input({8, 8}, 2)));
+  ASSERT_TRUE(spec);
+  EXPECT_EQ(get_device("CPU").get_matmul_program(*spec), nullptr);
+}
+
+// ---- CUDA ------------------------------------------------------------------------------------
+
+struct Case {
+  int64_t batch, m, n, k;
+  bool ta, tb;  // operands stored transposed
+  DType dtype;
+  bool tf32 = false, bias = false, relu = false;
+  bool from_f32 = false;  // float32 buffers cast to dtype in the kernel, the result cast to float32
+};
+
+std::string case_name(const Case& c) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%s %lldx%lldx%lldx%lld%s%s%s%s%s%s", dtype_name(c.dtype),
+                static_cast<long long>(c.batch), static_cast<long long>(c.m), static_cast<long long>(c.n),
+                static_cast<long long>(c.k), c.ta ? " a^T" : "", c.tb ? " b^T" : "", c.tf32 ? " tf32" : "",
+                c.bias ? " bias" : "", c.relu ? " relu" : "", c.from_f32 ? " from float32" : "");
+  return buf;
+}
+
+class CudaMatmul : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    try {
+      dev_ = &get_device("CUDA");
+    } catch (const Error& e) {
+      GTEST_SKIP() << "CUDA is not available here: " << e.what();
+    }
+    if (dev_->description().find("no cuBLASLt") != std::string::npos)
+      GTEST_SKIP() << "cuBLASLt is not available here: " << dev_->description();
+  }
+  void TearDown() override {
+    knobs::MATMUL_LIB.set(1);
+    knobs::TF32.set(0);
+  }
+
+  // Realizes the case on CUDA with the library (or not), recording the names of the kernels run.
+  std::vector<float> run(const Case& c, bool library, std::vector<std::string>& names) {
+    knobs::MATMUL_LIB.set(library ? 1 : 0);
+    knobs::TF32.set(c.tf32 ? 1 : 0);
+    Tensor r = expr(c);
+    ExecRecorder rec = [&](const ExecItem& e) { names.push_back(e.launch.name); };
+    ExecRecorder* prev = set_exec_recorder(&rec);
+    r.realize();
+    set_exec_recorder(prev);
+    return r.float_().to_vector<float>();
+  }
+
+  Tensor expr(const Case& c) const {
+    Shape sa = c.ta ? Shape{c.batch, c.k, c.m} : Shape{c.batch, c.m, c.k};
+    Shape sb = c.tb ? Shape{c.batch, c.n, c.k} : Shape{c.batch, c.k, c.n};
+    DType stored = c.from_f32 ? DType::Float32 : c.dtype;
+    Tensor a = rnd(sa, 11, -1, 1, stored).to("CUDA").realize();
+    Tensor b = rnd(sb, 12, -1, 1, stored).to("CUDA").realize();
+    if (c.from_f32) a = a.cast(c.dtype), b = b.cast(c.dtype);
+    if (c.ta) a = a.transpose(-1, -2);
+    if (c.tb) b = b.transpose(-1, -2);
+    if (c.batch == 1) a = a.reshape({c.m, c.k}), b = b.reshape({c.k, c.n});
+    Tensor r = a.matmul(b);
+    if (c.from_f32) r = r.float_();
+    if (c.bias) r = r + rnd({c.n}, 13, -1, 1, r.dtype()).to("CUDA").realize();
+    return c.relu ? r.relu() : r;
+  }
+
+  // Bound on |library result - exact| per element: rounding of the output, of tf32 or bfloat16
+  // inputs, and float32 accumulation over k terms of sum |a||b|.
+  static double out_eps(const Case& c) {
+    return c.dtype == DType::BFloat16 ? 1.0 / 128 : c.dtype == DType::Float16 ? 1.0 / 1024 : 1e-6;
+  }
+  static double tolerance(const Case& c, double exact, double abs_sum) {
+    double in_eps = c.from_f32 ? 1.0 / 128 : c.tf32 ? 1.0 / 512 : 0;
+    return 2 * out_eps(c) * std::fabs(exact) + (in_eps + 1e-5) * abs_sum + 1e-6;
+  }
+  // The generated kernel with a half-type result also rounds inside the sum (on an H200 its error
+  // reached 0.2 * eps * sum |a||b| where the library's stayed within a fifth of the bound above):
+  // it is held to a bound that grows with sqrt(k).
+  static double generated_tolerance(const Case& c, double exact, double abs_sum) {
+    bool half_out = c.dtype != DType::Float32 && !c.from_f32;
+    double rounding_in_sum = half_out ? out_eps(c) * std::sqrt(static_cast<double>(c.k)) * abs_sum : 0;
+    return tolerance(c, exact, abs_sum) + rounding_in_sum;
+  }
+
+  void check(const Case& c) {
+    SCOPED_TRACE(case_name(c));
+    std::vector<std::string> lib_names, gen_names;
+    std::vector<float> lib = run(c, true, lib_names), gen = run(c, false, gen_names);
+    ASSERT_EQ(lib_names.size(), 1u);
+    EXPECT_EQ(lib_names[0].rfind("matmul_", 0), 0u) << lib_names[0];
+    ASSERT_EQ(gen_names.size(), 1u);
+    EXPECT_NE(gen_names[0].rfind("matmul_", 0), 0u) << gen_names[0];
+    // float64 product of the same (rounded) inputs on the host
+    knobs::MATMUL_LIB.set(1);
+    Shape sa = c.ta ? Shape{c.batch, c.k, c.m} : Shape{c.batch, c.m, c.k};
+    Shape sb = c.tb ? Shape{c.batch, c.n, c.k} : Shape{c.batch, c.k, c.n};
+    std::vector<float> av = rnd(sa, 11, -1, 1, c.dtype).float_().to_vector<float>();
+    std::vector<float> bv = rnd(sb, 12, -1, 1, c.dtype).float_().to_vector<float>();
+    std::vector<float> biasv = rnd({c.n}, 13, -1, 1, c.dtype).float_().to_vector<float>();
+    ASSERT_EQ(lib.size(), static_cast<size_t>(c.batch * c.m * c.n));
+    int bad = 0;
+    for (int64_t q = 0; q < c.batch; q++)
+      for (int64_t i = 0; i < c.m; i++)
+        for (int64_t j = 0; j < c.n; j++) {
+          double exact = 0, abs_sum = 0;
+          for (int64_t p = 0; p < c.k; p++) {
+            double x = av[q * c.m * c.k + (c.ta ? p * c.m + i : i * c.k + p)];
+            double y = bv[q * c.k * c.n + (c.tb ? j * c.k + p : p * c.n + j)];
+            exact += x * y;
+            abs_sum += std::fabs(x * y);
+          }
+          if (c.bias) exact += biasv[j], abs_sum += std::fabs(biasv[j]);
+          if (c.relu) exact = std::max(exact, 0.0);
+          size_t at = static_cast<size_t>((q * c.m + i) * c.n + j);
+          double tol = tolerance(c, exact, abs_sum), gen_tol = generated_tolerance(c, exact, abs_sum);
+          if (bad < 5 && (std::fabs(lib[at] - exact) > tol || std::fabs(gen[at] - exact) > gen_tol)) {
+            ADD_FAILURE() << "[" << q << "," << i << "," << j << "]: library " << lib[at] << " (tolerance "
+                          << tol << "), generated " << gen[at] << " (tolerance " << gen_tol << "), exact "
+                          << exact;
+            bad++;
+          }
+        }
+  }
+
+  Device* dev_ = nullptr;
+};
+
+TEST_F(CudaMatmul, HalfTypesAcrossShapes) {
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    check({1, 128, 128, 128, false, false, t});
+    check({1, 67, 45, 131, false, false, t});  // no dim a multiple of 16 (nor of 2, for k)
+    check({1, 33, 17, 9, true, false, t});
+    check({1, 40, 72, 24, false, true, t});
+    check({1, 31, 29, 37, true, true, t});
+    check({4, 24, 40, 56, false, false, t});
+    check({3, 17, 23, 19, true, true, t});
+    check({1, 1, 64, 96, false, false, t});  // a row vector times a matrix
+    check({1, 64, 1, 96, false, false, t});  // a matrix times a column vector
+  }
+}
+
+TEST_F(CudaMatmul, Float32WithAndWithoutTf32) {
+  check({1, 96, 80, 200, false, false, DType::Float32});
+  check({1, 53, 71, 45, true, true, DType::Float32});
+  check({1, 96, 80, 200, false, false, DType::Float32, true});
+  check({2, 53, 71, 45, false, true, DType::Float32, true});
+}
+
+TEST_F(CudaMatmul, FusedBiasAndRelu) {
+  check({1, 64, 48, 80, false, true, DType::BFloat16, false, true, false});
+  check({1, 64, 48, 80, false, true, DType::BFloat16, false, true, true});
+  check({1, 37, 19, 23, false, true, DType::Float32, false, true, true});
+  check({1, 37, 19, 23, false, false, DType::Float16, false, false, true});
+}
+
+// Mixed precision: float32 buffers cast to bfloat16 inside the matmul kernel, the result back to
+// float32: cuBLASLt rounds the operands itself (CUBLAS_COMPUTE_32F_FAST_16BF).
+TEST_F(CudaMatmul, Float32CastToBFloat16InTheKernel) {
+  check({1, 96, 64, 160, false, true, DType::BFloat16, false, false, false, true});
+  check({1, 96, 64, 160, false, true, DType::BFloat16, false, true, false, true});
+  check({2, 33, 45, 27, true, false, DType::BFloat16, false, false, false, true});
+}
+
+// A product through the library is captured by the JIT's record like any kernel, and DEBUG=2
+// times it with events.
+TEST_F(CudaMatmul, Debug2TimesLibraryKernels) {
+  knobs::DEBUG.set(2);
+  testing::internal::CaptureStderr();
+  Case c{1, 256, 256, 256, false, false, DType::BFloat16};
+  std::vector<std::string> names;
+  run(c, true, names);
+  std::string err = testing::internal::GetCapturedStderr();
+  knobs::DEBUG.set(0);
+  EXPECT_NE(err.find("matmul_bfloat16_256x256x256"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace tg

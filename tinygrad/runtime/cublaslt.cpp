@@ -1,0 +1,284 @@
+// cuBLASLt loaded with dlopen, and matrix products as Programs on a device's stream.
+//
+// Note [row-major products in a column-major library]: cuBLASLt's matrices are column-major.
+// Our out[i, j] (row-major: stride_col 1, stride_row the leading dimension) is, read
+// column-major, out^T with n rows and m columns, and out^T = b^T a^T. So cuBLASLt's A is our b
+// (element (j, p)) and its B is our a (element (p, i)). Each is passed as stored: column-major
+// with no transpose when its row stride is 1, else transposed when its column stride is 1.
+#include "tinygrad/runtime/cublaslt.h"
+
+#include <cublasLt.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "tinygrad/error.h"
+#include "tinygrad/runtime/cuda_api.h"
+
+namespace tg {
+
+namespace {
+
+#define TG_LT_FUNCS(X)                                                                                     \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusName) X(cublasLtGetVersion)                       \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                 \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)           \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                                       \
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+#define TG_LT_MEMBER(fn) decltype(&::fn) fn = nullptr;
+struct LtApi {
+  TG_LT_FUNCS(TG_LT_MEMBER)
+  std::string reason;  // why it is unavailable, "" when loaded
+};
+#undef TG_LT_MEMBER
+
+LtApi load_lt() {
+  LtApi api;
+  std::vector<std::string> names = {"libcublasLt.so." + std::to_string(CUDA_VERSION / 1000), "libcublasLt.so"};
+  if (const char* p = std::getenv("CUDA_PATH"); p && *p) names.push_back(std::string(p) + "/lib64/" + names[0]);
+  names.push_back("/usr/local/cuda/lib64/" + names[0]);
+  void* lib = nullptr;
+  std::string tried;
+  for (auto& n : names) {
+    if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    tried += (tried.empty() ? "" : ", ") + n;
+  }
+  if (!lib) {
+    api.reason = "libcublasLt not found (tried " + tried + ")";
+    return api;
+  }
+#define TG_LT_RESOLVE(fn)                                                              \
+  if (api.reason.empty()) {                                                            \
+    api.fn = reinterpret_cast<decltype(api.fn)>(dlsym(lib, #fn));                      \
+    if (!api.fn) api.reason = "libcublasLt lacks " #fn;                               \
+  }
+  TG_LT_FUNCS(TG_LT_RESOLVE)
+#undef TG_LT_RESOLVE
+  return api;
+}
+
+const LtApi& lt() {
+  static LtApi* api = new LtApi(load_lt());  // leaked: used until exit
+  return *api;
+}
+
+void check_lt(cublasStatus_t r, const char* call, const std::string& where) {
+  if (r == CUBLAS_STATUS_SUCCESS) return;
+  TG_CHECK(false, call, " failed: ", lt().cublasLtGetStatusName(r), " [", where, "]");
+}
+#define TG_LT(where, fn, ...) check_lt(lt().fn(__VA_ARGS__), #fn, where)
+
+constexpr size_t WORKSPACE_BYTES = size_t{32} << 20;
+
+std::optional<cudaDataType_t> lt_type(DType t) {
+  switch (t) {
+    case DType::Float16: return CUDA_R_16F;
+    case DType::BFloat16: return CUDA_R_16BF;
+    case DType::Float32: return CUDA_R_32F;
+    default: return std::nullopt;
+  }
+}
+
+// A rows x cols matrix with element strides, as cuBLASLt takes it (Note [row-major products in a
+// column-major library]); size-1 dims take any stride.
+struct Stored {
+  bool ok = false, transposed = false;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+};
+Stored stored(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) {
+  Stored s;
+  if ((stride_r == 1 || rows == 1) && (cols == 1 || stride_c >= rows)) {
+    s = {true, false, uint64_t(rows), uint64_t(cols), cols == 1 ? rows : stride_c};
+  } else if ((stride_c == 1 || cols == 1) && (rows == 1 || stride_r >= cols)) {
+    s = {true, true, uint64_t(cols), uint64_t(rows), rows == 1 ? cols : stride_r};
+  }
+  return s;
+}
+
+int alignment(int64_t offset, DType t) {
+  int64_t bytes = offset * static_cast<int64_t>(itemsize(t));
+  int a = 256;  // cuMemAlloc's alignment
+  while (a > 1 && bytes % a) a /= 2;
+  return a;
+}
+
+}  // namespace
+
+std::string cublaslt_description() {
+  if (!lt().reason.empty()) return "no cuBLASLt: " + lt().reason;
+  size_t v = lt().cublasLtGetVersion();
+  return detail::cat("cuBLASLt ", v / 10000, ".", v / 100 % 100, ".", v % 100);
+}
+
+struct CublasLt::State {
+  std::string device;
+  CUstream stream = nullptr;
+  MemoryPool& pool;
+  std::function<void()> make_current;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+CublasLt::CublasLt(std::string device, CUstream_st* stream, MemoryPool& pool, std::function<void()> make_current)
+    : s_(new State{std::move(device), stream, pool, std::move(make_current)}) {}
+
+CublasLt::~CublasLt() {
+  if (s_->workspace) s_->pool.free(s_->workspace, WORKSPACE_BYTES);
+  if (s_->handle) lt().cublasLtDestroy(s_->handle);
+}
+
+namespace {
+
+class LtMatmul : public Program {
+ public:
+  LtMatmul(const MatmulSpec& spec, cublasLtHandle_t handle, void* workspace, CUstream stream,
+           std::function<void()> make_current, std::string where)
+      : spec_(spec), handle_(handle), workspace_(workspace), stream_(stream),
+        make_current_(std::move(make_current)), where_(std::move(where)) {}
+  ~LtMatmul() override {
+    for (auto* l : layouts_) lt().cublasLtMatrixLayoutDestroy(l);
+    if (desc_) lt().cublasLtMatmulDescDestroy(desc_);
+  }
+
+  // Builds the descriptors and asks the heuristic for an algorithm; false when there is none.
+  bool init() {
+    const MatmulSpec& s = spec_;
+    auto ta = lt_type(s.a.dtype), tout = lt_type(s.out.dtype);
+    if (!ta || !tout || s.a.dtype != s.b.dtype) return false;
+    if (s.a.dtype == DType::Float32 && s.out.dtype != DType::Float32) return false;
+    if (s.inputs_bf16 && s.a.dtype != DType::Float32) return false;
+    if (s.out.stride_col != 1 && s.n != 1) return false;
+    Stored first = stored(s.n, s.k, s.b.stride_col, s.b.stride_row);    // cuBLASLt's A: b^T, (j, p)
+    Stored second = stored(s.k, s.m, s.a.stride_col, s.a.stride_row);   // cuBLASLt's B: a^T, (p, i)
+    Stored out = stored(s.n, s.m, s.out.stride_col, s.out.stride_row);  // out^T, (j, i)
+    if (!first.ok || !second.ok || !out.ok || out.transposed) return false;
+    // float32 operands: exact, rounded to tf32 (TF32=1), or to bfloat16 (cast in the kernel)
+    cublasComputeType_t compute = s.inputs_bf16                                ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                  : s.a.dtype == DType::Float32 && s.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                : CUBLAS_COMPUTE_32F;
+    TG_LT(where_, cublasLtMatmulDescCreate, &desc_, compute, CUDA_R_32F);
+    cublasOperation_t op_a = first.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = second.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    TG_LT(where_, cublasLtMatmulDescSetAttribute, desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
+    TG_LT(where_, cublasLtMatmulDescSetAttribute, desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
+    if (!set_epilogue()) return false;
+    auto layout = [&](const Stored& st, cudaDataType_t t, int64_t batch_stride) {
+      cublasLtMatrixLayout_t l = nullptr;
+      TG_LT(where_, cublasLtMatrixLayoutCreate, &l, t, st.rows, st.cols, st.ld);
+      layouts_.push_back(l);
+      if (s.batch > 1) {
+        int32_t count = static_cast<int32_t>(s.batch);
+        TG_LT(where_, cublasLtMatrixLayoutSetAttribute, l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count));
+        TG_LT(where_, cublasLtMatrixLayoutSetAttribute, l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+              sizeof(batch_stride));
+      }
+      return l;
+    };
+    la_ = layout(first, *ta, s.b.stride_batch);
+    lb_ = layout(second, *ta, s.a.stride_batch);
+    lout_ = layout(out, *tout, s.out.stride_batch);
+    cublasLtMatmulPreference_t pref = nullptr;
+    TG_LT(where_, cublasLtMatmulPreferenceCreate, &pref);
+    size_t ws = WORKSPACE_BYTES;
+    uint32_t align_a = alignment(s.b.offset, s.b.dtype), align_b = alignment(s.a.offset, s.a.dtype),
+             align_out = alignment(s.out.offset, s.out.dtype);
+    cublasStatus_t r = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                                 sizeof(ws));
+    if (r == CUBLAS_STATUS_SUCCESS)
+      r = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof(align_a));
+    if (r == CUBLAS_STATUS_SUCCESS)
+      r = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof(align_b));
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      if (r == CUBLAS_STATUS_SUCCESS)
+        r = lt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &align_out, sizeof(align_out));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    if (r == CUBLAS_STATUS_SUCCESS)
+      r = lt().cublasLtMatmulAlgoGetHeuristic(handle_, desc_, la_, lb_, lout_, lout_, pref, 1, &result, &found);
+    lt().cublasLtMatmulPreferenceDestroy(pref);
+    if (r != CUBLAS_STATUS_SUCCESS || found == 0) return false;  // NOT_SUPPORTED: the generated kernel runs
+    algo_ = result.algo;
+    return true;
+  }
+
+  // The fused bias and relu (Note [library matmuls] in device.h); the bias pointer is set per launch.
+  bool set_epilogue() {
+    const MatmulSpec& s = spec_;
+    cublasLtEpilogue_t epi = s.bias ? (s.relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                    : (s.relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    if (epi == CUBLASLT_EPILOGUE_DEFAULT) return true;
+    if (s.bias && (s.bias->stride_batch != 0 || s.bias->stride_row != 0)) return false;
+    TG_LT(where_, cublasLtMatmulDescSetAttribute, desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+    if (s.bias) {
+      cudaDataType_t t = *lt_type(s.bias->dtype);
+      TG_LT(where_, cublasLtMatmulDescSetAttribute, desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof(t));
+    }
+    return true;
+  }
+
+  std::optional<double> launch(const std::vector<void*>& buffers, const std::vector<int64_t>&,
+                               const std::vector<int64_t>&, bool wait) override {
+    make_current_();
+    auto ptr = [&](const MatmulOperand& o) {
+      return static_cast<char*>(buffers.at(static_cast<size_t>(o.param))) + o.offset * static_cast<int64_t>(itemsize(o.dtype));
+    };
+    const float one = 1.0f, zero = 0.0f;
+    void* out = ptr(spec_.out);
+    if (spec_.bias) {
+      void* bias = ptr(*spec_.bias);
+      TG_LT(where_, cublasLtMatmulDescSetAttribute, desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    }
+    auto run = [&] {
+      TG_LT(where_, cublasLtMatmul, handle_, desc_, &one, ptr(spec_.b), la_, ptr(spec_.a), lb_, &zero, out, lout_, out,
+            lout_, &algo_, workspace_, WORKSPACE_BYTES, stream_);
+    };
+    if (!wait) {
+      run();
+      return std::nullopt;
+    }
+    CUevent ev[2] = {nullptr, nullptr};
+    for (auto& e : ev) TG_CU(where_, cuEventCreate, &e, CU_EVENT_DEFAULT);
+    TG_CU(where_, cuEventRecord, ev[0], stream_);
+    run();
+    TG_CU(where_, cuEventRecord, ev[1], stream_);
+    TG_CU(where_, cuEventSynchronize, ev[1]);
+    float ms = 0;
+    TG_CU(where_, cuEventElapsedTime, &ms, ev[0], ev[1]);
+    for (auto e : ev) cuda::driver().cuEventDestroy(e);
+    return ms * 1e-3;
+  }
+
+ private:
+  MatmulSpec spec_;
+  cublasLtHandle_t handle_;
+  void* workspace_;
+  CUstream stream_;
+  std::function<void()> make_current_;
+  std::string where_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lout_ = nullptr;
+  std::vector<cublasLtMatrixLayout_t> layouts_;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+}  // namespace
+
+std::unique_ptr<Program> CublasLt::matmul(const MatmulSpec& spec) {
+  if (!lt().reason.empty()) return nullptr;
+  s_->make_current();
+  std::string where = "cuBLASLt " + spec.name() + " on " + s_->device;
+  if (!s_->handle) TG_LT(where, cublasLtCreate, &s_->handle);
+  if (!s_->workspace) s_->workspace = s_->pool.alloc(WORKSPACE_BYTES);
+  auto p = std::make_unique<LtMatmul>(spec, s_->handle, s_->workspace, s_->stream, s_->make_current, where);
+  if (!p->init()) return nullptr;
+  return p;
+}
+
+}  // namespace tg
