@@ -56,6 +56,14 @@ Tensor realized_randn(const Shape& s, uint64_t seed) {
   return Tensor::randn(s).realize();
 }
 
+// A stride-1 convolution reduced into [N, Cout, oy, ox] (one kernel).
+Tensor nchw_conv(const Tensor& x, const Tensor& w) {
+  int64_t n = x.shape(0), cin = x.shape(1), cout = w.shape(0), kh = w.shape(2), kw = w.shape(3);
+  Tensor win = x.pool_windows({kh, kw}, {1, 1}, {1, 1});  // [N, Cin, oy, ox, kh, kw]
+  int64_t oy = win.shape(2), ox = win.shape(3);
+  return (win.reshape({n, 1, cin, oy, ox, kh, kw}) * w.reshape({1, cout, cin, 1, 1, kh, kw})).sum({2, 5, 6});
+}
+
 }  // namespace
 
 TEST(Opt, UpcastAndUnrollKeepAMatmulsResult) {
@@ -81,7 +89,7 @@ TEST(Opt, UpcastAndUnrollKeepAMatmulsResult) {
 
 TEST(Opt, PaddedConvolutionAndMaxReduce) {
   Tensor x = realized_randn({2, 3, 6, 6}, 3), w = realized_randn({4, 3, 3, 3}, 4);
-  ScheduleItem conv = only_kernel(x.conv2d(w, std::nullopt, {1}, {1}));
+  ScheduleItem conv = only_kernel(nchw_conv(x.pad({{0, 0}, {0, 0}, {1, 1}, {1, 1}}), w));
   auto plain = run_with(conv, {});
   auto axes = kernel_axes(conv.ast);
   std::vector<Opt> opts;
@@ -117,12 +125,46 @@ TEST(Opt, HandCodedOptsForAWeightGradient) {
 // Note [whole rows]: a 20-wide output row is upcast whole, then the output channel.
 TEST(Opt, HandCodedOptsUpcastAWholeShortRow) {
   Tensor x = realized_randn({2, 3, 24, 24}, 9), w = realized_randn({8, 3, 5, 5}, 10);
-  ScheduleItem item = only_kernel(x.conv2d(w));
+  ScheduleItem item = only_kernel(nchw_conv(x, w));
   auto opts = hand_coded_opts(item.ast);
   ASSERT_EQ(opts.size(), 2u) << opts_str(opts);
   auto axes = kernel_axes(item.ast);  // n, co, oy, ox, then the reduce loops
   EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, axes[3].id, 20}));
   EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, axes[1].id, 4}));
+  expect_close(run_with(item, opts), run_with(item, {}));
+}
+
+// Note [channel-last convolutions] and Note [register tile size]: the kernel of a CPU convolution
+// reduces into [N, oy, ox, Cout]; its tile is two vectors of output channels (the weights are
+// contiguous along them) times up to five output columns (the input is reused along the channels).
+TEST(Opt, HandCodedOptsTileAChannelLastConvolution) {
+  Tensor x = realized_randn({2, 8, 24, 24}, 11), w = realized_randn({32, 8, 5, 5}, 12);
+  Tensor wl = w.permute({1, 2, 3, 0}).contiguous().realize();  // [Cin, kh, kw, Cout]
+  Tensor win =
+      x.pool_windows({5, 5}, {1, 1}, {1, 1}).permute({0, 2, 3, 1, 4, 5});  // [N, oy, ox, Cin, kh, kw]
+  Tensor out =
+      (win.reshape({2, 20, 20, 1, 8, 5, 5}) * wl.permute({3, 0, 1, 2}).reshape({1, 1, 1, 32, 8, 5, 5}))
+          .sum({4, 5, 6});  // [N, oy, ox, Cout]
+  ScheduleItem item = only_kernel(out);
+  auto opts = hand_coded_opts(item.ast);
+  auto axes = kernel_axes(item.ast);  // n, oy, ox, co, then the reduce loops
+  ASSERT_EQ(opts.size(), 2u) << opts_str(opts);
+  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, axes[3].id, 16}));
+  EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, axes[2].id, 5}));
+  expect_close(run_with(item, opts), run_with(item, {}));
+  // and it is what conv2d computes
+  std::vector<float> want = x.conv2d(w).permute({0, 2, 3, 1}).contiguous().to_vector<float>();
+  expect_close(run_with(item, opts), want);
+}
+
+// Note [reduce across rows]: a sum over the strided leading axis accumulates a contiguous run of
+// outputs side by side.
+TEST(Opt, HandCodedOptsForAColumnSum) {
+  Tensor a = realized_randn({50, 48}, 13);
+  ScheduleItem item = only_kernel(a.sum(0));
+  auto opts = hand_coded_opts(item.ast);
+  ASSERT_EQ(opts.size(), 1u) << opts_str(opts);
+  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, kernel_axes(item.ast).front().id, 16}));
   expect_close(run_with(item, opts), run_with(item, {}));
 }
 

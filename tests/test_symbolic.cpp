@@ -1,6 +1,8 @@
 // Unit tests of the symbolic simplifier: index arithmetic folds to plain strides.
 #include <gtest/gtest.h>
 
+#include <unordered_map>
+
 #include "tinygrad/ops.h"
 #include "tinygrad/rewrite.h"
 
@@ -13,6 +15,19 @@ UOpPtr mul(UOpPtr a, int64_t c) { return kalu(Op::MUL, a, kint(c)); }
 UOpPtr div(UOpPtr a, int64_t c) { return kalu(Op::IDIV, a, kint(c)); }
 UOpPtr mod(UOpPtr a, int64_t c) { return kalu(Op::MOD, a, kint(c)); }
 UOpPtr simp(UOpPtr x) { return graph_rewrite(x, symbolic()); }
+// an index expression's value with the given ranges set
+int64_t eval_int(const UOpPtr& u, const std::unordered_map<const UOp*, int64_t>& env) {
+  auto s = [&](size_t i) { return eval_int(u->src[i], env); };
+  switch (u->op) {
+    case Op::CONST: return static_cast<int64_t>(u->const_value());
+    case Op::RANGE: return env.at(u.get());
+    case Op::ADD: return s(0) + s(1);
+    case Op::MUL: return s(0) * s(1);
+    case Op::IDIV: return s(0) / s(1);
+    case Op::MOD: return s(0) % s(1);
+    default: ADD_FAILURE() << "eval_int: " << op_name(u->op); return 0;
+  }
+}
 }  // namespace
 
 TEST(Symbolic, ConstantFolding) {
@@ -38,6 +53,31 @@ TEST(Symbolic, DivisionByBounds) {
   // a term whose coefficient the divisor divides leaves the modulo
   auto i = range(2, 5);
   EXPECT_EQ(simp(mod(add(mul(i, 10), j), 5)), j);
+}
+
+TEST(Symbolic, CommonFactorOfTheCoefficients) {
+  // Note [common factor]: (20*y + x) // 40 with x < 20 is y // 2, whatever y's range
+  auto y = range(0, 20), x = range(1, 20);
+  auto flat = add(mul(y, 20), x);
+  EXPECT_EQ(simp(div(flat, 40)), simp(div(y, 2)));
+  EXPECT_EQ(simp(mod(flat, 40)), simp(add(mul(mod(y, 2), 20), x)));
+  // ... so a pooling window's row split and merge vanish
+  EXPECT_EQ(simp(add(mul(div(flat, 40), 40), mul(mod(y, 2), 20))), simp(add(mul(y, 20), kint(0))));
+  // every value agrees with plain integer arithmetic, also when the rule must not apply (x < 30)
+  for (int64_t xn : {20, 30}) {
+    auto x2 = range(2, xn);
+    auto e = add(add(mul(y, 20), x2), kint(3));
+    for (int64_t c : {40, 60, 8}) {
+      auto d = simp(div(e, c)), m = simp(mod(e, c));
+      for (int64_t yv = 0; yv < 20; yv++)
+        for (int64_t xv = 0; xv < xn; xv++) {
+          int64_t v = 20 * yv + xv + 3;
+          std::unordered_map<const UOp*, int64_t> env{{y.get(), yv}, {x2.get(), xv}};
+          EXPECT_EQ(eval_int(d, env), v / c) << "c=" << c;
+          EXPECT_EQ(eval_int(m, env), v % c) << "c=" << c;
+        }
+    }
+  }
 }
 
 TEST(Symbolic, ComparisonsDecidedByBounds) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <optional>
 
 #include "tinygrad/error.h"
 
@@ -160,6 +162,39 @@ int64_t linear_max(const Linear& l) {
   return m;
 }
 
+// Note [common factor]: a non-negative l = g*B + s with 0 <= s < g, where g divides the divisor
+// c, divides as l // c = B // (c/g) and l % c = g*(B % (c/g)) + s: l lies in [g*B, g*B + g), an
+// interval that no multiple of c splits. This turns the row split of a flattened 2-d index
+// ((20*y + x) // 40 with x < 20: the pooling windows of a 20-wide row) back into y // 2. g is
+// tried among the divisor's common factors with the coefficients, largest first.
+struct CommonFactor {
+  int64_t g = 0;
+  Linear big;    // B
+  Linear small;  // s
+};
+
+std::optional<CommonFactor> common_factor(const Linear& l, int64_t c) {
+  std::vector<int64_t> candidates;
+  for (auto& [t, a] : l.terms) {
+    int64_t g = std::gcd(a, c);
+    if (g > 1 && g < c) candidates.push_back(g);
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  for (int64_t g : candidates) {
+    CommonFactor f{g, {}, {}};
+    f.big.constant = l.constant / g;
+    f.small.constant = l.constant % g;
+    for (auto& [t, a] : l.terms) {
+      if (a % g == 0)
+        f.big.terms.emplace_back(t, a / g);
+      else
+        f.small.terms.emplace_back(t, a);
+    }
+    if (linear_max(f.small) < g) return f;
+  }
+  return std::nullopt;
+}
+
 double fold(Op op, DType dt, const std::vector<double>& v) {
   bool f = is_float(dt);
   auto i = [&](size_t k) { return static_cast<int64_t>(v[k]); };
@@ -239,6 +274,10 @@ std::vector<Rule> symbolic_rules() {
                  Linear l = linear_of(u->src[0]);
                  if (!nonneg(l)) return nullptr;
                  if (linear_max(l) < c) return kconst(u->dtype, 0);
+                 if (auto f = common_factor(l, c))  // Note [common factor]
+                   return make_uop(
+                       Op::IDIV, u->dtype,
+                       {build_linear(f->big, u->dtype), kconst(u->dtype, static_cast<double>(c / f->g))});
                  Linear q, rem;
                  q.constant = l.constant / c;
                  rem.constant = l.constant % c;
@@ -267,6 +306,14 @@ std::vector<Rule> symbolic_rules() {
                  if (c <= 0) return nullptr;
                  Linear l = linear_of(u->src[0]);
                  if (!nonneg(l)) return nullptr;
+                 if (auto f = common_factor(l, c)) {  // Note [common factor]
+                   auto dt = u->dtype;
+                   UOpPtr inner = make_uop(
+                       Op::MOD, dt, {build_linear(f->big, dt), kconst(dt, static_cast<double>(c / f->g))});
+                   return make_uop(Op::ADD, dt,
+                                   {make_uop(Op::MUL, dt, {inner, kconst(dt, static_cast<double>(f->g))}),
+                                    build_linear(f->small, dt)});
+                 }
                  Linear rem;
                  rem.constant = l.constant % c;
                  bool changed = rem.constant != l.constant;
