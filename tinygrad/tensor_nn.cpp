@@ -17,6 +17,12 @@ std::vector<int64_t> expand_param(const char* op, const char* what, std::vector<
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Note [half products in float32]: a matmul or convolution of float16/bfloat16 operands casts
+// them to float32 (arith_dtype) before multiplying, so it multiplies and sums in float32 and
+// rounds only the result, as tensor cores do (a product of two half values is exact in float32).
+// Multiplying in the half type would round every product before the sum:
+// (1+2^-7)*(1+2^-6) - (1+2^-6+2^-7) would be 0 instead of 2^-13.
+
 }  // namespace
 
 Tensor Tensor::matmul(const Tensor& o) const {
@@ -28,8 +34,10 @@ Tensor Tensor::matmul(const Tensor& o) const {
   TG_CHECK(a.shape().back() == b.shape()[b.ndim() - 2], "matmul: a.shape[-1]=", a.shape().back(),
            " != b.shape[-2]=", b.shape()[b.ndim() - 2], " (a: ", describe(), ", b: ", o.describe(), ")");
   // [..., n, k] x [..., k, m] -> [..., n, 1, k] * [..., 1, m, k] summed over k
-  Tensor prod = a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3);
-  Tensor r = prod.sum(-1).cast(promote(dtype(), o.dtype()));
+  // Note [half products in float32]
+  DType out = promote(dtype(), o.dtype()), acc = arith_dtype(out);
+  Tensor prod = a.cast(acc).unsqueeze(-2) * b.cast(acc).transpose(-1, -2).unsqueeze(-3);
+  Tensor r = prod.sum(-1).cast(out);
   if (ndim() == 1) r = r.squeeze(-2);
   if (o.ndim() == 1) r = r.squeeze(-1);
   return r;
@@ -131,9 +139,10 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
   Tensor x = pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}});
   Tensor win = x.pool_windows({kh, kw}, stride, dilation);  // [N, Cin, oy, ox, kh, kw]
   int64_t oy = win.shape()[2], ox = win.shape()[3], cg = cin / groups;
-  Tensor xw = win.reshape({n, groups, 1, cg, oy, ox, kh, kw});
-  Tensor ww = weight.reshape({1, groups, cout / groups, cg, 1, 1, kh, kw});
-  Tensor out = (xw * ww).sum({3, 6, 7}).reshape({n, cout, oy, ox});
+  DType out_dtype = promote(dtype(), weight.dtype()), acc = arith_dtype(out_dtype);  // Note [half products in float32]
+  Tensor xw = win.cast(acc).reshape({n, groups, 1, cg, oy, ox, kh, kw});
+  Tensor ww = weight.cast(acc).reshape({1, groups, cout / groups, cg, 1, 1, kh, kw});
+  Tensor out = (xw * ww).sum({3, 6, 7}).reshape({n, cout, oy, ox}).cast(out_dtype);
   // the value is the composition above; its gradient comes from conv2d_gradient (Note [conv2d gradient])
   std::vector<int64_t> params{static_cast<int64_t>(CustomGrad::CONV2D), stride[0], stride[1], padding[0], padding[1],
                               dilation[0], dilation[1], groups};
@@ -169,7 +178,9 @@ std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
 
   Tensor win = x.pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}})
                    .pool_windows({kh, kw}, stride, dilation);  // [N, Cin, oy, ox, kh, kw]
-  Tensor dw = (win.reshape({n, groups, 1, cg, oy, ox, kh, kw}) * g.reshape({n, groups, cog, 1, oy, ox, 1, 1}))
+  DType acc = arith_dtype(promote(x.dtype(), g.dtype()));  // Note [half products in float32]
+  Tensor dw = (win.cast(acc).reshape({n, groups, 1, cg, oy, ox, kh, kw}) *
+               g.cast(acc).reshape({n, groups, cog, 1, oy, ox, 1, 1}))
                   .sum({0, 4, 5})
                   .reshape({cout, cg, kh, kw});
 
