@@ -60,6 +60,7 @@ const std::vector<ConfigField>& config_schema() {
       {"train.print_every", ValueType::Int, int64_t{100}, "plain progress line every this many steps (not a terminal)"},
       {"train.seed", ValueType::Int, int64_t{0}, "model initialisation seed"},
       {"train.device", ValueType::String, std::string(""), "device for the run, e.g. CPU, CL, CUDA:1 (empty: the DEVICE knob)"},
+      {"train.precision", ValueType::String, std::string("fp32"), "fp32 | bf16 (matmuls and convolutions in bfloat16, float32 master weights)"},
       {"train.run_dir", ValueType::String, std::string(""), "run directory (empty: runs/<config>-<timestamp>)"},
       {"train.resume", ValueType::Bool, false, "continue from the latest checkpoint in train.run_dir"},
       {"train.init_weights", ValueType::String, std::string(""), "safetensors file to load model weights from"},
@@ -284,6 +285,7 @@ void Config::validate() const {
   oneof("optim.name", {"sgd", "adam", "adamw", "lamb"});
   oneof("schedule.name", {"constant", "step", "cosine"});
   oneof("distributed.strategy", {"none", "ddp", "zero1"});
+  oneof("train.precision", {"fp32", "bf16"});
   TG_CHECK(get_float("distributed.bucket_mb") > 0, "config: distributed.bucket_mb must be > 0, got ",
            format_float(get_float("distributed.bucket_mb")));
   TG_CHECK(get_float("distributed.timeout_s") > 0, "config: distributed.timeout_s must be > 0, got ",

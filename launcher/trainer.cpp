@@ -97,6 +97,8 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
   model_ = make_model(cfg_);
   TG_CHECK(model_, "model '", cfg_.get_string("model.name"), "': the factory returned no model");
+  // train.precision=bf16: Note [compute dtype] in tinygrad/nn/layers.cpp (training and evaluation)
+  if (cfg_.get_string("train.precision") == "bf16") model_->set_compute_dtype(DType::BFloat16);
   const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
   if (!zero1) optim_ = make_optimizer(cfg_, model_->parameters());
   schedule_ = make_schedule(cfg_, total_steps_);

@@ -61,6 +61,7 @@ nn::Dataset synth(int64_t n, int seed) {
   d.labels = Tensor::from_vector(d.host_labels, {n});
   return d;
 }
+TG_REGISTER_MODEL("test_mlp", [](const Config&) { return make_mlp({16}, 4, 3); });
 TG_REGISTER_DATASET("test_synth", [](const Config&) { return DataSplits{synth(48, 0), synth(24, 1), 0.3, 0.3, 3}; });
 
 std::vector<std::pair<int64_t, double>> train_losses(const fs::path& run_dir) {
@@ -156,6 +157,7 @@ TEST(LauncherConfig, BadValuesAreOneLineErrors) {
   EXPECT_EQ(err({"optim.nesterov=true"}), "config: optim.nesterov=true needs optim.momentum > 0");
   EXPECT_EQ(err({"train.epochs=0"}), "config: train.epochs or train.steps must be > 0");
   EXPECT_EQ(err({"train.resume=true"}), "config: train.resume=true needs train.run_dir (the run to continue)");
+  EXPECT_EQ(err({"train.precision=fp16"}), "config: train.precision='fp16' is not one of fp32, bf16 (did you mean 'fp32'?)");
   EXPECT_EQ(err({"lr"}), "override 'lr' is not of the form key=value (e.g. optim.lr=0.01)");
   EXPECT_EQ(error_of([] { parse_config("data:\n  batch_size: [1, 2]\n", "c.yaml"); }),
             "c.yaml: data.batch_size must be an int, got a list");
@@ -173,7 +175,7 @@ TEST(LauncherConfig, ResolvedYamlRoundTrips) {
 }
 
 TEST(LauncherConfig, LoadsTheShippedConfigs) {
-  for (const char* name : {"fmnist_mlp", "fmnist_cnn"}) {
+  for (const char* name : {"fmnist_mlp", "fmnist_cnn", "fmnist_mlp_bf16"}) {
     Config c = load_config(std::string(TG_SOURCE_DIR) + "/configs/" + name + ".yaml");
     EXPECT_EQ(c.name, name);
     EXPECT_EQ(c.get_string("optim.name"), "adam");
@@ -345,4 +347,33 @@ TEST(LauncherTrainer, RecordsCheckpointsAndResumes) {
                                 "train.run_dir=" + init.string(), "train.init_weights=" + ckpt};
   EXPECT_EQ(run_train(parse_config("", "synth.yaml", i), {.progress = false}).accuracy, s.accuracy);
   for (const auto& p : {dir, copy, init}) fs::remove_all(p);
+}
+
+// train.precision=bf16 (Note [compute dtype] in tinygrad/nn/layers.cpp): an MLP learns as it does
+// in float32, and its parameters and optimizer state stay float32.
+TEST(LauncherTrainer, Bf16PrecisionTrainsLikeFloat32) {
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> losses;
+  for (const char* precision : {"fp32", "bf16"}) {
+    fs::path dir = temp_dir(std::string("precision_") + precision);
+    Config c = parse_config("", "synth.yaml",
+                            {"model.name=test_mlp", "data.name=test_synth", "data.batch_size=8", "train.steps=24",
+                             "train.log_every=1", "optim.lr=0.02", std::string("train.precision=") + precision,
+                             "train.run_dir=" + dir.string()});
+    EXPECT_EQ(c.get_string("train.precision"), precision);
+    run_train(c, {.progress = false});
+    losses[precision] = train_losses(dir);
+    auto header = nn::safe_header((dir / "checkpoints" / "step_24.safetensors").string());
+    for (const char* k : {"model.1.weight", "model.3.bias", "optim.0.exp_avg", "optim.3.exp_avg_sq"}) {
+      ASSERT_TRUE(header.count(k)) << k;
+      EXPECT_EQ(header.at(k).dtype, DType::Float32) << k;
+    }
+    fs::remove_all(dir);
+  }
+  const auto &f32 = losses["fp32"], &b16 = losses["bf16"];
+  ASSERT_EQ(f32.size(), 24u);
+  ASSERT_EQ(b16.size(), 24u);
+  EXPECT_NEAR(b16.front().second, f32.front().second, 0.02);  // the same initial weights
+  EXPECT_NE(b16, f32);  // the layers really ran in bfloat16
+  EXPECT_LT(b16.back().second, 0.6 * b16.front().second);
+  EXPECT_NEAR(b16.back().second, f32.back().second, 0.1 * f32.back().second + 0.02);
 }

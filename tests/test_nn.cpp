@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "tinygrad/nn/layers.h"
+#include "tinygrad/nn/optim.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -212,6 +213,79 @@ TEST(Layers, LinearForwardAndGrad) {
   y.sum().backward();
   expect_near(l.weight.grad()->to_vector<float>(), {4, 6});
   expect_near(l.bias->grad()->to_vector<float>(), {2});
+}
+
+// Note [compute dtype]: Linear and Conv2d multiply bfloat16-rounded operands (products and sums
+// in float32), round the result to bfloat16 and return float32; the bias, the gradients the
+// optimizer sees and the master weights stay float32.
+TEST(Layers, ComputeDtypeRunsLinearAndConvInBFloat16) {
+  auto bf = [](float v) { return bfloat_to_float(float_to_bfloat(v)); };
+  Net net;
+  net.set_compute_dtype(DType::BFloat16);
+  for (auto& [name, m] : net.named_modules()) EXPECT_EQ(m->compute_dtype(), DType::BFloat16) << name;
+  expect_error([&] { net.set_compute_dtype(DType::Int32); }, {"Net", "compute dtype", "int32"});
+
+  Tensor::manual_seed(3);
+  Linear l(40, 8);
+  Tensor x = Tensor::uniform({16, 40}, -1, 1);
+  auto xs = x.to_vector<float>(), ws = l.weight.to_vector<float>(), bs = l.bias->to_vector<float>();
+  auto y32 = l(x).to_vector<float>();
+  l.set_compute_dtype(DType::BFloat16);
+  Tensor y = l(x);
+  EXPECT_EQ(y.dtype(), DType::Float32);
+  auto y16 = y.to_vector<float>();
+  double max_diff = 0;
+  for (int n = 0; n < 16; n++)
+    for (int o = 0; o < 8; o++) {
+      float acc = 0, mag = 0;
+      for (int k = 0; k < 40; k++) {
+        acc += bf(xs[n * 40 + k]) * bf(ws[o * 40 + k]);
+        mag += std::fabs(xs[n * 40 + k] * ws[o * 40 + k]);
+      }
+      float want = bf(acc) + bs[o], got = y16[n * 8 + o];
+      EXPECT_NEAR(got, want, std::fabs(acc) / 128 + 1e-6) << n << "," << o;  // one bf16 ulp
+      double d = std::fabs(got - y32[n * 8 + o]);
+      EXPECT_LE(d, 3 * mag / 256 + 1e-6) << n << "," << o;  // within bfloat16's rounding of the terms
+      max_diff = std::max(max_diff, d);
+    }
+  EXPECT_GT(max_diff, 1e-4);  // really rounded: float32 alone differs by ~1e-7
+
+  // gradients back in float32; the weight gradient is the sum of the rounded inputs, rounded
+  y.sum().backward();
+  ASSERT_TRUE(l.weight.grad() && l.bias->grad());
+  EXPECT_EQ(l.weight.grad()->dtype(), DType::Float32);
+  auto gw = l.weight.grad()->to_vector<float>();
+  for (int k = 0; k < 40; k++) {
+    float sum = 0;
+    for (int n = 0; n < 16; n++) sum += bf(xs[n * 40 + k]);
+    EXPECT_NEAR(gw[k], bf(sum), std::fabs(sum) / 128 + 1e-6) << k;
+  }
+  expect_near(l.bias->grad()->to_vector<float>(), std::vector<double>(8, 16.0));
+  // the update lands on float32 master weights: values between bfloat16's
+  Adam opt(l.parameters(), 1e-4);
+  opt.step();
+  EXPECT_EQ(l.weight.dtype(), DType::Float32);
+  int off_grid = 0;
+  for (float w : l.weight.to_vector<float>()) off_grid += bf(w) != w;
+  EXPECT_GT(off_grid, 300);
+
+  Conv2d c(3, 4, {3}, {1}, {1});
+  Tensor img = Tensor::uniform({2, 3, 6, 6}, -1, 1);
+  auto r32 = c(img).to_vector<float>();
+  c.set_compute_dtype(DType::BFloat16);
+  Tensor r = c(img);
+  EXPECT_EQ(r.dtype(), DType::Float32);
+  Tensor rounded = img.cast(DType::BFloat16).cast(DType::Float32)
+                       .conv2d(c.weight.cast(DType::BFloat16).cast(DType::Float32), std::nullopt, {1}, {1});
+  auto want = rounded.to_vector<float>(), bias = c.bias->to_vector<float>(), got = r.to_vector<float>();
+  double conv_diff = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    EXPECT_NEAR(got[i], bf(want[i]) + bias[(i / 36) % 4], std::fabs(want[i]) / 128 + 1e-6) << i;
+    conv_diff = std::max(conv_diff, static_cast<double>(std::fabs(got[i] - r32[i])));
+  }
+  EXPECT_GT(conv_diff, 1e-4);
+  r.sum().backward();
+  EXPECT_EQ(c.weight.grad()->dtype(), DType::Float32);
 }
 
 TEST(Layers, BatchNorm2dTrainAndEval) {

@@ -53,6 +53,8 @@ bool is_float(DType t) {
 }
 bool is_int(DType t) { return t == DType::UInt8 || t == DType::Int32 || t == DType::Int64; }
 bool is_unsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
+bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+DType arith_dtype(DType t) { return is_half(t) ? DType::Float32 : t; }
 
 DType promote(DType a, DType b) {
   if (a == b) return a;

@@ -26,6 +26,10 @@ DType dtype_from_name(const std::string& name);  // throws tg::Error on unknown 
 bool is_float(DType t);
 bool is_int(DType t);  // signed or unsigned integer, not bool
 bool is_unsigned(DType t);
+bool is_half(DType t);  // float16 or bfloat16
+// The dtype arithmetic on values of t runs in: float32 for the half types (stored 16-bit, computed
+// in float32 and rounded back), t itself otherwise.
+DType arith_dtype(DType t);
 // The dtype both operands of a binary op are cast to (NumPy/PyTorch-like lattice:
 // bool < uint8 < int32 < int64 < float16/bfloat16 < float32 < float64; float16+bfloat16 -> float32).
 DType promote(DType a, DType b);

@@ -47,6 +47,12 @@ int64_t batch_block(int64_t n, int64_t pixels) {
   return best;
 }
 
+// Note [half products in float32]: a matmul or convolution of float16/bfloat16 operands casts
+// them to float32 (arith_dtype) before multiplying, so it multiplies and sums in float32 and
+// rounds only the result, as tensor cores do (a product of two half values is exact in float32).
+// Multiplying in the half type would round every product before the sum:
+// (1+2^-7)*(1+2^-6) - (1+2^-6+2^-7) would be 0 instead of 2^-13.
+
 }  // namespace
 
 Tensor Tensor::matmul(const Tensor& o) const {
@@ -58,8 +64,10 @@ Tensor Tensor::matmul(const Tensor& o) const {
   TG_CHECK(a.shape().back() == b.shape()[b.ndim() - 2], "matmul: a.shape[-1]=", a.shape().back(),
            " != b.shape[-2]=", b.shape()[b.ndim() - 2], " (a: ", describe(), ", b: ", o.describe(), ")");
   // [..., n, k] x [..., k, m] -> [..., n, 1, k] * [..., 1, m, k] summed over k
-  Tensor prod = a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3);
-  Tensor r = prod.sum(-1).cast(promote(dtype(), o.dtype()));
+  // Note [half products in float32]
+  DType out = promote(dtype(), o.dtype()), acc = arith_dtype(out);
+  Tensor prod = a.cast(acc).unsqueeze(-2) * b.cast(acc).transpose(-1, -2).unsqueeze(-3);
+  Tensor r = prod.sum(-1).cast(out);
   if (ndim() == 1) r = r.squeeze(-2);
   if (o.ndim() == 1) r = r.squeeze(-1);
   return r;
@@ -162,13 +170,16 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
   Tensor win = x.pool_windows({kh, kw}, stride, dilation);  // [N, Cin, oy, ox, kh, kw]
   int64_t oy = win.shape()[2], ox = win.shape()[3], cg = cin / groups;
   int64_t cog = cout / groups;
+  DType out_dtype = promote(dtype(), weight.dtype()), acc = arith_dtype(out_dtype);  // Note [half products in float32]
+  Tensor wa = weight.cast(acc);
+  win = win.cast(acc);
   Tensor out;
   if (channels_last(device())) {
     // Note [channel-last convolutions]
     Tensor xw = win.reshape({n, groups, cg, oy, ox, kh, kw})
                     .permute({0, 3, 4, 1, 2, 5, 6})
                     .reshape({n, oy, ox, groups, 1, cg, kh, kw});
-    Tensor ww = weight.reshape({groups, cog, cg, kh, kw})
+    Tensor ww = wa.reshape({groups, cog, cg, kh, kw})
                     .permute({0, 2, 3, 4, 1})
                     .contiguous()  // [G, cg, kh, kw, cog]
                     .permute({0, 4, 1, 2, 3})
@@ -176,9 +187,10 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
     out = (xw * ww).sum({5, 6, 7}).contiguous().reshape({n, oy, ox, cout}).permute({0, 3, 1, 2});
   } else {
     Tensor xw = win.reshape({n, groups, 1, cg, oy, ox, kh, kw});
-    Tensor ww = weight.reshape({1, groups, cog, cg, 1, 1, kh, kw});
+    Tensor ww = wa.reshape({1, groups, cog, cg, 1, 1, kh, kw});
     out = (xw * ww).sum({3, 6, 7}).reshape({n, cout, oy, ox});
   }
+  out = out.cast(out_dtype);
   // the value is the composition above; its gradient comes from conv2d_gradient (Note [conv2d gradient])
   std::vector<int64_t> params{static_cast<int64_t>(CustomGrad::CONV2D), stride[0], stride[1], padding[0], padding[1],
                               dilation[0], dilation[1], groups};
@@ -214,19 +226,21 @@ std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
 
   Tensor win = x.pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}})
                    .pool_windows({kh, kw}, stride, dilation);  // [N, Cin, oy, ox, kh, kw]
+  DType acc = arith_dtype(promote(x.dtype(), g.dtype()));  // Note [half products in float32]
+  Tensor wa = win.cast(acc), ga = g.cast(acc);
   Tensor dw;
   if (channels_last(x.device())) {
     // Note [channel-last convolutions]: partial sums over blocks of images, [blocks, G, kh, kw, cg, cog]
-    Tensor gt = g.permute({0, 2, 3, 1}).contiguous();  // [N, oy, ox, Cout]
+    Tensor gt = ga.permute({0, 2, 3, 1}).contiguous();  // [N, oy, ox, Cout]
     int64_t nb = batch_block(n, oy * ox), blocks = n / nb;
-    Tensor wv = win.reshape({blocks, nb, groups, cg, oy, ox, kh, kw})
+    Tensor wv = wa.reshape({blocks, nb, groups, cg, oy, ox, kh, kw})
                     .permute({0, 1, 4, 5, 2, 6, 7, 3})
                     .reshape({blocks, nb, oy, ox, groups, kh, kw, cg, 1});
     Tensor gv = gt.reshape({blocks, nb, oy, ox, groups, 1, 1, 1, cog});
     Tensor partial = (wv * gv).sum({1, 2, 3});  // [blocks, G, kh, kw, cg, cog]
     dw = partial.sum(0).contiguous().permute({0, 4, 3, 1, 2}).reshape({cout, cg, kh, kw});
   } else {
-    dw = (win.reshape({n, groups, 1, cg, oy, ox, kh, kw}) * g.reshape({n, groups, cog, 1, oy, ox, 1, 1}))
+    dw = (wa.reshape({n, groups, 1, cg, oy, ox, kh, kw}) * ga.reshape({n, groups, cog, 1, oy, ox, 1, 1}))
              .sum({0, 4, 5})
              .reshape({cout, cg, kh, kw});
   }

@@ -25,8 +25,6 @@ namespace tg {
 
 namespace {
 
-bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
-
 UOpPtr to_float32(const UOpPtr& x) {
   if (!is_half(x->dtype)) return x;
   if (x->op == Op::CONST) {  // the constant as the half type holds it

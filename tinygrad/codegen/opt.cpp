@@ -123,17 +123,20 @@ UOpPtr unroll(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
       if (*it != ax.range) ranges.push_back(*it);
       else if (outer) ranges.push_back(outer);
     Op rop = std::get<Op>(n->arg);
+    // partial accumulators of a half-type reduce are float32, rounded once at the end
+    DType acc = arith_dtype(n->dtype);
     UOpPtr combined;
     for (int64_t c = 0; c < amount; c++) {
       UOpPtr v = graph_rewrite(substitute(n->src[0], {{ax.range.get(), lane_index(ax, amount, c)}}), symbolic(), memo);
+      v = kcast(v, acc);
       if (!ranges.empty()) {
         std::vector<UOpPtr> src{v};
         src.insert(src.end(), ranges.begin(), ranges.end());
-        v = make_uop(Op::REDUCE, n->dtype, src, n->arg);
+        v = make_uop(Op::REDUCE, acc, src, n->arg);
       }
-      combined = combined ? make_uop(rop, n->dtype, {combined, v}) : v;
+      combined = combined ? make_uop(rop, acc, {combined, v}) : v;
     }
-    replaced[n.get()] = combined;
+    replaced[n.get()] = kcast(combined, n->dtype);
   }
   UOpPtr out = substitute(ast, replaced);
   return out->op == Op::SINK ? out : make_uop(Op::SINK, DType::Float32, {out});

@@ -29,6 +29,21 @@ void check_positive(const char* layer, const char* what, int64_t v) {
   TG_CHECK(v > 0, layer, ": ", what, " must be positive, got ", v);
 }
 
+// Note [compute dtype]: with a compute dtype (Module::set_compute_dtype; `train.precision: bf16`
+// in the trainer), Linear and Conv2d cast their input and weight to it, run the matmul or
+// convolution there (products and sums in float32, the result rounded to the compute dtype:
+// Note [half products in float32] in tensor_nn.cpp) and cast the result back to the dtype they
+// return without one; the bias is added after that, in that dtype. Activations, normalisation
+// and the loss stay in float32. Autograd differentiates the casts: the output gradient is rounded
+// to the compute dtype at the layer, the input and weight gradients come from the rounded
+// operands, and the weight gradient is cast back to the weight's dtype, so the optimizer updates
+// float32 master weights with float32 gradients. The casts fuse into the kernels around them.
+template <class Op>
+Tensor at_compute_dtype(std::optional<DType> compute, const Tensor& x, const Tensor& weight, Op op) {
+  if (!compute) return op(x, weight);
+  return op(x.cast(*compute), weight.cast(*compute)).cast(promote(x.dtype(), weight.dtype()));
+}
+
 }  // namespace
 
 // ---- Linear ----
@@ -44,7 +59,8 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_fe
 Tensor Linear::forward(const Tensor& x) {
   TG_CHECK(x.ndim() >= 1 && x.shape().back() == in_features, "Linear: input ", x.describe(),
            " must end in in_features=", in_features);
-  return x.linear(weight, bias);
+  Tensor y = at_compute_dtype(compute_dtype(), x, weight, [](const Tensor& a, const Tensor& w) { return a.matmul(w.T()); });
+  return bias ? y + *bias : y;
 }
 
 // ---- Conv2d ----
@@ -70,7 +86,10 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::vector<int64_t> kernel_, std::vecto
 Tensor Conv2d::forward(const Tensor& x) {
   TG_CHECK(x.ndim() == 4 && x.shape()[1] == in_channels, "Conv2d: input ", x.describe(), " must be [N, ",
            in_channels, ", H, W]");
-  return x.conv2d(weight, bias, stride, padding, dilation, groups);
+  Tensor y = at_compute_dtype(compute_dtype(), x, weight, [&](const Tensor& a, const Tensor& w) {
+    return a.conv2d(w, std::nullopt, stride, padding, dilation, groups);
+  });
+  return bias ? y + bias->reshape({1, out_channels, 1, 1}) : y;
 }
 
 // ---- BatchNorm ----

@@ -146,4 +146,11 @@ Module& Module::train(bool on) {
   return *this;
 }
 
+Module& Module::set_compute_dtype(std::optional<DType> t) {
+  TG_CHECK(!t || is_float(*t), type_name(), ": the compute dtype must be a float dtype, got ", dtype_name(*t));
+  compute_dtype_ = t;
+  for (auto& [n, m] : children_) m->set_compute_dtype(t);
+  return *this;
+}
+
 }  // namespace tg::nn

@@ -1,9 +1,10 @@
 // tg::nn::Module: the base of every layer and model. A module owns named parameters (trainable
 // tensors), buffers (state such as BatchNorm's running statistics) and child modules; it lists
 // them recursively with dotted names ("layers.0.weight"), snapshots them as a state dict and
-// loads one back, and carries the train/eval flag down to its children.
+// loads one back, and carries the train/eval flag and the compute dtype down to its children.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,14 @@ class Module {
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 
+  // Mixed precision (Note [compute dtype] in layers.cpp) for this module and all descendants:
+  // Linear and Conv2d cast their input and weight to `t` (bfloat16, float16) for the matmul or
+  // convolution and return the result in the input's dtype; parameters keep their own dtype
+  // (float32 master weights), so gradients and optimizer state stay in it too. nullopt (the
+  // default): compute in the parameters' dtype.
+  Module& set_compute_dtype(std::optional<DType> t);
+  std::optional<DType> compute_dtype() const { return compute_dtype_; }
+
   int64_t num_parameters() const;  // total element count of all parameters
 
  protected:
@@ -74,6 +83,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
+  std::optional<DType> compute_dtype_;
 };
 
 }  // namespace tg::nn
