@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "cuda_test.h"
 #include "ops_util.h"
 #include "test_util.h"
 #include "tinygrad/codegen/linearize.h"
@@ -162,14 +163,8 @@ TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
   EXPECT_EQ(ks2[0].kernel.global_size.size(), 3u);
 }
 
-class Cuda : public ::testing::Test {
+class Cuda : public testutil::CudaTest {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0 || !cuda_unavailable_reason().empty())
-      GTEST_SKIP() << "CUDA is not available here: " << cuda_unavailable_reason();
-    knobs::DEVICE.set("CUDA");
-  }
-  void TearDown() override { knobs::DEVICE.set("CPU"); }
   // Realizes t at DEBUG=4 and returns the generated source that was printed.
   static std::string source_of(Tensor& t) {
     knobs::DEBUG.set(4);

@@ -52,6 +52,7 @@ IntKnob BEAM("BEAM", 0, "beam width of the kernel optimization search (0: hand-c
 IntKnob NOOPT("NOOPT", 0, "1: run kernels without optimizations");
 IntKnob THREADS("THREADS", 0, "threads for CPU kernels (0: all cores)");
 IntKnob JIT("JIT", 1, "1: a jitted step (the trainer's) is captured once and its kernels replayed; 0: every step is scheduled and run normally");
+IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
 StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used");
 StringKnob CACHEDIR("CACHEDIR", "", "directory for on-disk caches (empty: $HOME/.cache/tinygrad++)");

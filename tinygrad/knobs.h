@@ -46,6 +46,7 @@ extern IntKnob BEAM;      // >0: search kernel optimizations with this beam widt
 extern IntKnob NOOPT;     // 1: no kernel optimizations (one output element per loop iteration)
 extern IntKnob THREADS;   // CPU kernel threads (0: all cores)
 extern IntKnob JIT;       // 1: engine/jit captures a step once and replays it; 0: every call runs normally
+extern IntKnob CUDA_GRAPH;  // n>0: JIT replays on CUDA run as CUDA graphs, n instantiated per capture; 0: kernel by kernel
 extern StringKnob DEVICE;   // default device
 extern StringKnob CC;       // system C compiler for CPU kernels without LLVM
 extern StringKnob CACHEDIR; // where compiled kernels may be cached on disk
