@@ -49,6 +49,8 @@ BenchResult measure(const std::string& name, int reps, const std::function<void(
 }
 
 BenchResult train_step(const std::string& name, int reps, nn::Module& model, nn::Optimizer& opt, const Shape& x_shape) {
+  MemoryPool& pool = get_device(default_device()).pool();
+  pool.reset_peak();
   Tensor x = Tensor::randn(x_shape).realize();
   Tensor y = Tensor::randint({x_shape[0]}, 0, 10).realize();
   TinyJit step([&](const Tensors& in) {
@@ -58,7 +60,9 @@ BenchResult train_step(const std::string& name, int reps, nn::Module& model, nn:
     opt.step({loss});
     return Tensors{loss};
   });
-  return measure(name, reps, [&] { step({x, y}); });  // under JIT=1: run, capture, then replays
+  BenchResult r = measure(name, reps, [&] { step({x, y}); });  // under JIT=1: run, capture, then replays
+  r.peak_mb = static_cast<double>(pool.stats().peak_bytes) / 1e6;
+  return r;
 }
 
 BenchResult matmul(const std::string& name, int64_t n, int reps, DType dtype = DType::Float32) {
@@ -199,6 +203,7 @@ std::string bench_json(const BenchResult& r) {
   nlohmann::json j{{"name", r.name}, {"ms", r.ms}, {"first_ms", r.first_ms}};
   if (r.gflops > 0) j["gflops"] = r.gflops;
   if (r.gbps > 0) j["gbps"] = r.gbps;
+  if (r.peak_mb > 0) j["peak_mb"] = r.peak_mb;
   return j.dump();
 }
 

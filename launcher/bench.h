@@ -13,6 +13,7 @@ struct BenchResult {
   double gflops = 0;      // 0 when not a measure of this workload
   double gbps = 0;
   double first_ms = 0;    // the first repetition, compilation included
+  double peak_mb = 0;     // training steps: the memory pool's peak from the inputs' creation on
 };
 
 // Workloads: mlp_step, cnn_step, matmul_1024, matmul_2048, elementwise, copy, softmax,

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "cuda_test.h"
 #include "ops_util.h"
 #include "test_util.h"
 #include "tinygrad/codegen/linearize.h"
@@ -198,14 +199,8 @@ TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
   EXPECT_EQ(one[0].kernel.global_size[0], 64);
 }
 
-class Cuda : public ::testing::Test {
+class Cuda : public testutil::CudaTest {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0 || !cuda_unavailable_reason().empty())
-      GTEST_SKIP() << "CUDA is not available here: " << cuda_unavailable_reason();
-    knobs::DEVICE.set("CUDA");
-  }
-  void TearDown() override { knobs::DEVICE.set("CPU"); }
   // Realizes t at DEBUG=4 and returns the generated source that was printed.
   static std::string source_of(Tensor& t) {
     knobs::DEBUG.set(4);

@@ -3,7 +3,8 @@
 // a model with BatchNorm), replays schedule and compile nothing, returned losses stay valid,
 // state replaced between calls is seen, a read-only tensor assigned between calls makes a new
 // capture, a new input shape gets its own capture, and a step that reads the device on the host
-// is run normally with its reason.
+// is run normally with its reason. On the default device (DEVICE): test_jit_cuda runs the suite
+// on CUDA, whose replays go through CUDA graphs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,8 @@
 #include <functional>
 #include <memory>
 
+#include "device_env.h"
+#include "train_util.h"
 #include "tinygrad/device.h"
 #include "tinygrad/engine/jit.h"
 #include "tinygrad/engine/realize.h"
@@ -20,16 +23,10 @@
 
 using namespace tg;
 using namespace tg::nn;
+using tg::testutil::expect_bit_identical;
+using tg::testutil::KnobScope;
 
 namespace {
-
-// A knob value for one scope.
-struct KnobScope {
-  IntKnob& knob;
-  int prev;
-  KnobScope(IntKnob& k, int v) : knob(k), prev(k.get()) { k.set(v); }
-  ~KnobScope() { knob.set(prev); }
-};
 
 std::unique_ptr<Sequential> make_model(bool batchnorm) {
   Tensor::manual_seed(7);
@@ -64,9 +61,7 @@ std::vector<Batch> make_batches(int n, int64_t batch = 8, bool same = false) {
 using MakeOpt = std::function<std::unique_ptr<Optimizer>(std::vector<Tensor*>)>;
 using LrAt = std::function<double(int)>;
 
-struct Trained {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> params;  // model state after the last step, in state_dict order
+struct Trained : testutil::StepResults {
   int64_t captures = 0, replays = 0;
   int64_t opt_steps = 0;
 };
@@ -98,19 +93,6 @@ Trained train(bool batchnorm, const MakeOpt& make_opt, const LrAt& lr_at, const 
   r.replays = step.replays();
   r.opt_steps = opt->step_count();
   return r;
-}
-
-void expect_bit_identical(const Trained& a, const Trained& b) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); i++)
-    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], sizeof(float)), 0)
-        << "loss of step " << i + 1 << ": " << a.losses[i] << " vs " << b.losses[i];
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (size_t i = 0; i < a.params.size(); i++) {
-    ASSERT_EQ(a.params[i].size(), b.params[i].size());
-    EXPECT_EQ(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * sizeof(float)), 0)
-        << "state tensor " << i << " differs";
-  }
 }
 
 const LrAt constant_lr = [](int) { return 0.05; };

@@ -93,6 +93,11 @@ void MemoryPool::release_cached() {
   for (auto& [size, p] : blocks) backing_.free(p, size);
 }
 
+void MemoryPool::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes = stats_.bytes_in_use;
+}
+
 PoolStats MemoryPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

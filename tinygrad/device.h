@@ -45,6 +45,7 @@ class MemoryPool {
   void* alloc(size_t bytes);
   void free(void* ptr, size_t bytes);
   void release_cached();  // returns every cached block to the device
+  void reset_peak();      // peak_bytes starts again from the bytes in use now
   PoolStats stats() const;
   static size_t round_size(size_t bytes);
 

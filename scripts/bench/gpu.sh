@@ -27,5 +27,7 @@ for n in tg:
     a, b = tg[n], pt.get(n)
     unit = "gflops" if "gflops" in a else "gbps" if "gbps" in a else None
     tp = f"{a[unit]:.0f} / {b[unit]:.0f} {'GFLOP/s' if unit == 'gflops' else 'GB/s'}" if unit and b else ""
+    if "peak_mb" in a and b and "peak_mb" in b:
+        tp = f"peak memory {a['peak_mb']:.1f} / {b['peak_mb']:.1f} MB"
     print(f"{n:<18}{a['ms']:>15.3f}{(b['ms'] if b else float('nan')):>12.3f}{(a['ms'] / b['ms'] if b else float('nan')):>8.2f}  {tp}")
 PY

@@ -182,6 +182,24 @@ struct TinyJit::Capture {
   const std::shared_ptr<Buffer>& bound(const Binding& b, const std::vector<std::shared_ptr<Buffer>>& slot_bufs) const {
     return b.slot ? slot_bufs[*b.slot] : b.fixed;
   }
+
+  // Note [recycled fresh buffers]: a fresh slot's buffer for this replay. The buffers of earlier
+  // replays that nothing outside the capture holds any more (the parameters' values of two steps
+  // ago, a loss the caller dropped) are taken again, so in a steady loop each slot alternates
+  // between two buffers and a replay's addresses repeat every second step, whatever order the
+  // memory pool would hand blocks back in. That is what lets a device graph keep one instance per
+  // set of addresses (Note [device graphs]). At most RECYCLED per slot are kept; a slot whose
+  // buffers are all still held (a caller keeping every loss) gets a new one from the pool.
+  static constexpr size_t RECYCLED = 2;
+  std::vector<std::vector<std::shared_ptr<Buffer>>> recycled;  // by slot
+  std::shared_ptr<Buffer> fresh_buffer(size_t s) {
+    if (recycled.size() < slots.size()) recycled.resize(slots.size());
+    for (auto& b : recycled[s])
+      if (b.use_count() == 1) return b;
+    auto b = std::make_shared<Buffer>(slots[s].device, slots[s].dtype, slots[s].numel);
+    if (recycled[s].size() < RECYCLED) recycled[s].push_back(b);
+    return b;
+  }
 };
 
 void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after) {
@@ -401,7 +419,7 @@ Tensors TinyJit::operator()(const Tensors& inputs) {
           bufs[s] = std::move(b);
           break;
         }
-        case Capture::Part::Fresh: bufs[s] = std::make_shared<Buffer>(sl.device, sl.dtype, sl.numel); break;
+        case Capture::Part::Fresh: bufs[s] = c.fresh_buffer(s); break;
       }
     }
     for (auto& u : c.uses) c.items[u.item].item.buffers[u.pos] = bufs[u.slot];

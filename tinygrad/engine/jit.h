@@ -57,10 +57,12 @@ class Buffer;
 //
 // Note [device graphs]: a device that can launch a captured list as one graph (CUDA graphs)
 // registers a GraphFactory for its base name. After a capture whose items all run on such a
-// device, TinyJit asks the factory for a graph and replays through it; the graph receives the
+// device, TinyJit asks the factory for a graph (the list it is given has the buffers that are
+// bound anew on every replay set to null) and replays through it; the graph receives the
 // items with this replay's buffers bound (inputs and fresh buffers change between replays, so
-// it updates those kernel arguments), and must run them as run_exec_items would. Without a
-// factory (every device today) replays go through run_exec_items.
+// it updates those kernel arguments), and must run them as run_exec_items would. CUDA registers
+// one (runtime/cuda_graph.cpp); elsewhere, and where a factory declines a list, replays go
+// through run_exec_items.
 class ExecGraph {
  public:
   virtual ~ExecGraph() = default;

@@ -122,9 +122,9 @@ void run_kernel(const ScheduleItem& item, const KernelLaunch& ck) {
   if (knobs::DEBUG >= 2) {
     auto st = get_device(item.device).pool().stats();
     counters.kernel_seconds += t.value_or(0);
-    std::fprintf(stderr, "*** %-6s %4llu %-40s %9.3f ms   mem in use %8.2f MB (peak %.2f MB, reuse %llu/%llu)\n",
+    std::fprintf(stderr, "*** %-6s %4llu %-40s %9.3f ms   mem in use %8.2f MB (peak %.2f MB, cached %.2f MB, reuse %llu/%llu)\n",
                  item.device.c_str(), static_cast<unsigned long long>(counters.kernels_run), ck.name.c_str(),
-                 t.value_or(0) * 1e3, st.bytes_in_use / 1e6, st.peak_bytes / 1e6,
+                 t.value_or(0) * 1e3, st.bytes_in_use / 1e6, st.peak_bytes / 1e6, st.bytes_cached / 1e6,
                  static_cast<unsigned long long>(st.reuse_hits), static_cast<unsigned long long>(st.allocations));
   } else if (knobs::DEBUG >= 1) {
     std::fprintf(stderr, "*** %-6s %4llu %s\n", item.device.c_str(), static_cast<unsigned long long>(counters.kernels_run),

@@ -1,9 +1,9 @@
 // CUDA runtime over the driver API (loaded at run time, runtime/cuda_api.h). Each device is the
 // primary context of one GPU (shared with other libraries in the process) and one non-blocking
-// stream: kernels and copies run on it in order, so memory the pool hands out again is never
-// touched by an earlier kernel after a later one. Copies are synchronous (the host buffer may be
-// freed when copy_in returns). A launch that waits brackets the kernel with two events and
-// reports the GPU time between them.
+// stream: kernels, copies, allocations and frees run on it in order (Note [stream-ordered
+// memory]). Host copies go through pinned staging (runtime/cuda_staging.h). A launch that waits
+// brackets the kernel with two events and reports the GPU time between them. TinyJit replays
+// run as CUDA graphs (runtime/cuda_graph.h).
 #include "tinygrad/runtime/cuda.h"
 
 #include <unistd.h>
@@ -18,6 +18,9 @@
 #include "tinygrad/error.h"
 #include "tinygrad/runtime/cublaslt.h"
 #include "tinygrad/runtime/cuda_api.h"
+#include "tinygrad/runtime/cuda_context.h"
+#include "tinygrad/runtime/cuda_graph.h"
+#include "tinygrad/runtime/cuda_staging.h"
 
 namespace tg {
 
@@ -26,58 +29,52 @@ namespace {
 using cuda::driver;
 using cuda::nvrtc;
 
-// The driver keeps a current context per thread; every entry point makes the device's current.
-void make_current(CUcontext ctx, const std::string& where) {
-  thread_local CUcontext current = nullptr;
-  if (current == ctx) return;
-  TG_CU(where, cuCtxSetCurrent, ctx);
-  current = ctx;
-}
-
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-struct CudaContext {
-  std::string name;
-  CUcontext ctx = nullptr;
-  CUstream stream = nullptr;
-  void current() const { make_current(ctx, "device " + name); }
-};
+using CudaContext = cuda::Context;
 
+// Note [stream-ordered memory]: blocks come from cuMemAllocAsync and go back through
+// cuMemFreeAsync on the device's stream, so neither waits for the GPU (cuMemAlloc and cuMemFree
+// synchronize the device) and a block given back is reused only after the work queued before
+// its free. The memory pool in front (device.h) caches blocks and keeps the statistics; since
+// all work is on the one stream, a block it hands out again is likewise touched by no earlier
+// kernel after a later one. The driver's pool returns what the cache evicts to the system at the
+// next synchronization (release threshold 0, its default). Where the GPU has no memory pools,
+// plain cuMemAlloc / cuMemFree.
 class CudaAllocator : public Allocator {
  public:
-  explicit CudaAllocator(const CudaContext& c) : c_(c) {}
+  CudaAllocator(const CudaContext& c, bool stream_ordered) : c_(c), stream_ordered_(stream_ordered), staging_(c) {}
   void* alloc(size_t bytes) override {
     c_.current();
     CUdeviceptr p = 0;
-    CUresult r = driver().cuMemAlloc(&p, bytes);
+    CUresult r = stream_ordered_ ? driver().cuMemAllocAsync(&p, bytes, c_.stream) : driver().cuMemAlloc(&p, bytes);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) return nullptr;  // the pool frees its cache and tries again
-    cuda::check_cu(r, "cuMemAlloc", "device " + c_.name + ", " + std::to_string(bytes) + " bytes");
+    cuda::check_cu(r, stream_ordered_ ? "cuMemAllocAsync" : "cuMemAlloc",
+                   "device " + c_.name + ", " + std::to_string(bytes) + " bytes");
     return reinterpret_cast<void*>(p);
   }
   // Frees run from destructors, which must not throw: a failure here means the context is
   // already broken, and the next checked call reports it.
   void free(void* ptr, size_t) override {
     c_.current();
-    driver().cuMemFree(reinterpret_cast<CUdeviceptr>(ptr));
+    auto p = reinterpret_cast<CUdeviceptr>(ptr);
+    if (stream_ordered_) driver().cuMemFreeAsync(p, c_.stream);
+    else driver().cuMemFree(p);
   }
   void copy_in(void* dst, const void* src, size_t bytes) override {
-    c_.current();
-    std::string where = "device " + c_.name + ", copy_in of " + std::to_string(bytes) + " bytes";
-    TG_CU(where, cuMemcpyHtoDAsync, reinterpret_cast<CUdeviceptr>(dst), src, bytes, c_.stream);
-    TG_CU(where, cuStreamSynchronize, c_.stream);
+    staging_.copy_in(reinterpret_cast<CUdeviceptr>(dst), src, bytes);
   }
   void copy_out(void* dst, const void* src, size_t bytes) override {
-    c_.current();
-    std::string where = "device " + c_.name + ", copy_out of " + std::to_string(bytes) + " bytes";
-    TG_CU(where, cuMemcpyDtoHAsync, dst, reinterpret_cast<CUdeviceptr>(src), bytes, c_.stream);
-    TG_CU(where, cuStreamSynchronize, c_.stream);
+    staging_.copy_out(dst, reinterpret_cast<CUdeviceptr>(src), bytes);
   }
 
  private:
   const CudaContext& c_;
+  bool stream_ordered_;
+  cuda::PinnedStaging staging_;
 };
 
 class CudaProgram : public Program {
@@ -104,22 +101,25 @@ class CudaProgram : public Program {
       ptrs[i] = reinterpret_cast<CUdeviceptr>(buffers[i]);
       args[i] = &ptrs[i];
     }
-    std::string where = "kernel " + name_ + ", grid " + std::to_string(grid[0]) + "x" + std::to_string(grid[1]) + "x" +
-                        std::to_string(grid[2]) + ", block " + std::to_string(block[0]) + "x" +
-                        std::to_string(block[1]) + "x" + std::to_string(block[2]);
+    // the launch description is built only for an error: a replay without graphs launches
+    // every kernel through here
+    auto launch = [&] {
+      CUresult r = driver().cuLaunchKernel(fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, c_.stream,
+                                           args.data(), nullptr);
+      if (r != CUDA_SUCCESS) cuda::check_cu(r, "cuLaunchKernel", where(grid, block));
+    };
     if (!wait) {
-      TG_CU(where, cuLaunchKernel, fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, c_.stream,
-            args.data(), nullptr);
+      launch();
       return std::nullopt;
     }
+    std::string where = this->where(grid, block);
     std::lock_guard<std::mutex> lock(timing_mu_);
     if (!start_) {
       TG_CU(where, cuEventCreate, &start_, CU_EVENT_DEFAULT);
       TG_CU(where, cuEventCreate, &end_, CU_EVENT_DEFAULT);
     }
     TG_CU(where, cuEventRecord, start_, c_.stream);
-    TG_CU(where, cuLaunchKernel, fn_, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, c_.stream,
-          args.data(), nullptr);
+    launch();
     TG_CU(where, cuEventRecord, end_, c_.stream);
     TG_CU(where, cuEventSynchronize, end_);
     float ms = 0;
@@ -128,6 +128,11 @@ class CudaProgram : public Program {
   }
 
  private:
+  std::string where(const unsigned* grid, const unsigned* block) const {
+    return "kernel " + name_ + ", grid " + std::to_string(grid[0]) + "x" + std::to_string(grid[1]) + "x" +
+           std::to_string(grid[2]) + ", block " + std::to_string(block[0]) + "x" + std::to_string(block[1]) + "x" +
+           std::to_string(block[2]);
+  }
   const CudaContext& c_;
   CUmodule mod_;
   CUfunction fn_;
@@ -185,7 +190,8 @@ class CudaDevice : public Device {
                   v / 1000, v % 1000 / 10, nvrtc_description().c_str(), cublaslt_description().c_str());
     desc_ = buf;
     renderer_ = std::make_unique<CUDARenderer>(lim);
-    allocator_ = std::make_unique<CudaAllocator>(c_);
+    bool pools = attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) != 0;
+    allocator_ = std::make_unique<CudaAllocator>(c_, pools);
     compiler_ = std::make_unique<CudaCompiler>(c_, cc_);
     lt_ = std::make_unique<CublasLt>(name, c_.stream, pool(), [this] { c_.current(); });
   }
@@ -200,6 +206,7 @@ class CudaDevice : public Device {
     return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals;
   }
   std::string description() const override { return desc_; }
+  const CudaContext& context() const { return c_; }
 
  protected:
   std::unique_ptr<Program> make_matmul_program(const MatmulSpec& spec) override { return lt_->matmul(spec); }
@@ -221,6 +228,23 @@ class CudaDevice : public Device {
 };
 
 }  // namespace
+
+namespace cuda {
+
+void Context::current() const {
+  thread_local CUcontext current_ctx = nullptr;
+  if (current_ctx == ctx) return;
+  TG_CU("device " + name, cuCtxSetCurrent, ctx);
+  current_ctx = ctx;
+}
+
+const Context& context_of(const std::string& device) {
+  auto* d = dynamic_cast<CudaDevice*>(&get_device(device));
+  TG_ASSERT(d, "device ", device, " is not a CUDA device");
+  return d->context();
+}
+
+}  // namespace cuda
 
 std::string nvrtc_description() {
   std::string why = cuda::nvrtc_unavailable_reason();
@@ -332,6 +356,8 @@ std::unique_ptr<Device> make_cuda_device(const std::string& name) {
   int count = cuda_device_count();
   TG_CHECK(index < count, "device '", name, "': only ", count, " CUDA device(s) found (CUDA",
            count > 1 ? " .. CUDA:" + std::to_string(count - 1) : std::string(), ")");
+  static std::once_flag graphs;
+  std::call_once(graphs, cuda::register_cuda_graphs);
   return std::make_unique<CudaDevice>(name, index);
 }
 

@@ -20,7 +20,10 @@ namespace tg::cuda {
   X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuModuleLoadData)                   \
   X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel) X(cuEventCreate) X(cuEventRecord)               \
-  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy) X(cuFuncGetAttribute)
+  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy) X(cuFuncGetAttribute)                       \
+  X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamBeginCapture)           \
+  X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphExecUpdate) X(cuGraphLaunch) X(cuGraphDestroy)        \
+  X(cuGraphExecDestroy)
 
 #define TG_NVRTC_FUNCS(X)                                                                                    \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs)               \

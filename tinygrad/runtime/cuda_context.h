@@ -1,0 +1,22 @@
+// What the parts of the CUDA device share (runtime/cuda*.cpp only): the GPU's primary context and
+// the device's one stream, on which kernels, copies, stream-ordered allocations and graph launches
+// run in order.
+#pragma once
+#include <string>
+
+#include "tinygrad/runtime/cuda_api.h"
+
+namespace tg::cuda {
+
+struct Context {
+  std::string name;  // "CUDA", "CUDA:1"
+  CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
+  // Makes ctx current on this thread (the driver keeps one per thread).
+  void current() const;
+};
+
+// The context of an open CUDA device ("CUDA", "CUDA:1"); an internal error for other devices.
+const Context& context_of(const std::string& device);
+
+}  // namespace tg::cuda
