@@ -2,7 +2,7 @@
 //
 // Note [matching a matmul kernel]: `a.matmul(b)` lowers to
 //   STORE(out, idx, [CAST] [MAX(_, 0)] [CAST] [ADD(_, LOAD bias)] [CAST] REDUCE(ADD, x * y, ranges))
-// where x and y are LOADs (or float32 LOADs cast to bfloat16), every index a linear form in the kernel's
+// where x and y are LOADs (or float32 LOADs cast to bfloat16), half ones widened to float32, every index a linear form in the kernel's
 // RANGEs (Note [linear forms] in rewrite.cpp). Each range is classified by where its stride is nonzero: a
 // reduce range read by both loads is k; an output range read by x only is m, by y only is n, by both is the
 // batch. Ranges of one class that are laid out as one dim in every access (outer stride = inner size * inner
@@ -121,9 +121,16 @@ std::optional<MatmulSpec> match_matmul(const UOpPtr& ast, const std::vector<DTyp
   auto rounded = [](const UOpPtr& x) {
     return x->op == Op::CAST && x->dtype == DType::BFloat16 && x->src[0]->dtype == DType::Float32;
   };
-  spec.inputs_bf16 = rounded(product->src[0]) && rounded(product->src[1]);
-  UOpPtr x = spec.inputs_bf16 ? product->src[0]->src[0] : product->src[0];
-  UOpPtr y = spec.inputs_bf16 ? product->src[1]->src[0] : product->src[1];
+  // half operands widened to float32 for the product (Note [half products in float32], tensor_nn.cpp):
+  // the library multiplies and accumulates half inputs in float32 itself
+  auto unwiden = [](const UOpPtr& x) {
+    bool widened = x->op == Op::CAST && x->dtype == DType::Float32 &&
+                   (x->src[0]->dtype == DType::Float16 || x->src[0]->dtype == DType::BFloat16);
+    return widened ? x->src[0] : x;
+  };
+  UOpPtr x = unwiden(product->src[0]), y = unwiden(product->src[1]);
+  spec.inputs_bf16 = rounded(x) && rounded(y);
+  if (spec.inputs_bf16) x = x->src[0], y = y->src[0];
   if (x->op != Op::LOAD || y->op != Op::LOAD) return std::nullopt;
   auto a = access_of(x), b = access_of(y);
   if (!a || !b || a->dtype != b->dtype || !library_float(a->dtype)) return std::nullopt;
