@@ -173,21 +173,17 @@ std::vector<std::string> bench_names() {
   return n;
 }
 
-namespace {
-
-std::vector<std::string> default_names() {
+std::vector<std::string> default_bench_names() {
   std::vector<std::string> n;
   for (auto& [k, v] : workloads())
     if (v.by_default) n.push_back(k);
   return n;
 }
 
-}  // namespace
-
 std::vector<BenchResult> run_bench(const std::vector<std::string>& names, int repetitions) {
   TG_CHECK(repetitions > 0, "tg bench: repetitions must be positive, got ", repetitions);
   std::vector<BenchResult> out;
-  for (auto& n : names.empty() ? default_names() : names) {
+  for (auto& n : names.empty() ? default_bench_names() : names) {
     auto it = workloads().find(n);
     if (it == workloads().end()) {
       std::string list;

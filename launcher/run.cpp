@@ -222,7 +222,7 @@ int tg_main(int argc, char** argv) {
         if (a.rfind("--reps=", 0) == 0) reps = std::stoi(a.substr(7));
         else names.push_back(a);
       }
-      for (auto& n : names.empty() ? bench_names() : names) {
+      for (auto& n : names.empty() ? default_bench_names() : names) {
         for (auto& r : run_bench({n}, reps)) std::cout << bench_json(r) << std::endl;
       }
       return 0;
