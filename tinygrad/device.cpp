@@ -128,12 +128,13 @@ Program* Device::get_matmul_program(const MatmulSpec& spec) {
 }
 
 std::string MatmulSpec::name() const {
-  std::string s = "matmul_" + std::string(dtype_name(inputs_bf16 ? DType::BFloat16 : a.dtype)) + "_";
+  DType inputs = inputs_bf16 ? DType::BFloat16 : a.dtype;
+  std::string s = "matmul_" + std::string(dtype_name(inputs)) + "_";
   if (batch > 1) s += std::to_string(batch) + "x";
   s += std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
   if (bias) s += "_bias";
   if (relu) s += "_relu";
-  if (out.dtype != (inputs_bf16 ? DType::BFloat16 : a.dtype)) s += "_to_" + std::string(dtype_name(out.dtype));
+  if (out.dtype != inputs) s += "_to_" + std::string(dtype_name(out.dtype));
   return s;
 }
 

@@ -59,7 +59,7 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_fe
 Tensor Linear::forward(const Tensor& x) {
   TG_CHECK(x.ndim() >= 1 && x.shape().back() == in_features, "Linear: input ", x.describe(),
            " must end in in_features=", in_features);
-  Tensor y = at_compute_dtype(compute_dtype(), x, weight, [](const Tensor& a, const Tensor& w) { return a.matmul(w.T()); });
+  Tensor y = at_compute_dtype(compute_dtype(), x, weight, [](const Tensor& a, const Tensor& w) { return a.linear(w); });
   return bias ? y + *bias : y;
 }
 

@@ -17,6 +17,7 @@
 
 #include "tinygrad/error.h"
 #include "tinygrad/runtime/cuda_api.h"
+#include "tinygrad/runtime/cuda_context.h"
 
 namespace tg {
 
@@ -243,16 +244,7 @@ class LtMatmul : public Program {
       run();
       return std::nullopt;
     }
-    CUevent ev[2] = {nullptr, nullptr};
-    for (auto& e : ev) TG_CU(where_, cuEventCreate, &e, CU_EVENT_DEFAULT);
-    TG_CU(where_, cuEventRecord, ev[0], stream_);
-    run();
-    TG_CU(where_, cuEventRecord, ev[1], stream_);
-    TG_CU(where_, cuEventSynchronize, ev[1]);
-    float ms = 0;
-    TG_CU(where_, cuEventElapsedTime, &ms, ev[0], ev[1]);
-    for (auto e : ev) cuda::driver().cuEventDestroy(e);
-    return ms * 1e-3;
+    return cuda::timed_on_stream(stream_, where_, run);
   }
 
  private:

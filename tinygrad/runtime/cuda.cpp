@@ -112,19 +112,7 @@ class CudaProgram : public Program {
       launch();
       return std::nullopt;
     }
-    std::string where = this->where(grid, block);
-    std::lock_guard<std::mutex> lock(timing_mu_);
-    if (!start_) {
-      TG_CU(where, cuEventCreate, &start_, CU_EVENT_DEFAULT);
-      TG_CU(where, cuEventCreate, &end_, CU_EVENT_DEFAULT);
-    }
-    TG_CU(where, cuEventRecord, start_, c_.stream);
-    launch();
-    TG_CU(where, cuEventRecord, end_, c_.stream);
-    TG_CU(where, cuEventSynchronize, end_);
-    float ms = 0;
-    TG_CU(where, cuEventElapsedTime, &ms, start_, end_);
-    return ms * 1e-3;
+    return cuda::timed_on_stream(c_.stream, where(grid, block), launch);
   }
 
  private:
@@ -137,8 +125,6 @@ class CudaProgram : public Program {
   CUmodule mod_;
   CUfunction fn_;
   std::string name_;
-  std::mutex timing_mu_;
-  CUevent start_ = nullptr, end_ = nullptr;
 };
 
 class CudaCompiler : public Compiler {
@@ -236,6 +222,25 @@ void Context::current() const {
   if (current_ctx == ctx) return;
   TG_CU("device " + name, cuCtxSetCurrent, ctx);
   current_ctx = ctx;
+}
+
+double timed_on_stream(CUstream stream, const std::string& where, const std::function<void()>& run) {
+  struct Events {  // destroyed however the timing ends
+    CUevent start = nullptr, end = nullptr;
+    ~Events() {
+      if (start) driver().cuEventDestroy(start);
+      if (end) driver().cuEventDestroy(end);
+    }
+  } ev;
+  TG_CU(where, cuEventCreate, &ev.start, CU_EVENT_DEFAULT);
+  TG_CU(where, cuEventCreate, &ev.end, CU_EVENT_DEFAULT);
+  TG_CU(where, cuEventRecord, ev.start, stream);
+  run();
+  TG_CU(where, cuEventRecord, ev.end, stream);
+  TG_CU(where, cuEventSynchronize, ev.end);
+  float ms = 0;
+  TG_CU(where, cuEventElapsedTime, &ms, ev.start, ev.end);
+  return ms * 1e-3;
 }
 
 const Context& context_of(const std::string& device) {

@@ -2,6 +2,7 @@
 // the device's one stream, on which kernels, copies, stream-ordered allocations and graph launches
 // run in order.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "tinygrad/runtime/cuda_api.h"
@@ -18,5 +19,9 @@ struct Context {
 
 // The context of an open CUDA device ("CUDA", "CUDA:1"); an internal error for other devices.
 const Context& context_of(const std::string& device);
+
+// Queues `run`'s work on `stream` between two events, waits for it and returns the GPU time
+// between them, in seconds (Feature::Timing: a launch that waits, DEBUG=2's per-kernel times).
+double timed_on_stream(CUstream stream, const std::string& where, const std::function<void()>& run);
 
 }  // namespace tg::cuda
