@@ -252,10 +252,27 @@ void Config::set(const std::string& key, Value v) {
   values_[key] = std::move(v);
 }
 
+namespace {
+
+// An override may name a key by its last part alone when no other key ends the same way:
+// `device=CUDA` is `train.device=CUDA`, `lr=0.01` is `optim.lr=0.01`.
+std::string full_key(const std::string& key) {
+  if (key.find('.') != std::string::npos) return key;
+  std::string found;
+  for (const auto& f : config_schema()) {
+    if (leaf(f.key) != key) continue;
+    if (!found.empty()) return key;  // ambiguous: reported as unknown, with a suggestion
+    found = f.key;
+  }
+  return found.empty() ? key : found;
+}
+
+}  // namespace
+
 void Config::apply_override(const std::string& assignment) {
   auto eq = assignment.find('=');
   TG_CHECK(eq != std::string::npos && eq > 0, "override '", assignment, "' is not of the form key=value (e.g. optim.lr=0.01)");
-  set_text(trim(assignment.substr(0, eq)), assignment.substr(eq + 1), "override");
+  set_text(full_key(trim(assignment.substr(0, eq))), assignment.substr(eq + 1), "override");
 }
 
 void Config::validate() const {

@@ -123,6 +123,16 @@ TEST(LauncherConfig, TypedOverrides) {
   EXPECT_EQ(d.get_ints("model.hidden"), std::vector<int64_t>{512});  // one int is a list of one
 }
 
+TEST(LauncherConfig, OverrideByLastPartWhenUnique) {
+  Config c = parse_config("", "t.yaml", {"device=CUDA", "lr=0.5", "precision=bf16"});
+  EXPECT_EQ(c.get_string("train.device"), "CUDA");
+  EXPECT_DOUBLE_EQ(c.get_float("optim.lr"), 0.5);
+  EXPECT_EQ(c.get_string("train.precision"), "bf16");
+  // "seed" ends data.seed and train.seed: not guessed
+  EXPECT_NE(error_of([] { parse_config("", "t.yaml", {"seed=3"}); }).find("unknown config key 'seed'"),
+            std::string::npos);
+}
+
 TEST(LauncherConfig, UnknownKeySuggestsNearest) {
   EXPECT_EQ(error_of([] { parse_config("optim:\n  lrr: 0.1\n", "cfg.yaml"); }),
             "cfg.yaml: unknown config key 'optim.lrr' (did you mean 'optim.lr'?)");

@@ -305,5 +305,37 @@ TEST_F(CudaMatmul, Debug2TimesLibraryKernels) {
   EXPECT_NE(err.find("matmul_bfloat16_256x256x256"), std::string::npos) << err;
 }
 
+// A two-layer perceptron's step (Note [library matmul operands]): relu(h) entering the second
+// layer and the masked gradient dz * (h > 0) are written by elementwise kernels, so all five
+// products (two forward, three backward) run through the library, with the same gradients as the
+// generated kernels.
+TEST_F(CudaMatmul, ComputedOperandsOfATrainingStepAreBuffers) {
+  auto step = [](bool library, std::vector<std::string>& names) {
+    knobs::MATMUL_LIB.set(library ? 1 : 0);
+    Tensor x = rnd({64, 48}, 21, -1, 1).to("CUDA").realize(), t = rnd({64, 24}, 22, -1, 1).to("CUDA").realize();
+    Tensor w1 = rnd({40, 48}, 23, -0.3, 0.3).to("CUDA").realize(), b1 = rnd({40}, 24, -0.3, 0.3).to("CUDA").realize();
+    Tensor w2 = rnd({24, 40}, 25, -0.3, 0.3).to("CUDA").realize();
+    for (Tensor* p : {&w1, &b1, &w2}) p->requires_grad_();
+    Tensor loss = (x.linear(w1, b1).relu().linear(w2) * t).sum();
+    Tensors grads = loss.gradients({w1, b1, w2});
+    ExecRecorder rec = [&](const ExecItem& e) { names.push_back(e.launch.name); };
+    ExecRecorder* prev = set_exec_recorder(&rec);
+    Tensor::realize_all(grads);
+    set_exec_recorder(prev);
+    std::vector<float> all;
+    for (auto& g : grads)
+      for (float v : g.to_vector<float>()) all.push_back(v);
+    return all;
+  };
+  std::vector<std::string> lib_names, gen_names;
+  std::vector<float> lib = step(true, lib_names), gen = step(false, gen_names);
+  int products = 0;
+  for (auto& n : lib_names) products += n.rfind("matmul_", 0) == 0;
+  EXPECT_EQ(products, 5) << ::testing::PrintToString(lib_names);
+  ASSERT_EQ(lib.size(), gen.size());
+  for (size_t i = 0; i < lib.size(); i++)
+    ASSERT_NEAR(lib[i], gen[i], 1e-4 * (1 + std::fabs(gen[i]))) << "gradient element " << i;
+}
+
 }  // namespace
 }  // namespace tg

@@ -110,6 +110,8 @@ int alignment(int64_t offset, DType t) {
 
 }  // namespace
 
+bool cublaslt_available() { return lt().reason.empty(); }
+
 std::string cublaslt_description() {
   if (!lt().reason.empty()) return "no cuBLASLt: " + lt().reason;
   size_t v = lt().cublasLtGetVersion();

@@ -16,6 +16,7 @@ namespace tg {
 // "cuBLASLt 13.0.2" when libcublasLt loaded, else why not ("no cuBLASLt: libcublasLt not found
 // (tried ...)"); the CUDA device's description includes it.
 std::string cublaslt_description();
+bool cublaslt_available();  // libcublasLt loaded
 
 // One per CUDA device: the handle and a heuristic workspace (32 MiB from the device's pool).
 // Products run on the device's stream, so they order with its kernels and copies and are

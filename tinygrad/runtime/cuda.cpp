@@ -189,6 +189,7 @@ class CudaDevice : public Device {
     TG_CU("device " + name(), cuStreamSynchronize, c_.stream);
   }
   bool supports(Feature f) const override {
+    if (f == Feature::MatmulLibrary) return cublaslt_available();
     return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals;
   }
   std::string description() const override { return desc_; }

@@ -15,13 +15,25 @@
 // forward pass, then the backward pass reads the pre-activations again); without this each of
 // them would recompute every convolution it reaches. The cost is one extra pass over the output
 // where a bias and activation used to fuse into the convolution's kernel.
+//
+// Note [library matmul operands]: a device library (Feature::MatmulLibrary) runs a product from
+// buffers only (Note [matching a matmul kernel] in match_matmul.cpp), but an operand computed
+// elementwise (relu(h) entering the next layer, the masked gradient dy * (h > 0) in the backward
+// pass) is recomputed inline by the product's kernel, which then stays a generated kernel. On
+// such devices the computed operand of a product is a realize point instead: one elementwise
+// kernel writes it and the library reads it. A product here is a sum over a MUL whose two sides
+// each broadcast (EXPAND) their base across the other's rows, through reshapes, permutes and
+// widening casts only; windows (convolutions: SHRINK, PAD) and plain sums of products
+// (sum(x * y), no broadcast) keep their fused kernels.
 #include "tinygrad/schedule/schedule.h"
 
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
 
 namespace tg {
 
@@ -47,6 +59,33 @@ std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
   return nullptr;
 }
 
+bool widening_cast(const UOp& u) {
+  return u.op == Op::CAST && u.dtype == DType::Float32 &&
+         (u.src[0]->dtype == DType::Float16 || u.src[0]->dtype == DType::BFloat16);
+}
+
+// The node one side of a product reads through its broadcast (Note [library matmul operands]),
+// or nullptr when the side is not such a view.
+const UOp* product_operand(const UOp* side) {
+  bool broadcast = false;
+  for (;; side = side->src[0].get()) {
+    if (side->op == Op::EXPAND)
+      broadcast = true;
+    else if (side->op != Op::RESHAPE && side->op != Op::PERMUTE && !widening_cast(*side))
+      break;
+  }
+  return broadcast ? side : nullptr;
+}
+
+bool runs_library_matmuls(const std::string& device) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, bool> by_device;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_device.find(device);
+  if (it == by_device.end()) it = by_device.emplace(device, get_device(device).supports(Feature::MatmulLibrary)).first;
+  return it->second && knobs::MATMUL_LIB.get();
+}
+
 }  // namespace
 
 std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
@@ -70,6 +109,17 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       realize.insert(u.get());
     if (u->op == Op::COPY || u->op == Op::ALLREDUCE)
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
+  }
+
+  // 2b. computed operands of library products (Note [library matmul operands])
+  for (auto& u : order) {
+    if (u->op != Op::REDUCE_AXIS || u->arg_reduce().op != Op::ADD || existing_buffer(u.get())) continue;
+    const UOp* product = u->src[0].get();
+    if (product->op != Op::MUL || !runs_library_matmuls(u->device)) continue;
+    const UOp *x = product_operand(product->src[0].get()), *y = product_operand(product->src[1].get());
+    if (!x || !y) continue;
+    for (const UOp* side : {x, y})
+      if (is_alu(side->op) && !existing_buffer(side)) realize.insert(side);
   }
 
   // 3. fuse a single-reader reduce into the elementwise kernel above it
