@@ -318,6 +318,7 @@ TEST_F(CudaMatmul, ComputedOperandsOfATrainingStepAreBuffers) {
     for (Tensor* p : {&w1, &b1, &w2}) p->requires_grad_();
     Tensor loss = (x.linear(w1, b1).relu().linear(w2) * t).sum();
     Tensors grads = loss.gradients({w1, b1, w2});
+    grads.push_back(loss);
     ExecRecorder rec = [&](const ExecItem& e) { names.push_back(e.launch.name); };
     ExecRecorder* prev = set_exec_recorder(&rec);
     Tensor::realize_all(grads);

@@ -23,7 +23,7 @@
 // such devices the computed operand of a product is a realize point instead: one elementwise
 // kernel writes it and the library reads it. A product here is a sum over a MUL whose two sides
 // each broadcast (EXPAND) their base across the other's rows, through reshapes, permutes and
-// widening casts only; windows (convolutions: SHRINK, PAD) and plain sums of products
+// casts between float types only (the library rounds or widens operands itself); windows (convolutions: SHRINK, PAD) and plain sums of products
 // (sum(x * y), no broadcast) keep their fused kernels.
 #include "tinygrad/schedule/schedule.h"
 
@@ -59,10 +59,8 @@ std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
   return nullptr;
 }
 
-bool widening_cast(const UOp& u) {
-  return u.op == Op::CAST && u.dtype == DType::Float32 &&
-         (u.src[0]->dtype == DType::Float16 || u.src[0]->dtype == DType::BFloat16);
-}
+bool library_float(DType t) { return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32; }
+bool float_cast(const UOp& u) { return u.op == Op::CAST && library_float(u.dtype) && library_float(u.src[0]->dtype); }
 
 // The node one side of a product reads through its broadcast (Note [library matmul operands]),
 // or nullptr when the side is not such a view.
@@ -71,7 +69,7 @@ const UOp* product_operand(const UOp* side) {
   for (;; side = side->src[0].get()) {
     if (side->op == Op::EXPAND)
       broadcast = true;
-    else if (side->op != Op::RESHAPE && side->op != Op::PERMUTE && !widening_cast(*side))
+    else if (side->op != Op::RESHAPE && side->op != Op::PERMUTE && !float_cast(*side))
       break;
   }
   return broadcast ? side : nullptr;
