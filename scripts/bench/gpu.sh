@@ -18,10 +18,16 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 DEVICE=CUDA build/launcher/tg bench "${args[@]}" | tee "$out/tg.jsonl"
 TORCH_DEVICE=cuda python3 scripts/bench/torch_cpu.py "${args[@]}" | tee "$out/torch.jsonl"
-python3 - "$out/tg.jsonl" "$out/torch.jsonl" <<'PY'
+# the training steps again through torch.compile with CUDA graphs
+steps=()
+for a in "${args[@]}"; do [[ $a == --* || $a == *_step ]] && steps+=("$a"); done
+[[ ${#steps[@]} -gt 0 ]] && { TORCH_COMPILE=1 TORCH_DEVICE=cuda python3 scripts/bench/torch_cpu.py "${steps[@]}" |
+  tee "$out/compiled.jsonl" || echo "torch.compile failed: no compiled column"; }
+touch "$out/compiled.jsonl"
+python3 - "$out/tg.jsonl" "$out/torch.jsonl" "$out/compiled.jsonl" <<'PY'
 import json, sys
-load = lambda p: {r["name"]: r for r in map(json.loads, filter(str.strip, open(p)))}
-tg, pt = load(sys.argv[1]), load(sys.argv[2])
+load = lambda p: {r["name"]: r for r in map(json.loads, filter(lambda l: l.startswith("{"), open(p)))}
+tg, pt, pc = load(sys.argv[1]), load(sys.argv[2]), load(sys.argv[3])
 print(f"{'workload':<18}{'tinygrad++ ms':>15}{'PyTorch ms':>12}{'ratio':>8}  throughput (tinygrad++ / PyTorch)")
 for n in tg:
     a, b = tg[n], pt.get(n)
@@ -29,5 +35,7 @@ for n in tg:
     tp = f"{a[unit]:.0f} / {b[unit]:.0f} {'GFLOP/s' if unit == 'gflops' else 'GB/s'}" if unit and b else ""
     if "peak_mb" in a and b and "peak_mb" in b:
         tp = f"peak memory {a['peak_mb']:.1f} / {b['peak_mb']:.1f} MB"
+    if n in pc:
+        tp += f"; torch.compile {pc[n]['ms']:.3f} ms, ratio {a['ms'] / pc[n]['ms']:.2f}"
     print(f"{n:<18}{a['ms']:>15.3f}{(b['ms'] if b else float('nan')):>12.3f}{(a['ms'] / b['ms'] if b else float('nan')):>8.2f}  {tp}")
 PY

@@ -2,7 +2,9 @@
 """PyTorch's side of the CPU benchmark: the workloads of `tg bench` (launcher/bench.cpp), with the
 same shapes, optimizers and timing rule (median of the timed repetitions after two warm-ups).
 Prints one JSON object per line, as `tg bench` does. TORCH_DEVICE=cuda runs them on the GPU
-(scripts/bench/gpu.sh), synchronizing after every step."""
+(scripts/bench/gpu.sh), synchronizing after every step. TORCH_COMPILE=1 runs the training steps
+(mlp_step, cnn_step) through torch.compile with CUDA graphs (mode="reduce-overhead"): forward,
+backward and the optimizer step as one compiled function."""
 import json
 import os
 import statistics
@@ -47,12 +49,17 @@ def train_step(name, reps, model, opt):
     x = torch.randn(512, 1, 28, 28, device=DEV)
     y = torch.randint(0, 10, (512,), device=DEV)
 
-    def step():
+    def update():
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        loss.item()
+        return loss
+    if os.environ.get("TORCH_COMPILE") == "1":
+        update = torch.compile(update, mode="reduce-overhead")
+
+    def step():
+        update().item()
     r = measure(name, reps, step)
     if DEV.type == "cuda":  # the step's own memory (model, optimizer, inputs), as tg bench reports it
         r["peak_mb"] = torch.cuda.max_memory_allocated() / 1e6
