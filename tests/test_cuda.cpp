@@ -200,25 +200,6 @@ TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
   EXPECT_EQ(one[0].kernel.global_size[0], 64);
 }
 
-TEST(CudaRenderer, ScratchCnn) {
-  TensorOptions cpu{.device = "CL"};
-  auto r = [&](const Shape& s, uint32_t seed) { return Tensor::from_vector(testutil::rnd_values(prod(s), seed), s, cpu); };
-  Tensor x = r({512, 32, 24, 24}, 1), w = r({32, 32, 5, 5}, 2);
-  Tensor y = x.conv2d(w);
-  Tensor bn = (y * y).sum({0, 2, 3});
-  Tensor g = r({512, 32, 20, 20}, 3);
-  Tensor loss = (y * g).sum();
-  auto grads = loss.gradients({x, w});
-  for (auto& k : render_cuda({y, bn, grads[0], grads[1]})) {
-    std::printf("%s global", k.name.c_str());
-    for (auto v : k.kernel.global_size) std::printf(" %lld", (long long)v);
-    std::printf(" local");
-    for (auto v : k.kernel.local_size) std::printf(" %lld", (long long)v);
-    std::printf("\n");
-    if (getenv("SHOWSRC")) std::printf("%s\n", k.source.c_str());
-  }
-}
-
 class Cuda : public testutil::CudaTest {
  protected:
   // Realizes t at DEBUG=4 and returns the generated source that was printed.

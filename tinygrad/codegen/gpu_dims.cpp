@@ -14,7 +14,9 @@
 // partials. L is a power of two that divides N, at most group_threads and at most
 // N/group_min_per_thread, so no thread reads out of range and each has a few loads to overlap,
 // and small enough for every accumulator's combine to fit group_local_bytes; only thread 0
-// stores. Work-groups are numbered on dimension 0 (all output loops flattened into the group
+// stores. A group also holds at most group_accumulators accumulators in all (a register tile's
+// lanes each have one per thread), which leaves registers for the loads in flight. Work-groups
+// are numbered on dimension 0 (all output loops flattened into the group
 // id), so any number of outputs fits a CUDA grid. Neighbouring threads take neighbouring
 // elements of the innermost reduce loop, so a warp's loads are contiguous where that loop is
 // (BatchNorm's statistics over N, H, W of an NCHW tensor read whole rows and images).
@@ -142,6 +144,7 @@ Grouping find_grouping(const LinearKernel& k, const GpuLimits& lim) {
   if (!few_outputs && !long_reduce && !row) return {};
   int64_t cap = std::min(lim.group_threads, n / lim.group_min_per_thread);
   cap = std::min(cap, lim.group_local_bytes * lim.group_threads_per_slot / slot_bytes);
+  cap = std::min(cap, lim.group_accumulators / static_cast<int64_t>(g.accs.size()));
   g.threads = pow2_divisor(n, cap);
   if (g.threads < 16) return {};
   return g;

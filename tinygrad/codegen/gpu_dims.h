@@ -26,6 +26,9 @@ struct GpuLimits {
   // share one slot of it (CUDA: a warp, whose partials meet through shuffles first).
   int64_t group_local_bytes = 16384;
   int64_t group_threads_per_slot = 1;
+  // Accumulators (threads times accumulators per thread) of one group: 16 per thread of a full
+  // group of 1024, so a register tile's lanes leave registers for the loads in flight.
+  int64_t group_accumulators = 16384;
   // Elementwise kernels of at least lanes_min_threads * lanes elements give each thread `lanes`
   // elements, a work-group's width apart (Note [elementwise lanes]); 1 turns this off.
   int64_t lanes = 4;
