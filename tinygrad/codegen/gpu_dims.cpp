@@ -107,9 +107,9 @@ bool row_loads(const LinearKernel& k, const UOpPtr& range, size_t n_outer) {
 }
 
 struct Grouping {
-  std::vector<UOpPtr> accs;    // every accumulator of the kernel, all over `loops`
-  std::vector<UOpPtr> loops;   // the reduce loops, outermost first
-  int64_t length = 0;          // their product: the elements of one reduction
+  std::vector<UOpPtr> accs;   // every accumulator of the kernel, all over `loops`
+  std::vector<UOpPtr> loops;  // the reduce loops, outermost first
+  int64_t length = 0;         // their product: the elements of one reduction
   int64_t threads = 0;
 };
 
@@ -130,10 +130,9 @@ Grouping find_grouping(const LinearKernel& k, const GpuLimits& lim) {
   if (g.accs.empty()) return {};
   for (auto& r : g.loops)  // the loops are opened once, one after the other (one accumulator group)
     if (std::count(k.uops.begin(), k.uops.end(), r) != 1) return {};
-  auto first = std::find(k.uops.begin(), k.uops.end(), g.loops[0]);
+  auto first = static_cast<size_t>(std::find(k.uops.begin(), k.uops.end(), g.loops[0]) - k.uops.begin());
   for (size_t i = 1; i < g.loops.size(); i++)
-    if (first + static_cast<std::ptrdiff_t>(i) == k.uops.end() || *(first + static_cast<std::ptrdiff_t>(i)) != g.loops[i])
-      return {};
+    if (first + i >= k.uops.size() || k.uops[first + i] != g.loops[i]) return {};
   g.length = 1;
   for (auto& r : g.loops) g.length *= trip(r);
   int64_t n = g.length;

@@ -54,8 +54,12 @@ std::vector<Opt> gpu_hand_coded_opts(const UOpPtr& ast) {
   int64_t n_out = 1, n_red = 1;
   for (auto& a : axes) {
     if (a.size <= 1) continue;
-    if (a.reduce) n_red *= a.size;
-    else outputs.push_back(&a), n_out *= a.size;
+    if (a.reduce) {
+      n_red *= a.size;
+    } else {
+      outputs.push_back(&a);
+      n_out *= a.size;
+    }
   }
   if (n_red == 1) return {};
   std::vector<std::unordered_set<const UOp*>> loads;  // the loops each load's address moves along
@@ -64,7 +68,9 @@ std::vector<Opt> gpu_hand_coded_opts(const UOpPtr& ast) {
     if (n->op == Op::LOAD) loads.push_back(ranges_in(n->src[1]));
     if (n->op == Op::STORE) store_index.push_back(n->src[1]);
   }
-  auto moves = [](const std::unordered_set<const UOp*>& l, const KernelAxis* ax) { return l.count(ax->range.get()) > 0; };
+  auto moves = [](const std::unordered_set<const UOp*>& l, const KernelAxis* ax) {
+    return l.count(ax->range.get()) > 0;
+  };
   auto reused_along = [&](const KernelAxis* ax) {
     bool dependent = false, independent = false;
     for (auto& l : loads) (moves(l, ax) ? dependent : independent) = true;
