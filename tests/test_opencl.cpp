@@ -3,11 +3,16 @@
 // onto work-items, and the grouped reduction through local memory and barriers.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "ops_util.h"
 #include "test_util.h"
+#include "tinygrad/codegen/linearize.h"
+#include "tinygrad/codegen/opt_gpu.h"
 #include "tinygrad/device.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/runtime/opencl.h"
+#include "tinygrad/schedule/schedule.h"
 
 namespace tg {
 namespace {
@@ -97,6 +102,41 @@ TEST_F(OpenCL, RowReductionsAndLanesMatch) {
   std::string esrc = source_of(e);
   EXPECT_NE(esrc.find("get_local_id(0)"), std::string::npos) << esrc;
   EXPECT_TRUE(match(e));
+}
+
+// The kernels of the CNN's second convolution (batch 512, 5x5, 32 -> 32 channels) in a training
+// step, laid out for this device (NCHW) without running them: the forward pass and the input
+// gradient get 4 x 4 register tiles (Note [gpu register tiles]); BatchNorm's statistics are one
+// group per channel over one flat loop, and the weight gradient a grouped reduction with the 25
+// taps as lanes (Note [grouped reduction]), its group small enough for 25 combines in local memory.
+TEST_F(OpenCL, ConvolutionStepLayouts) {
+  Tensor x = rnd({512, 32, 24, 24}, 1), w = rnd({32, 32, 5, 5}, 2);
+  x.requires_grad_(true);
+  w.requires_grad_(true);
+  Tensor y = x.conv2d(w);
+  Tensor stats = y.sum({0, 2, 3});
+  Tensors g = (y * rnd(y.shape(), 3)).sum().gradients({x, w});
+  std::map<std::string, LinearKernel> kernels;
+  for (auto& item : create_schedule({y.uop(), stats.uop(), g[0].uop(), g[1].uop()})) {
+    if (item.kind != ScheduleItem::Kind::Kernel) continue;
+    std::vector<DType> dtypes;
+    for (auto& b : item.buffers) dtypes.push_back(b->dtype());
+    LinearKernel k = linearize(apply_opts(item.ast, gpu_hand_coded_opts(item.ast)), dtypes);
+    get_device("CL").renderer().prepare(k);
+    kernels[k.name] = k;
+  }
+  std::string names;
+  for (auto& [n, k] : kernels) names += n + " ";
+  for (const char* n : {"r_512_8_20_5__32_5_5_x16", "r_512_8_24_6__32_5_5_x16"}) {
+    ASSERT_TRUE(kernels.count(n)) << n << " not in " << names;
+    EXPECT_TRUE(kernels[n].group_reduces.empty());
+  }
+  ASSERT_TRUE(kernels.count("r_32__512_20_20")) << names;
+  EXPECT_EQ(kernels["r_32__512_20_20"].global_size, (std::vector<int64_t>{32 * 1024}));
+  ASSERT_TRUE(kernels.count("r_32_32__512_20_20_x25")) << names;
+  const LinearKernel& dw = kernels["r_32_32__512_20_20_x25"];
+  EXPECT_EQ(dw.group_reduces.size(), 25u);
+  EXPECT_EQ(dw.local_size, (std::vector<int64_t>{128}));  // 25 float combines of 128 slots: 12.5 KiB
 }
 
 TEST_F(OpenCL, ShortReductionsStayInOneThread) {

@@ -247,6 +247,18 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{"groups_stride_dilation", {2, 6, 9, 8}, {9, 2, 3, 2}, {2, 3}, {1, 2}, {2, 1}, 3, false}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Shapes that take the GPU layouts (Note [gpu register tiles] in codegen/opt_gpu.cpp, Note
+// [grouped reduction] in codegen/gpu_dims.cpp) while the reference stays cheap: 2^18 outputs of
+// one input channel get a 4 x 4 register tile and their weight gradient is a grouped reduction
+// over 2^16 elements; an odd width over 8 input channels has a weight gradient grouped over
+// 4224 elements (128 threads) with the 3x3 taps as lanes.
+TEST(Ops, Conv2dAtGpuLayoutShapes) {
+  for (auto [xs, ws] : {std::pair<Shape, Shape>{{16, 1, 66, 66}, {4, 1, 3, 3}}, {{4, 8, 34, 35}, {16, 8, 3, 3}}}) {
+    auto f = [](const Tensors& t) { return t[0].conv2d(t[1], t[2]); };
+    EXPECT_TRUE(check_fwd_bwd(f, {rnd(xs, 121), rnd(ws, 122, -1, 1), rnd({ws[0]}, 123)}, Tol{1e-3, 1e-3})) << shape_str(xs);
+  }
+}
+
 TEST(Ops, Conv2dHandChecked) {
   Tensor x = vec({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
   Tensor w = vec({1, 0, 0, -1}, {1, 1, 2, 2});  // x[i,j] - x[i+1,j+1]

@@ -133,6 +133,18 @@ INSTANTIATE_TEST_SUITE_P(Ops, Reduce,
                                   (std::get<2>(info.param) ? "_keep" : "");
                          });
 
+// Reductions over several axes at once, as BatchNorm's statistics (Note [grouped reduction] in
+// codegen/gpu_dims.cpp: one flat loop over N, H, W): a power-of-two count, an odd one (one
+// thread per output), and mean, var and max with their gradients.
+TEST(Ops, ReduceOverSeveralAxes) {
+  for (const Shape& s : {Shape{16, 3, 16, 16}, Shape{5, 3, 9, 7}, Shape{6, 4, 8, 12}}) {
+    Tensor x = rnd(s, 131);
+    EXPECT_TRUE(match_all({x.sum({0, 2, 3}), x.max({0, 2, 3}), (x * x).sum({0, 1, 3})}, Tol{1e-4, 1e-4})) << shape_str(s);
+  }
+  EXPECT_TRUE(check_fwd_bwd([](const Tensors& t) { return t[0].var({0, 2, 3}) + t[0].mean({0, 2, 3}); },
+                            {rnd({16, 3, 16, 16}, 132)}, Tol{1e-4, 1e-4}));
+}
+
 TEST(Ops, ReduceHandChecked) {
   Tensor x = Tensor::from_vector(std::vector<float>{1, 5, 5, 2, 0, 0, -1, 3}, {2, 4});
   EXPECT_EQ(x.argmax(1).to_vector<int32_t>(), (std::vector<int32_t>{1, 3}));  // first maximum wins

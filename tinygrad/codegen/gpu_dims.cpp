@@ -5,19 +5,40 @@
 // touch neighbouring memory), the next one dimension 1, and so on; when there are more output
 // loops than dimensions, the outermost ones share one dimension through division and modulo.
 //
-// Note [grouped reduction]: a kernel with one accumulator over one reduce loop of length N runs
-// one work-group of L threads per output: thread t accumulates the elements t, t+L, t+2L, ...
-// (the loop becomes N/L trips of index r*L+t), then the renderer's group combine (render_c.cpp,
-// Note [group combine]; CUDA: Note [warp combine]) meets the partials. L is a power of two that
-// divides N, at most group_threads and at most N/group_min_per_thread, so no thread reads out of
-// range and each has a few loads to overlap; only thread 0 stores. Work-groups are numbered on
-// dimension 0 (all output loops flattened into the group id), so any number of outputs fits a
-// CUDA grid. Grouping pays when each warp's loads are contiguous: a reduction over a contiguous
-// row (softmax, layernorm, a sum over the last axis) is grouped however many rows there are;
-// otherwise only reductions with few outputs are, where one thread per output would leave the
-// GPU idle. A long reduction over a strided axis with many outputs (a column sum) stays one
-// thread per output, whose neighbours read neighbouring addresses; so does one whose operands
-// are shared between outputs (a matmul, a convolution), whose neighbours share their loads.
+// Note [grouped reduction]: a kernel whose accumulators all run over the same reduce loops (one
+// reduction, or the lanes of a register tile, codegen/opt_gpu.h) of N elements in all runs one
+// work-group of L threads per output: the reduce loops become one loop over the flat index
+// f = r*L + t of thread t (N/L trips), each loop's index is recovered from f by division and
+// modulo with the loop sizes (innermost fastest), then the renderer's group combine
+// (render_c.cpp, Note [group combine]; CUDA: Note [warp combine]) meets each accumulator's
+// partials. L is a power of two that divides N, at most group_threads and at most
+// N/group_min_per_thread, so no thread reads out of range and each has a few loads to overlap,
+// and small enough for every accumulator's combine to fit group_local_bytes; only thread 0
+// stores. A group also holds at most group_accumulators accumulators in all (a register tile's
+// lanes each have one per thread), which leaves registers for the loads in flight. Work-groups
+// are numbered on dimension 0 (all output loops flattened into the group
+// id), so any number of outputs fits a CUDA grid. Neighbouring threads take neighbouring
+// elements of the innermost reduce loop, so a warp's loads are contiguous where that loop is
+// (BatchNorm's statistics over N, H, W of an NCHW tensor read whole rows and images).
+// Grouping pays when each warp's loads are contiguous or when one thread per output would
+// leave the GPU idle:
+//  - a reduction over a contiguous row (softmax, layernorm, a sum over the last axis) is
+//    grouped however many rows there are;
+//  - a reduction with few outputs (at most group_max_outputs) is grouped whatever its layout;
+//  - a long reduction (group_long_length elements or more) with up to group_long_max_outputs
+//    outputs is grouped where its innermost loop is contiguous for every load that moves along
+//    it: a convolution's weight gradient reduces over the batch and the image for each of its
+//    tens of thousands of weights, which one thread each would walk serially (28 ms on an
+//    H200 for the CNN's 5x5 32->32 convolution, batch 512).
+// A reduction over a strided axis with many outputs (a column sum) stays one thread per output,
+// whose neighbours read neighbouring addresses; so does a short one whose operands are shared
+// between outputs (a matmul, a convolution's forward pass), whose neighbours share their loads.
+//
+// Note [flat index in 32 bits]: the division and modulo that recover the reduce loops' indices
+// from the flat index run in every iteration. Index arithmetic is 64-bit, and a 64-bit division
+// by a constant is a long sequence of instructions on a GPU; when the reduction has fewer than
+// 2^31 elements, the flat index is cast to int32 for them (a multiply-high and a shift each),
+// and each loop's index back to the index type.
 //
 // Note [elementwise lanes]: with one element per thread, a copy has one 4-byte load in flight per
 // thread, too little to cover the memory latency (1.7 TB/s of the H200's 4.8 measured for a copy
@@ -27,7 +48,9 @@
 // independent, so they are all in flight at once.
 #include "tinygrad/codegen/gpu_dims.h"
 
+#include <algorithm>
 #include <functional>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -57,25 +80,36 @@ bool depends_on(const UOpPtr& u, const UOpPtr& range) {
   return false;
 }
 
-// A reduction over rows: every load whose address moves along the reduce loop `range` moves by
-// one element along it (and at least one does), and also moves along every output loop, so no
-// two outputs read the same row (a matmul's operands are shared between outputs: those stay one
-// thread per output, whose neighbours share one operand's loads).
-bool row_loads(const LinearKernel& k, const UOpPtr& range, size_t n_outer) {
+// Every load whose address moves along the loop `range` moves by one element along it, and at
+// least one does: the threads of a group, which take neighbouring iterations, load neighbouring
+// elements.
+bool contiguous_loads(const LinearKernel& k, const UOpPtr& range) {
   bool any = false;
   for (auto& u : k.uops) {
     if (u->op != Op::LOAD || !depends_on(u->src[1], range)) continue;
     if (index_stride(u->src[1], range) != 1) return false;
-    for (size_t i = 0; i < n_outer; i++)
-      if (trip(k.uops[i]) > 1 && !depends_on(u->src[1], k.uops[i])) return false;
     any = true;
   }
   return any;
 }
 
+// A reduction over rows: the loads are contiguous along the reduce loop `range` and each moves
+// along every output loop, so no two outputs read the same row (a matmul's operands are shared
+// between outputs: those stay one thread per output, whose neighbours share one operand's loads).
+bool row_loads(const LinearKernel& k, const UOpPtr& range, size_t n_outer) {
+  if (!contiguous_loads(k, range)) return false;
+  for (auto& u : k.uops) {
+    if (u->op != Op::LOAD || !depends_on(u->src[1], range)) continue;
+    for (size_t i = 0; i < n_outer; i++)
+      if (trip(k.uops[i]) > 1 && !depends_on(u->src[1], k.uops[i])) return false;
+  }
+  return true;
+}
+
 struct Grouping {
-  UOpPtr acc, range;
-  Op op;
+  std::vector<UOpPtr> accs;   // every accumulator of the kernel, all over `loops`
+  std::vector<UOpPtr> loops;  // the reduce loops, outermost first
+  int64_t length = 0;         // their product: the elements of one reduction
   int64_t threads = 0;
 };
 
@@ -84,18 +118,33 @@ Grouping find_grouping(const LinearKernel& k, const GpuLimits& lim) {
   Grouping g;
   int64_t outputs = 1;
   for (auto s : k.global_size) outputs *= s;
-  int accs = 0;
-  for (auto& u : k.uops)
-    if (u->op == Op::DEFINE_ACC) accs++, g.acc = u;
-  if (accs != 1 || g.acc->src.size() != 2 || g.acc->dtype == DType::Bool) return {};
-  g.range = g.acc->src[1];
-  int64_t n = trip(g.range);
+  int64_t slot_bytes = 0;  // local memory of the combines, per slot
+  for (auto& u : k.uops) {
+    if (u->op != Op::DEFINE_ACC) continue;
+    if (u->src.size() < 2 || u->dtype == DType::Bool) return {};
+    std::vector<UOpPtr> loops(u->src.begin() + 1, u->src.end());
+    if (!g.accs.empty() && loops != g.loops) return {};
+    g.accs.push_back(u), g.loops = loops;
+    slot_bytes += static_cast<int64_t>(itemsize(u->dtype));
+  }
+  if (g.accs.empty()) return {};
+  for (auto& r : g.loops)  // the loops are opened once, one after the other (one accumulator group)
+    if (std::count(k.uops.begin(), k.uops.end(), r) != 1) return {};
+  auto first = static_cast<size_t>(std::find(k.uops.begin(), k.uops.end(), g.loops[0]) - k.uops.begin());
+  for (size_t i = 1; i < g.loops.size(); i++)
+    if (first + i >= k.uops.size() || k.uops[first + i] != g.loops[i]) return {};
+  g.length = 1;
+  for (auto& r : g.loops) g.length *= trip(r);
+  int64_t n = g.length;
   bool few_outputs = outputs <= lim.group_max_outputs && n >= lim.group_min_length;
-  bool row = n >= lim.row_min_length && row_loads(k, g.range, k.global_size.size());
-  if (!few_outputs && !row) return {};
-  for (auto& u : k.uops)
-    if (u->op == Op::ASSIGN && u->src[0] == g.acc) g.op = u->src[1]->op;
-  g.threads = pow2_divisor(n, std::min(lim.group_threads, n / lim.group_min_per_thread));
+  bool long_reduce = outputs <= lim.group_long_max_outputs && n >= lim.group_long_length &&
+                     contiguous_loads(k, g.loops.back());
+  bool row = n >= lim.row_min_length && row_loads(k, g.loops.back(), k.global_size.size());
+  if (!few_outputs && !long_reduce && !row) return {};
+  int64_t cap = std::min(lim.group_threads, n / lim.group_min_per_thread);
+  cap = std::min(cap, lim.group_local_bytes * lim.group_threads_per_slot / slot_bytes);
+  cap = std::min(cap, lim.group_accumulators / static_cast<int64_t>(g.accs.size()));
+  g.threads = pow2_divisor(n, cap);
   if (g.threads < 16) return {};
   return g;
 }
@@ -182,16 +231,32 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
     global = {l}, local = {l};
   }
 
-  // the reduce loop of a grouped reduction: N/L trips of index r*L + lid
-  std::unordered_map<const UOp*, UOpPtr> range_sub;
-  std::vector<UOpPtr> range_index;
+  // the reduce loops of a grouped reduction become one loop of length/L trips over the flat
+  // index f = r*L + lid, from which each loop's index is recovered (Note [grouped reduction])
+  UOpPtr flat;
+  std::vector<UOpPtr> flat_index;
+  std::unordered_set<const UOp*> loop_set;
   if (grouped) {
-    auto r = make_uop(Op::RANGE, dtypes::index, {kint(trip(grp.range) / grp.threads)}, grp.range->arg);
-    range_sub[grp.range.get()] = r;
-    auto mul = kalu(Op::MUL, r, kint(grp.threads));
-    auto add = kalu(Op::ADD, mul, lid);
-    range_index = {mul, add};
-    sub[0][grp.range.get()] = add;
+    flat = make_uop(Op::RANGE, dtypes::index, {kint(grp.length / grp.threads)}, grp.loops[0]->arg);
+    auto mul = kalu(Op::MUL, flat, kint(grp.threads));
+    auto f = kalu(Op::ADD, mul, lid);
+    flat_index = {mul, f};
+    // Note [flat index in 32 bits]
+    bool narrow = grp.loops.size() > 1 && grp.length <= std::numeric_limits<int32_t>::max();
+    UOpPtr f32 = narrow ? kcast(f, DType::Int32) : f;
+    if (narrow) flat_index.push_back(f32);
+    auto c = [&](int64_t v) { return narrow ? kconst(DType::Int32, static_cast<double>(v)) : kint(v); };
+    int64_t inner = 1;
+    for (size_t i = grp.loops.size(); i-- > 0;) {
+      UOpPtr e = f32;
+      if (inner > 1) flat_index.push_back(e = kalu(Op::IDIV, e, c(inner)));
+      if (i != 0) flat_index.push_back(e = kalu(Op::MOD, e, c(trip(grp.loops[i]))));
+      if (narrow) flat_index.push_back(e = kcast(e, dtypes::index));
+      sub[0][grp.loops[i].get()] = e;
+      loop_set.insert(grp.loops[i].get());
+      inner *= trip(grp.loops[i]);
+    }
+    for (auto& a : grp.accs) sub[0][a.get()] = make_uop(Op::DEFINE_ACC, a->dtype, {a->src[0], flat}, a->arg);
   }
 
   std::vector<std::unordered_map<const UOp*, UOpPtr>> memo(sub.size());
@@ -200,11 +265,7 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
     if (auto it = memo[c].find(u.get()); it != memo[c].end()) return it->second;
     if (u->op == Op::CONST) return u;
     std::vector<UOpPtr> src;
-    for (auto& s : u->src) {
-      auto rs = range_sub.find(s.get());  // loops keep being loops where they are opened and closed
-      bool loop_ref = (u->op == Op::DEFINE_ACC || u->op == Op::ENDRANGE) && rs != range_sub.end();
-      src.push_back(loop_ref ? rs->second : rebuild(s, c));
-    }
+    for (auto& s : u->src) src.push_back(rebuild(s, c));
     UOpPtr out = src == u->src ? u : make_uop(u->op, u->dtype, src, u->arg);
     return memo[c][u.get()] = out;
   };
@@ -220,9 +281,15 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   for (size_t i = n_outer; i < k.uops.size(); i++) {
     const UOpPtr& u = k.uops[i];
     if (u->op == Op::ENDRANGE && outer_set.count(u->src[0].get())) continue;
-    if (grouped && u == grp.range) {
-      emit(range_sub.at(u.get()));
-      for (auto& r : range_index) emit(r);
+    if (loop_set.count(u.get())) {  // the loops open (and close) as the one flat loop
+      if (u == grp.loops[0]) {
+        emit(flat);
+        for (auto& r : flat_index) emit(r);
+      }
+      continue;
+    }
+    if (u->op == Op::ENDRANGE && loop_set.count(u->src[0].get())) {
+      if (u->src[0] == grp.loops[0]) emit(make_uop(Op::ENDRANGE, dtypes::index, {flat}));
       continue;
     }
     // lanes only exist in kernels without loops, so each lane's uop follows its sources
@@ -241,7 +308,12 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   k.uops = std::move(uops);
   k.global_size = global;
   k.local_size = local;
-  if (grouped) k.group_reduces.push_back({rebuild(grp.acc, 0), lid, grp.threads, grp.op});
+  for (auto& a : grp.accs) {
+    Op op = Op::ADD;
+    for (auto& u : k.uops)
+      if (u->op == Op::ASSIGN && u->src[0] == sub[0].at(a.get())) op = u->src[1]->op;
+    k.group_reduces.push_back({sub[0].at(a.get()), lid, grp.threads, op});
+  }
 }
 
 }  // namespace tg

@@ -69,7 +69,7 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
   int depth = 1;
   int counter = 0;
   for (size_t g = 0; g < k.group_reduces.size(); g++)
-    os << "  " << local_array(k.group_reduces[g].acc->dtype, "tg_red" + std::to_string(g), k.group_reduces[g].size) << "\n";
+    os << "  " << local_array(k.group_reduces[g].acc->dtype, "tg_red" + std::to_string(g), group_slots(k.group_reduces[g].size)) << "\n";
   auto line = [&](const std::string& s) { os << std::string(2 * depth, ' ') << s << "\n"; };
   for (auto& u : k.uops) {
     std::string v = "v" + std::to_string(counter++);

@@ -40,6 +40,8 @@ class CStyleRenderer : public Renderer {
   virtual std::string special(int64_t arg) const;
   virtual std::string barrier() const;
   virtual std::string local_array(DType t, const std::string& name, int64_t size) const;
+  // Local-memory slots that the combine of a group of `threads` uses.
+  virtual int64_t group_slots(int64_t threads) const { return threads; }
   // The combine of a group reduction, after its loop: a tree through local memory (Note [group
   // combine]); a renderer with faster means (CUDA's warp shuffles) overrides it.
   virtual std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,

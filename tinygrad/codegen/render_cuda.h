@@ -4,6 +4,8 @@
 // include directory. Its prepare() maps loops onto threads (codegen/gpu_dims.h) within CUDA's
 // grid limits.
 #pragma once
+#include <algorithm>
+
 #include "tinygrad/codegen/gpu_dims.h"
 #include "tinygrad/codegen/render_c.h"
 
@@ -11,12 +13,13 @@ namespace tg {
 
 class CUDARenderer : public CStyleRenderer {
  public:
-  explicit CUDARenderer(GpuLimits limits) : limits_(limits) {}
+  explicit CUDARenderer(GpuLimits limits) : limits_(limits) { limits_.group_threads_per_slot = WARP; }
   void prepare(LinearKernel& k) const override;
   // Threads per block and blocks per grid dimension that CUDA allows.
   static constexpr int64_t MAX_BLOCK_THREADS = 1024;
   static constexpr int64_t MAX_BLOCK_Z = 64;
   static constexpr int64_t MAX_GRID_YZ = 65535;
+  static constexpr int64_t WARP = 32;
 
  protected:
   std::string type_name(DType t) const override;
@@ -33,6 +36,8 @@ class CUDARenderer : public CStyleRenderer {
   std::string special(int64_t arg) const override;
   std::string barrier() const override { return "__syncthreads();"; }
   std::string local_array(DType t, const std::string& name, int64_t size) const override;
+  // one slot per warp (Note [warp combine])
+  int64_t group_slots(int64_t threads) const override { return std::max<int64_t>(1, threads / WARP); }
   std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
                             const std::string& indent) const override;
 

@@ -9,6 +9,7 @@
 
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt.h"
+#include "tinygrad/codegen/opt_gpu.h"
 #include "tinygrad/codegen/transcendental.h"
 #include "tinygrad/engine/beam.h"
 #include "tinygrad/device.h"
@@ -56,10 +57,12 @@ std::vector<DType> param_dtypes(const ScheduleItem& item) {
   return d;
 }
 
-// Kernel optimizations are chosen for CPU-style devices; GPU renderers lay kernels out on
-// work-groups in Renderer::prepare (codegen/gpu_dims.h) and take no opts yet.
+// Kernel optimizations: BEAM or the hand-coded choice on CPU-style devices; on GPUs the register
+// tiles of codegen/opt_gpu.h, which the renderer then lays out on work-groups in
+// Renderer::prepare (codegen/gpu_dims.h).
 std::vector<Opt> choose_opts(const ScheduleItem& item, const Device& dev) {
-  if (knobs::NOOPT.get() || !dev.supports(Feature::HostMemory)) return {};
+  if (knobs::NOOPT.get()) return {};
+  if (!dev.supports(Feature::HostMemory)) return gpu_hand_coded_opts(item.ast);
   if (knobs::BEAM.get() > 0) return beam_search(item, knobs::BEAM.get());
   return hand_coded_opts(item.ast);
 }

@@ -1,0 +1,113 @@
+// GPU register tiles. Note [gpu register tiles].
+//
+// Note [gpu register tiles]: on a GPU every output loop becomes threads, so a thread computes
+// one output and loads each operand once per multiply-add: a convolution (no library product
+// takes its sliding-window operands) is then bound by load instructions, not by arithmetic.
+// Upcasting output loops that some operand does not move along gives each thread a tile of
+// outputs that share that operand's loads from registers (Note [upcast and unroll] in opt.h):
+//  - a kernel with many outputs and a short reduction (a convolution's forward pass or its input
+//    gradient) gets a TILE x TILE tile: the innermost output loop that the stores are contiguous
+//    along (the output column, which the weights do not move along) and a loop of the other
+//    operand (the output channel, which the input does not move along). Each step of the reduce
+//    loop then loads 2*TILE values for TILE*TILE multiply-adds instead of 2 for 1;
+//  - a long reduction (at least LONG_REDUCE elements: a convolution's weight gradient, which
+//    gpu_dims runs as a grouped reduction) has its small output loops (the filter's rows and
+//    columns, at most SMALL_AXIS long) upcast whole, innermost first, while at least MIN_GROUPS
+//    work-groups remain: the incoming gradient is loaded once for every filter tap, and the
+//    input's taps are neighbouring elements that the cache serves.
+// Reductions without reuse (a sum, BatchNorm's statistics) get no tile.
+#include "tinygrad/codegen/opt_gpu.h"
+
+#include <unordered_set>
+
+namespace tg {
+
+namespace {
+
+constexpr int64_t TILE = 4;
+constexpr int64_t MANY_OUTPUTS = int64_t{1} << 18;
+constexpr int64_t LONG_REDUCE = 4096;
+constexpr int64_t SMALL_AXIS = 8;
+constexpr int64_t MAX_LONG_LANES = 32;
+constexpr int64_t MIN_GROUPS = 128;
+
+std::unordered_set<const UOp*> ranges_in(const UOpPtr& u) {
+  std::unordered_set<const UOp*> r;
+  for (auto& n : toposort({u}))
+    if (n->op == Op::RANGE) r.insert(n.get());
+  return r;
+}
+
+// The largest of TILE, TILE/2, ... 2 that divides n (0: none).
+int64_t tile_amount(int64_t n) {
+  for (int64_t a = TILE; a >= 2; a /= 2)
+    if (n % a == 0) return a;
+  return 0;
+}
+
+}  // namespace
+
+// Note [gpu register tiles]
+std::vector<Opt> gpu_hand_coded_opts(const UOpPtr& ast) {
+  std::vector<const KernelAxis*> outputs;
+  auto axes = kernel_axes(ast);
+  int64_t n_out = 1, n_red = 1;
+  for (auto& a : axes) {
+    if (a.size <= 1) continue;
+    if (a.reduce) {
+      n_red *= a.size;
+    } else {
+      outputs.push_back(&a);
+      n_out *= a.size;
+    }
+  }
+  if (n_red == 1) return {};
+  std::vector<std::unordered_set<const UOp*>> loads;  // the loops each load's address moves along
+  std::vector<UOpPtr> store_index;
+  for (auto& n : toposort({ast})) {
+    if (n->op == Op::LOAD) loads.push_back(ranges_in(n->src[1]));
+    if (n->op == Op::STORE) store_index.push_back(n->src[1]);
+  }
+  auto moves = [](const std::unordered_set<const UOp*>& l, const KernelAxis* ax) {
+    return l.count(ax->range.get()) > 0;
+  };
+  auto reused_along = [&](const KernelAxis* ax) {
+    bool dependent = false, independent = false;
+    for (auto& l : loads) (moves(l, ax) ? dependent : independent) = true;
+    return dependent && independent;
+  };
+
+  std::vector<Opt> opts;
+  if (n_red >= LONG_REDUCE) {
+    int64_t lanes = 1;
+    for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) {
+      const KernelAxis* ax = *it;
+      if (!reused_along(ax) || ax->size > SMALL_AXIS || lanes * ax->size > MAX_LONG_LANES) continue;
+      if (n_out / (lanes * ax->size) < MIN_GROUPS) break;
+      opts.push_back({OptOp::UPCAST, ax->id, ax->size});
+      lanes *= ax->size;
+    }
+    return opts;
+  }
+  if (n_out < MANY_OUTPUTS) return {};
+  const KernelAxis* wide = nullptr;
+  for (auto it = outputs.rbegin(); it != outputs.rend() && !wide; ++it) {
+    bool contiguous = reused_along(*it);
+    for (auto& s : store_index) contiguous &= index_stride(s, (*it)->range) == 1;
+    if (contiguous) wide = *it;
+  }
+  if (!wide) return {};
+  if (int64_t a = tile_amount(wide->size)) opts.push_back({OptOp::UPCAST, wide->id, a});
+  for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) {
+    const KernelAxis* ax = *it;
+    if (ax == wide || !reused_along(ax)) continue;
+    bool other_operand = true;  // no load moves along both
+    for (auto& l : loads) other_operand &= !(moves(l, wide) && moves(l, ax));
+    if (!other_operand) continue;
+    if (int64_t b = tile_amount(ax->size)) opts.push_back({OptOp::UPCAST, ax->id, b});
+    break;
+  }
+  return opts;
+}
+
+}  // namespace tg
