@@ -64,8 +64,12 @@ TEST(Fusion, SoftmaxLayernormAreOneKernel) {
   EXPECT_EQ(kernels({x.layernorm()}), 1u);
   EXPECT_EQ(kernels({x.logsumexp(-1)}), 1u);
   EXPECT_EQ(kernels({Tensor::rand({2, 3, 40}).layernorm({-2, -1})}), 1u);
+  // cross-entropy: the row max and row sum join the per-row loss, which the mean reads
+  Tensor labels = Tensor::randint({8}, 0, 1000);
+  EXPECT_EQ(kernels({x.sparse_categorical_crossentropy(labels)}), 2u);
   testutil::KnobScope off(knobs::ROWFUSE, 0);
   EXPECT_EQ(kernels({x.softmax(-1)}), 3u);
+  EXPECT_EQ(kernels({x.sparse_categorical_crossentropy(labels)}), 4u);
   EXPECT_EQ(kernels({x.layernorm()}), 3u);
 }
 
