@@ -9,6 +9,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/knobs.h"
+#include "train_util.h"
 #include "tinygrad/schedule/schedule.h"
 #include "tinygrad/tensor.h"
 
@@ -22,6 +23,7 @@ size_t kernels(const Tensors& ts) {
   for (auto& item : create_schedule(outs)) n += item.kind == ScheduleItem::Kind::Kernel;
   return n;
 }
+
 }  // namespace
 
 TEST(Fusion, MulAddSumIsOneKernel) {
@@ -52,6 +54,31 @@ TEST(Fusion, ReduceThenScaleIsOneKernel) {
   Tensor x = Tensor::rand({32, 8});
   EXPECT_EQ(kernels({x.sum(1) * 2.0}), 1u);
   EXPECT_EQ(kernels({x.mean()}), 1u);
+}
+
+// Note [row fusion] in tinygrad/schedule/schedule.cpp; tests/test_rowfuse.cpp checks the values.
+TEST(Fusion, SoftmaxLayernormAreOneKernel) {
+  Tensor x = Tensor::rand({8, 1000});
+  EXPECT_EQ(kernels({x.softmax(-1)}), 1u);
+  EXPECT_EQ(kernels({x.log_softmax(-1)}), 1u);
+  EXPECT_EQ(kernels({x.layernorm()}), 1u);
+  EXPECT_EQ(kernels({x.logsumexp(-1)}), 1u);
+  EXPECT_EQ(kernels({Tensor::rand({2, 3, 40}).layernorm({-2, -1})}), 1u);
+  // cross-entropy: the row max and row sum join the per-row loss, which the mean reads
+  Tensor labels = Tensor::randint({8}, 0, 1000);
+  EXPECT_EQ(kernels({x.sparse_categorical_crossentropy(labels)}), 2u);
+  testutil::KnobScope off(knobs::ROWFUSE, 0);
+  EXPECT_EQ(kernels({x.softmax(-1)}), 3u);
+  EXPECT_EQ(kernels({x.sparse_categorical_crossentropy(labels)}), 4u);
+  EXPECT_EQ(kernels({x.layernorm()}), 3u);
+}
+
+TEST(Fusion, RowsThatDoNotFitStaySeparate) {
+  EXPECT_EQ(kernels({Tensor::rand({2, 20000}).softmax(-1)}), 3u);  // longer than the rule takes
+  Tensor x = Tensor::rand({6, 40});
+  EXPECT_EQ(kernels({x.softmax(0)}), 3u);  // not the trailing axis
+  Tensor m = x.max(-1, true);
+  EXPECT_EQ(kernels({x - m, (x * m).sum()}), 3u);  // read by two kernels: computed once
 }
 
 TEST(Fusion, ReshapeOfRealizedNeedsNoKernel) {

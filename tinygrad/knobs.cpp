@@ -54,6 +54,9 @@ IntKnob THREADS("THREADS", 0, "threads for CPU kernels (0: all cores)");
 IntKnob JIT("JIT", 1, "1: a jitted step (the trainer's) is captured once and its kernels replayed; 0: every step is scheduled and run normally");
 IntKnob MATMUL_LIB("MATMUL_LIB", 1, "1: matrix-product kernels run through the device's library (cuBLASLt on CUDA) where it takes them; 0: generated kernels");
 IntKnob TF32("TF32", 0, "1: float32 library matmuls may round inputs to tf32 (tensor cores, about 10 mantissa bits)");
+IntKnob ROWFUSE("ROWFUSE", 1,
+                "1: a reduce over short trailing rows joins the kernel that reads it back over the same rows "
+                "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel");
 IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
 StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used");

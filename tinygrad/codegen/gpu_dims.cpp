@@ -46,6 +46,22 @@
 // dimension 0, a work-group's width L apart: element g*L*lanes + c*L + t for group g, lane c and
 // thread t. Every lane's loads stay coalesced across the warp and the lanes' loads are
 // independent, so they are all in flight at once.
+//
+// Note [grouped rows]: a kernel that reads a row's reductions back over the row (softmax as one
+// kernel: Note [row fusion] in schedule/schedule.cpp, Note [row loops] in linearize.cpp) opens,
+// per row, one loop per reduction and then the loop over the row's elements, all of the row's
+// length N and none inside another. It runs one work-group of L threads per row (L as in a
+// grouped reduction), and every such loop is split the same way: N/L trips of index r*L + t.
+// Each reduction's partials meet in the group combine, which leaves the result in every thread,
+// so the next reduction and the element loop read it directly; each thread stores its own
+// elements (stores are gated to thread 0 only where their address is the same for the whole
+// group). The row's later passes re-read it from L1/L2 instead of memory. Loads that move along
+// the loops must move by one element (coalesced), others (a LayerNorm's weight) may not move.
+//
+// Note [row tails]: a row whose length N has no power-of-two divisor of at least 16 (1000 = 8 x
+// 125) still gets a group: L is the largest power of two within the same limits, every loop runs
+// ceil(N/L) trips, and in the last one the threads whose index r*L + t is past the row load
+// nothing (gated loads), leave their partial as it was and store nothing.
 #include "tinygrad/codegen/gpu_dims.h"
 
 #include <algorithm>
@@ -67,6 +83,12 @@ int64_t trip(const UOpPtr& range) { return static_cast<int64_t>(range->src[0]->c
 int64_t pow2_divisor(int64_t n, int64_t cap) {
   int64_t p = 1;
   while (p * 2 <= cap && n % (p * 2) == 0) p *= 2;
+  return p;
+}
+
+int64_t pow2_at_most(int64_t cap) {
+  int64_t p = 1;
+  while (p * 2 <= cap) p *= 2;
   return p;
 }
 
@@ -107,14 +129,60 @@ bool row_loads(const LinearKernel& k, const UOpPtr& range, size_t n_outer) {
 }
 
 struct Grouping {
-  std::vector<UOpPtr> accs;   // every accumulator of the kernel, all over `loops`
-  std::vector<UOpPtr> loops;  // the reduce loops, outermost first
-  int64_t length = 0;         // their product: the elements of one reduction
+  std::vector<UOpPtr> accs;  // accumulators combined over the group
+  std::vector<Op> ops;       // each accumulator's combine op
+  // a grouped reduction (Note [grouped reduction]): its reduce loops, outermost first, and their
+  // product, the elements of one reduction; they become one flat loop
+  std::vector<UOpPtr> loops;
+  int64_t length = 0;
+  std::vector<UOpPtr> ranges;  // grouped rows (Note [grouped rows]): loops each split over the group
   int64_t threads = 0;
+  bool tail = false;  // threads does not divide the loops: the last trip is gated (Note [row tails])
 };
+
+// Note [grouped rows]
+Grouping find_row_grouping(const LinearKernel& k, const GpuLimits& lim) {
+  size_t n_outer = k.global_size.size();
+  Grouping g;
+  std::unordered_map<const UOp*, Op> op_of;
+  int64_t n = 0;
+  int depth = 0;
+  for (size_t i = n_outer; i < k.uops.size(); i++) {
+    const UOpPtr& u = k.uops[i];
+    if (u->op == Op::RANGE) {
+      if (depth++ > 0 || (n && trip(u) != n)) return {};
+      n = trip(u);
+      g.ranges.push_back(u);
+    } else if (u->op == Op::ENDRANGE && depth > 0) {
+      depth--;
+    } else if (u->op == Op::DEFINE_ACC) {
+      if (u->src.size() != 2 || u->dtype == DType::Bool) return {};
+      g.accs.push_back(u);
+    } else if (u->op == Op::ASSIGN) {
+      op_of[u->src[0].get()] = u->src[1]->op;
+    }
+  }
+  if (g.accs.empty() || n < lim.row_min_length) return {};
+  for (auto& u : k.uops)
+    for (auto& r : g.ranges)
+      if (u->op == Op::LOAD && depends_on(u->src[1], r) && index_stride(u->src[1], r) != 1) return {};
+  for (auto& a : g.accs) g.ops.push_back(op_of.at(a.get()));
+  int64_t cap = std::min(lim.group_threads, n / lim.group_min_per_thread);
+  g.threads = pow2_divisor(n, cap);
+  if (g.threads < 16) g.threads = pow2_at_most(cap), g.tail = true;  // Note [row tails]
+  if (g.threads < 16) return {};
+  return g;
+}
 
 // Note [grouped reduction]
 Grouping find_grouping(const LinearKernel& k, const GpuLimits& lim) {
+  int sequential_loops = 0, depth = 0;  // reduce loops one after the other, not nested: fused rows
+  for (size_t i = k.global_size.size(); i < k.uops.size(); i++) {
+    const UOpPtr& u = k.uops[i];
+    if (u->op == Op::RANGE) sequential_loops += depth++ == 0;
+    if (u->op == Op::ENDRANGE && depth > 0) depth--;
+  }
+  if (sequential_loops > 1) return find_row_grouping(k, lim);
   Grouping g;
   int64_t outputs = 1;
   for (auto s : k.global_size) outputs *= s;
@@ -145,6 +213,11 @@ Grouping find_grouping(const LinearKernel& k, const GpuLimits& lim) {
   cap = std::min(cap, lim.group_local_bytes * lim.group_threads_per_slot / slot_bytes);
   cap = std::min(cap, lim.group_accumulators / static_cast<int64_t>(g.accs.size()));
   g.threads = pow2_divisor(n, cap);
+  for (auto& a : g.accs) {
+    g.ops.push_back(Op::ADD);
+    for (auto& u : k.uops)
+      if (u->op == Op::ASSIGN && u->src[0] == a) g.ops.back() = u->src[1]->op;
+  }
   if (g.threads < 16) return {};
   return g;
 }
@@ -236,7 +309,7 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   UOpPtr flat;
   std::vector<UOpPtr> flat_index;
   std::unordered_set<const UOp*> loop_set;
-  if (grouped) {
+  if (grouped && !grp.loops.empty()) {
     flat = make_uop(Op::RANGE, dtypes::index, {kint(grp.length / grp.threads)}, grp.loops[0]->arg);
     auto mul = kalu(Op::MUL, flat, kint(grp.threads));
     auto f = kalu(Op::ADD, mul, lid);
@@ -258,6 +331,47 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
     }
     for (auto& a : grp.accs) sub[0][a.get()] = make_uop(Op::DEFINE_ACC, a->dtype, {a->src[0], flat}, a->arg);
   }
+  // grouped rows: each loop N/L trips (rounded up) of index r*L + lid (Note [grouped rows])
+  std::unordered_map<const UOp*, UOpPtr> range_sub;
+  std::unordered_map<const UOp*, std::vector<UOpPtr>> range_index;
+  std::unordered_map<const UOp*, UOpPtr> valid;  // Note [row tails]: index < N, per loop
+  for (auto& range : grp.ranges) {
+    int64_t trips = (trip(range) + grp.threads - 1) / grp.threads;
+    auto r = make_uop(Op::RANGE, dtypes::index, {kint(trips)}, range->arg);
+    range_sub[range.get()] = r;
+    auto mul = kalu(Op::MUL, r, kint(grp.threads));
+    auto add = kalu(Op::ADD, mul, lid);
+    range_index[range.get()] = {mul, add};
+    if (grp.tail) valid[range.get()] = kalu(Op::CMPLT, add, kint(trip(range)));
+    if (grp.tail) range_index[range.get()].push_back(valid[range.get()]);
+    sub[0][range.get()] = add;
+  }
+  // the gate of a load, store or accumulator update inside a loop with a tail (Note [row tails])
+  auto tail_gate = [&](const UOpPtr& u) -> UOpPtr {
+    if (valid.empty()) return nullptr;
+    if (u->op == Op::ASSIGN)
+      if (auto it = valid.find(u->src[0]->src[1].get()); it != valid.end()) return it->second;
+    if (u->op == Op::LOAD || u->op == Op::STORE)
+      for (auto& r : grp.ranges)
+        if (valid.count(r.get()) && depends_on(u->src[1], r)) return valid.at(r.get());
+    return nullptr;
+  };
+  std::unordered_map<const UOp*, UOpPtr> gate_uop;  // a gated uop -> the new uop it needs first
+  auto gated = [&](const UOpPtr& u, const UOpPtr& v) -> UOpPtr {
+    auto src = u->src;
+    UOpPtr out, first;
+    if (u->op == Op::ASSIGN) {
+      first = kwhere(v, src[1], src[0]);
+      out = make_uop(Op::ASSIGN, u->dtype, {src[0], first}, u->arg);
+    } else {
+      size_t at = u->op == Op::LOAD ? 2 : 3;  // a load's gate is its third source, a store's its fourth
+      if (src.size() > at) src[at] = first = kalu(Op::AND, src[at], v);
+      else src.push_back(v);
+      out = make_uop(u->op, u->dtype, src, u->arg);
+    }
+    if (first) gate_uop[out.get()] = first;
+    return out;
+  };
 
   std::vector<std::unordered_map<const UOp*, UOpPtr>> memo(sub.size());
   std::function<UOpPtr(const UOpPtr&, size_t)> rebuild = [&](const UOpPtr& u, size_t c) -> UOpPtr {
@@ -267,6 +381,7 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
     std::vector<UOpPtr> src;
     for (auto& s : u->src) src.push_back(rebuild(s, c));
     UOpPtr out = src == u->src ? u : make_uop(u->op, u->dtype, src, u->arg);
+    if (auto v = tail_gate(u)) out = gated(out, v);
     return memo[c][u.get()] = out;
   };
 
@@ -275,6 +390,8 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   std::vector<UOpPtr> uops;
   std::unordered_set<const UOp*> emitted;
   auto emit = [&](const UOpPtr& u) {
+    if (auto it = gate_uop.find(u.get()); it != gate_uop.end() && emitted.insert(it->second.get()).second)
+      uops.push_back(it->second);
     if (emitted.insert(u.get()).second) uops.push_back(u);
   };
   for (auto& u : prologue) emit(u);
@@ -292,10 +409,16 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
       if (u->src[0] == grp.loops[0]) emit(make_uop(Op::ENDRANGE, dtypes::index, {flat}));
       continue;
     }
+    if (auto it = range_index.find(u.get()); it != range_index.end()) {
+      emit(range_sub.at(u.get()));
+      for (auto& r : it->second) emit(r);
+      continue;
+    }
     // lanes only exist in kernels without loops, so each lane's uop follows its sources
     for (size_t c = 0; c < sub.size(); c++) {
       UOpPtr n = rebuild(u, c);
-      if (grouped && n->op == Op::STORE) {  // only thread 0 of the group stores
+      // only thread 0 of the group stores an address the whole group shares
+      if (grouped && n->op == Op::STORE && !depends_on(n->src[1], lid)) {
         auto gate = kalu(Op::CMPLT, lid, kint(1));
         emit(gate);
         auto src = n->src;
@@ -308,12 +431,8 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   k.uops = std::move(uops);
   k.global_size = global;
   k.local_size = local;
-  for (auto& a : grp.accs) {
-    Op op = Op::ADD;
-    for (auto& u : k.uops)
-      if (u->op == Op::ASSIGN && u->src[0] == sub[0].at(a.get())) op = u->src[1]->op;
-    k.group_reduces.push_back({sub[0].at(a.get()), lid, grp.threads, op});
-  }
+  for (size_t i = 0; i < grp.accs.size(); i++)
+    k.group_reduces.push_back({rebuild(grp.accs[i], 0), lid, grp.threads, grp.ops[i]});
 }
 
 }  // namespace tg

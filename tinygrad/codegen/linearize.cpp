@@ -10,6 +10,12 @@
 // member's hoisted part first, then all the declarations, the loops, every member's update, and
 // the loops close. The lanes' arithmetic thus sits side by side in one loop body, where the
 // backend compiler can vectorize it.
+//
+// Note [row loops]: in a kernel that reads a reduce back over the reduced row (softmax as one
+// kernel, Note [row fusion] in schedule/schedule.cpp) some output loops are ones no accumulator
+// depends on: the loops over a row's elements. Only the others (the row loops) open first and
+// are the kernel's global size; everything that does not depend on the row's element loops (the
+// row's reductions, in order) comes next, then those loops open around the rest.
 #include "tinygrad/codegen/linearize.h"
 
 #include <algorithm>
@@ -103,7 +109,7 @@ LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_d
     std::set<const UOp*> d;
     if (u->op == Op::RANGE) d.insert(u.get());
     if (u->op == Op::DEFINE_ACC) {
-      for (auto* r : depends(assign_of.at(u.get())->src[1])) d.insert(r);
+      for (auto* r : depends(assign_of.at(u.get())->src[1]->src[1])) d.insert(r);
       for (size_t i = 1; i < u->src.size(); i++) d.erase(u->src[i].get());
     } else {
       for (auto& s : u->src)
@@ -113,10 +119,16 @@ LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_d
   };
 
   auto order = toposort({store});
-  std::vector<UOpPtr> outer;
+  std::vector<UOpPtr> outer, row_elements;  // Note [row loops]
+  std::set<const UOp*> acc_deps;
+  for (auto& a : accs)
+    for (auto* r : depends(a)) acc_deps.insert(r);
   for (auto& n : order)
-    if (n->op == Op::RANGE && !reduce_ranges.count(n.get())) outer.push_back(n);
-  std::sort(outer.begin(), outer.end(), [](const UOpPtr& a, const UOpPtr& b) { return a->arg_int() < b->arg_int(); });
+    if (n->op == Op::RANGE && !reduce_ranges.count(n.get()))
+      (accs.empty() || acc_deps.count(n.get()) ? outer : row_elements).push_back(n);
+  auto by_id = [](const UOpPtr& a, const UOpPtr& b) { return a->arg_int() < b->arg_int(); };
+  std::sort(outer.begin(), outer.end(), by_id);
+  std::sort(row_elements.begin(), row_elements.end(), by_id);
   for (auto& r : outer) {
     k.uops.push_back(r);
     k.global_size.push_back(static_cast<int64_t>(r->src[0]->const_value()));
@@ -170,7 +182,18 @@ LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_d
       emitted.insert(n.get());
     }
   };
+  if (!row_elements.empty()) {
+    std::set<const UOp*> element_loops;
+    for (auto& r : row_elements) element_loops.insert(r.get());
+    emit_tree(store, &element_loops);
+    for (auto& r : row_elements) {
+      k.uops.push_back(r);
+      emitted.insert(r.get());
+    }
+  }
   emit_tree(store, nullptr);
+  for (size_t i = row_elements.size(); i-- > 0;)
+    k.uops.push_back(make_uop(Op::ENDRANGE, dtypes::index, {row_elements[i]}));
   for (size_t i = outer.size(); i-- > 0;) k.uops.push_back(make_uop(Op::ENDRANGE, dtypes::index, {outer[i]}));
   k.name = kernel_name(k);
   return k;

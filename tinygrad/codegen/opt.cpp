@@ -224,6 +224,32 @@ int64_t pick_amount(int64_t size, std::initializer_list<int64_t> amounts, int64_
   return 0;
 }
 
+// Note [fused rows]: a kernel that reads its reductions back over their rows (softmax as one
+// kernel, Note [row fusion] in schedule/schedule.cpp: some reduce depends on fewer output loops
+// than the store) gets partial sums along every reduce loop that is contiguous in memory, as a
+// lone row reduction does (below), and no upcast: the loop over the row's elements is
+// elementwise, which LLVM's loop vectorizer handles. Returns false for other kernels.
+bool fused_row_opts(const UOpPtr& ast, const std::vector<const KernelAxis*>& outputs,
+                    const std::vector<const KernelAxis*>& reduces, std::vector<Opt>& opts) {
+  bool fused = false;
+  std::vector<UOpPtr> loads;
+  for (auto& n : toposort({ast})) {
+    if (n->op == Op::LOAD) loads.push_back(n->src[1]);
+    if (n->op != Op::REDUCE) continue;
+    auto in = ranges_in(n);
+    for (auto* o : outputs) fused |= !in.count(o->range.get());
+  }
+  if (!fused) return false;
+  for (auto* r : reduces) {
+    bool contiguous = true;
+    for (auto& l : loads)
+      if (ranges_in(l).count(r->range.get()) && stride(l, r->range) != 1) contiguous = false;
+    int64_t a = contiguous ? pick_amount(r->size, {16, 8, 4, 2}, 16) : 0;
+    if (a) opts.push_back({OptOp::UNROLL, r->id, a});
+  }
+  return true;
+}
+
 }  // namespace
 
 int64_t index_stride(const UOpPtr& index, const UOpPtr& range) { return stride(index, range); }
@@ -270,6 +296,7 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
   for (auto& a : axes)
     if (a.size > 1) (a.reduce ? reduces : outputs).push_back(&a);
   if (reduces.empty()) return {};
+  if (std::vector<Opt> opts; fused_row_opts(ast, outputs, reduces, opts)) return opts;  // Note [fused rows]
 
   std::vector<LoadInfo> loads;
   std::vector<UOpPtr> store_index;

@@ -7,7 +7,24 @@
 // CONTIGUOUS node that reaches a REDUCE_AXIS through elementwise ops alone, every node on the way
 // read only once, computes that reduce itself ("sum then scale" is one kernel). The way down may
 // also pass views that use each element at most once (RESHAPE, PERMUTE, SHRINK, FLIP), never an
-// EXPAND, which would recompute the reduce for every copy.
+// EXPAND, which would recompute the reduce for every copy. The other exception is over rows,
+// through EXPANDs: Note [row fusion].
+//
+// Note [row fusion]: a REDUCE_AXIS over the trailing axes of its input (a "row" of at most
+// ROW_FUSE_MAX elements) that is read back over the same rows (softmax's `x - x.max(-1)`,
+// layernorm's `x - x.mean(-1)`) is not a realize point when every way up from it reaches one
+// kernel K and passes only nodes that keep a row at one index: elementwise ops on the full shape
+// S or the reduced shape S', EXPANDs from S' to S, and other such reduces over the same axes
+// (which this rule or the one above fused). K itself has shape S or S' (an elementwise node, or
+// such a reduce), or is S' without its size-1 dims (`logsumexp(-1)`). Lowering then evaluates the
+// reduce at (row, 0) only, so it is computed once per row, and the linearizer opens the row loops
+// first, runs the row's reductions in order and only then the loops over the row's elements (Note
+// [row loops] in codegen/linearize.cpp). softmax, log_softmax and layernorm become one kernel that
+// reads its input once from memory and again from cache. Reduces are visited consumers first, so
+// softmax's sum joins K before its max is looked at (whose way up then passes the fused sum). A
+// reduce that two kernels read stays a realize point (each would compute it again), and rows
+// longer than ROW_FUSE_MAX stay separate kernels: their re-reads would no longer come from cache.
+// ROWFUSE=0 turns the rule off.
 //
 // Note [kept convolution outputs]: a CUSTOM_GRAD node (a convolution) is a realize point too, and
 // its buffer stays with the node after the schedule has run, like an output's. A training step
@@ -84,6 +101,78 @@ bool runs_library_matmuls(const std::string& device) {
   return it->second && knobs::MATMUL_LIB.get();
 }
 
+// Note [row fusion]
+constexpr int64_t ROW_FUSE_MAX = 16384;
+
+// A reduce over the trailing axes of its input, at most ROW_FUSE_MAX elements per row.
+bool is_row_reduce(const UOp& u) {
+  if (u.op != Op::REDUCE_AXIS) return false;
+  auto& axes = u.arg_reduce().axes;
+  const Shape& in = u.src[0]->shape;
+  int64_t row = 1;
+  for (size_t i = 0; i < axes.size(); i++) {
+    if (axes[i] != static_cast<int64_t>(in.size() - axes.size() + i)) return false;
+    row *= in[static_cast<size_t>(axes[i])];
+  }
+  return !axes.empty() && row <= ROW_FUSE_MAX;
+}
+
+Shape without_ones(const Shape& s) {
+  Shape r;
+  for (auto d : s)
+    if (d != 1) r.push_back(d);
+  return r;
+}
+
+// Un-realizes the row reduces that one kernel reads back over the same rows (Note [row fusion]).
+void fuse_rows(const std::vector<UOpPtr>& order, std::unordered_set<const UOp*>& realize,
+               const std::unordered_set<const UOp*>& output_set) {
+  std::unordered_map<const UOp*, std::vector<const UOp*>> users;
+  for (auto& u : order) {
+    if (existing_buffer(u.get())) continue;
+    for (size_t i = 0; i < value_src_count(*u); i++) users[u->src[i].get()].push_back(u.get());
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const UOp* r = it->get();
+    if (!realize.count(r) || output_set.count(r) || !is_row_reduce(*r)) continue;
+    const Shape& full = r->src[0]->shape;
+    const Shape& reduced = r->shape;
+    auto keeps_rows = [&](const UOp& n) {
+      if (n.op == Op::RESHAPE && realize.count(&n))  // a kernel K that drops the reduced size-1 dims
+        return n.src[0]->shape == reduced && without_ones(n.shape) == without_ones(reduced);
+      if (n.shape != full && n.shape != reduced) return false;
+      if (is_elementwise(n) || n.op == Op::CONTIGUOUS) return true;
+      if (n.op == Op::EXPAND) return n.src[0]->shape == reduced && n.shape == full;
+      return n.op == Op::REDUCE_AXIS && n.src[0]->shape == full &&
+             n.arg_reduce().axes == r->arg_reduce().axes;
+    };
+    const UOp* kernel = nullptr;
+    bool ok = true;
+    std::vector<const UOp*> stack{r};
+    std::unordered_set<const UOp*> seen;
+    while (ok && !stack.empty()) {
+      const UOp* n = stack.back();
+      stack.pop_back();
+      for (const UOp* u : users[n]) {
+        if (!seen.insert(u).second) continue;
+        if (!keeps_rows(*u) || (u->op == Op::CONTIGUOUS && !realize.count(u))) {
+          ok = false;
+          break;
+        }
+        if (!realize.count(u)) {
+          stack.push_back(u);
+        } else if (!kernel || kernel == u) {
+          kernel = u;
+        } else {
+          ok = false;
+          break;
+        }
+      }
+    }
+    if (ok && kernel) realize.erase(r);
+  }
+}
+
 }  // namespace
 
 std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
@@ -141,6 +230,9 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       push_value_srcs(*n);
     }
   }
+
+  // 3b. row reduces read back over their rows join that kernel (Note [row fusion])
+  if (knobs::ROWFUSE) fuse_rows(order, realize, output_set);
 
   // 4. buffers and kernels, sources first
   std::unordered_map<const UOp*, std::shared_ptr<Buffer>> buffers;

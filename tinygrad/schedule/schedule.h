@@ -1,5 +1,6 @@
 // The scheduler: cuts a lazy graph into kernels (fusing elementwise chains into each other and
-// into at most one reduce per kernel), assigns buffers, and orders the work.
+// into the reduce they read, or into a row's reductions: softmax is one kernel), assigns buffers,
+// and orders the work.
 #pragma once
 #include <memory>
 #include <string>
