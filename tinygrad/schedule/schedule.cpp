@@ -9,6 +9,16 @@
 // also pass views that use each element at most once (RESHAPE, PERMUTE, SHRINK, FLIP), never an
 // EXPAND, which would recompute the reduce for every copy.
 //
+// Note [reused reduce inputs]: a computed elementwise node that reaches a REDUCE_AXIS through an
+// EXPAND (a matmul's operand: the output gradient times a relu's mask, a softmax's gradient, a
+// bias plus a relu) would be recomputed by the reduce's kernel for every copy the EXPAND makes,
+// once per column of the product. On devices with host memory such a node expanded at least
+// REUSED_INPUT_COPIES times is a realize point of its own: one pass writes it, and the product
+// then reads plain loads it can keep in registers. Only the way of a product counts: elementwise
+// ops, reshapes and permutes between the reduce and the EXPAND and below it. Sliding windows
+// (a convolution's input repeated, then shrunk into windows) stay fused: realizing the activations
+// under them cost the CNN run 100 MB of peak memory. (GPU-style devices keep recomputing them.)
+//
 // Note [kept convolution outputs]: a CUSTOM_GRAD node (a convolution) is a realize point too, and
 // its buffer stays with the node after the schedule has run, like an output's. A training step
 // runs several schedules over one graph (a BatchNorm realizes its statistics in the middle of the
@@ -28,6 +38,7 @@ namespace tg {
 namespace {
 
 bool is_elementwise(const UOp& u) { return is_alu(u.op) || u.op == Op::DETACH || u.op == Op::CUSTOM_GRAD; }
+bool is_reordering_view(const UOp& u) { return u.op == Op::RESHAPE || u.op == Op::PERMUTE; }
 bool is_injective_view(const UOp& u) {
   return u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::SHRINK || u.op == Op::FLIP;
 }
@@ -70,6 +81,29 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       realize.insert(u.get());
     if (u->op == Op::COPY || u->op == Op::ALLREDUCE)
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
+  }
+
+  // Note [reused reduce inputs]
+  constexpr int64_t REUSED_INPUT_COPIES = 8;
+  for (auto& u : order) {
+    if (u->op != Op::REDUCE_AXIS || existing_buffer(u.get()) ||
+        !get_device(u->device).supports(Feature::HostMemory))
+      continue;
+    std::vector<const UOp*> stack{u->src[0].get()};
+    std::unordered_set<const UOp*> seen;
+    while (!stack.empty()) {
+      const UOp* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second || existing_buffer(n) || realize.count(n)) continue;
+      if (n->op == Op::EXPAND && prod(n->shape) >= REUSED_INPUT_COPIES * prod(n->src[0]->shape)) {
+        const UOp* x = n->src[0].get();
+        while (is_reordering_view(*x) && !existing_buffer(x) && !realize.count(x)) x = x->src[0].get();
+        if (!existing_buffer(x) && is_alu(x->op) && x->op != Op::CAST) realize.insert(x);
+        continue;
+      }
+      if (is_elementwise(*n) || is_reordering_view(*n))
+        for (size_t i = 0; i < value_src_count(*n); i++) stack.push_back(n->src[i].get());
+    }
   }
 
   // 3. fuse a single-reader reduce into the elementwise kernel above it
