@@ -79,6 +79,25 @@ TEST(Fusion, ComputedMatmulOperandIsRealizedOnTheCpu) {
     }
 }
 
+// Note [padded B rows]: a large B whose rows are a multiple of 1 KB is copied into padded rows
+// first on the CPU (one kernel more), and the product reads a view of the copy.
+TEST(Fusion, LargeMatmulReadsBFromPaddedRowsOnTheCpu) {
+  Tensor a = Tensor::randn({8, 256}).realize(), b = Tensor::randn({256, 512}).realize();  // B: 512 KB
+  Tensor c = Tensor::randn({256, 520}).realize(), w = Tensor::randn({512, 256}).realize();
+  EXPECT_EQ(kernels({a.matmul(b)}), 2u);
+  EXPECT_EQ(kernels({a.matmul(c)}), 1u);          // rows of 2080 bytes: no aliasing
+  EXPECT_EQ(kernels({a.matmul(w.T())}), 1u);      // strided columns (a Linear's weight): no rows to pad
+  EXPECT_EQ(kernels({a.matmul(b.T().T())}), 2u);  // permutes compose
+  EXPECT_EQ(kernels({b.T().matmul(b)}), 2u);      // a transposed A is read as it is
+  auto av = a.to_vector<float>(), bv = b.to_vector<float>(), rv = a.matmul(b).to_vector<float>();
+  for (int i = 0; i < 8; i++)
+    for (int j = 0; j < 512; j += 7) {
+      double want = 0;
+      for (int k = 0; k < 256; k++) want += static_cast<double>(av[i * 256 + k]) * bv[k * 512 + j];
+      EXPECT_NEAR(rv[i * 512 + j], want, 1e-3) << i << "," << j;
+    }
+}
+
 TEST(Fusion, MlpForwardBackwardKernelCountIsBounded) {
   Tensor::manual_seed(1);
   Tensor w1 = Tensor::randn({784, 128}).requires_grad_(), w2 = Tensor::randn({128, 64}).requires_grad_();

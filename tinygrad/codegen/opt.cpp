@@ -157,14 +157,15 @@ UOpPtr unroll(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
 std::vector<KernelAxis> kernel_axes(const UOpPtr& ast) {
   std::unordered_set<const UOp*> reduce_ranges, stored_along;
   std::vector<KernelAxis> axes;
+  std::vector<UOpPtr> store_indices;
   auto order = toposort({ast});
   for (auto& n : order) {
     if (n->op == Op::REDUCE)
       for (size_t i = 1; i < n->src.size(); i++) reduce_ranges.insert(n->src[i].get());
-    if (n->op == Op::STORE)
-      for (auto& r : toposort({n->src[1]}))
-        if (r->op == Op::RANGE) stored_along.insert(r.get());
+    if (n->op == Op::STORE) store_indices.push_back(n->src[1]);
   }
+  for (auto& r : toposort(store_indices))
+    if (r->op == Op::RANGE) stored_along.insert(r.get());
   for (auto& n : order)
     if (n->op == Op::RANGE) {
       bool reduce = reduce_ranges.count(n.get()) > 0;
