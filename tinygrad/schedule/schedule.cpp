@@ -14,10 +14,11 @@
 // bias plus a relu) would be recomputed by the reduce's kernel for every copy the EXPAND makes,
 // once per column of the product. On devices with host memory such a node expanded at least
 // REUSED_INPUT_COPIES times is a realize point of its own: one pass writes it, and the product
-// then reads plain loads it can keep in registers. Only the way of a product counts: elementwise
-// ops, reshapes and permutes between the reduce and the EXPAND and below it. Sliding windows
-// (a convolution's input repeated, then shrunk into windows) stay fused: realizing the activations
-// under them cost the CNN run 100 MB of peak memory. (GPU-style devices keep recomputing them.)
+// then reads plain loads it can keep in registers. Only the shape of a product counts: a reduce
+// of a MUL whose operand is, through casts, reshapes and permutes, such an EXPAND. Sliding
+// windows (a convolution's input repeated, then shrunk into windows) stay fused: realizing the
+// activations under them cost the CNN run 100 MB of peak memory; so does a row statistic
+// expanded inside a reduce (layernorm's mean). (GPU-style devices keep recomputing them.)
 //
 // Note [kept convolution outputs]: a CUSTOM_GRAD node (a convolution) is a realize point too, and
 // its buffer stays with the node after the schedule has run, like an output's. A training step
@@ -89,20 +90,19 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
     if (u->op != Op::REDUCE_AXIS || existing_buffer(u.get()) ||
         !get_device(u->device).supports(Feature::HostMemory))
       continue;
-    std::vector<const UOp*> stack{u->src[0].get()};
-    std::unordered_set<const UOp*> seen;
-    while (!stack.empty()) {
-      const UOp* n = stack.back();
-      stack.pop_back();
-      if (!seen.insert(n).second || existing_buffer(n) || realize.count(n)) continue;
-      if (n->op == Op::EXPAND && prod(n->shape) >= REUSED_INPUT_COPIES * prod(n->src[0]->shape)) {
-        const UOp* x = n->src[0].get();
-        while (is_reordering_view(*x) && !existing_buffer(x) && !realize.count(x)) x = x->src[0].get();
-        if (!existing_buffer(x) && is_alu(x->op) && x->op != Op::CAST) realize.insert(x);
+    const UOp* product = u->src[0].get();
+    while (product->op == Op::CAST) product = product->src[0].get();
+    if (product->op != Op::MUL) continue;
+    for (auto& side : product->src) {
+      const UOp* n = side.get();
+      while ((n->op == Op::CAST || is_reordering_view(*n)) && !existing_buffer(n) && !realize.count(n))
+        n = n->src[0].get();
+      if (n->op != Op::EXPAND || existing_buffer(n) ||
+          prod(n->shape) < REUSED_INPUT_COPIES * prod(n->src[0]->shape))
         continue;
-      }
-      if (is_elementwise(*n) || is_reordering_view(*n))
-        for (size_t i = 0; i < value_src_count(*n); i++) stack.push_back(n->src[i].get());
+      const UOp* x = n->src[0].get();
+      while (is_reordering_view(*x) && !existing_buffer(x) && !realize.count(x)) x = x->src[0].get();
+      if (!existing_buffer(x) && !realize.count(x) && is_alu(x->op) && x->op != Op::CAST) realize.insert(x);
     }
   }
 
