@@ -129,8 +129,8 @@ TEST(Opt, HandCodedOptsUpcastAWholeShortRow) {
   auto opts = hand_coded_opts(item.ast);
   ASSERT_EQ(opts.size(), 2u) << opts_str(opts);
   auto axes = kernel_axes(item.ast);  // n, co, oy, ox, then the reduce loops
-  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, axes[3].id, 20}));
-  EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, axes[1].id, 4}));
+  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, axes[1].id, 4}));
+  EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, axes[3].id, 20}));  // Note [contiguous lanes last]
   expect_close(run_with(item, opts), run_with(item, {}));
 }
 
@@ -149,8 +149,8 @@ TEST(Opt, HandCodedOptsTileAChannelLastConvolution) {
   auto opts = hand_coded_opts(item.ast);
   auto axes = kernel_axes(item.ast);  // n, oy, ox, co, then the reduce loops
   ASSERT_EQ(opts.size(), 2u) << opts_str(opts);
-  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, axes[3].id, 16}));
-  EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, axes[2].id, 5}));
+  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, axes[2].id, 5}));
+  EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, axes[3].id, 16}));  // Note [contiguous lanes last]
   expect_close(run_with(item, opts), run_with(item, {}));
   // and it is what conv2d computes
   std::vector<float> want = x.conv2d(w).permute({0, 2, 3, 1}).contiguous().to_vector<float>();
@@ -173,16 +173,92 @@ TEST(Opt, HandCodedOptsTileAMatmul) {
   ScheduleItem item = only_kernel(a.matmul(b));
   auto opts = hand_coded_opts(item.ast);
   ASSERT_EQ(opts.size(), 2u) << opts_str(opts);
-  EXPECT_EQ(opts[0].op, OptOp::UPCAST);
-  EXPECT_EQ(opts[0].axis, 1);  // the contiguous output loop, widest
-  EXPECT_EQ(opts[1].axis, 0);
+  EXPECT_EQ(opts[0], (Opt{OptOp::UPCAST, 0, 4}));
+  EXPECT_EQ(opts[1], (Opt{OptOp::UPCAST, 1, 16}));  // the contiguous output loop, widest and last
   EXPECT_LE(lane_count(opts), 128);
+  expect_close(run_with(item, opts), run_with(item, {}));
   // a sum over the contiguous last axis gets partial accumulators
   ScheduleItem sum = only_kernel(a.sum(1));
   auto sopts = hand_coded_opts(sum.ast);
   ASSERT_FALSE(sopts.empty());
   EXPECT_EQ(sopts[0].op, OptOp::UNROLL);
   expect_close(run_with(sum, sopts), run_with(sum, {}));
+}
+
+// Note [cache blocking]: BLOCK and KBLOCK reorder a matmul's loops and keep its result, also with
+// sizes that the tile does not divide evenly into powers of two, an epilogue and a batch loop.
+TEST(Opt, BlocksKeepAMatmulsResult) {
+  Tensor a = realized_randn({12, 40}, 21), b = realized_randn({40, 24}, 22), bias = realized_randn({24}, 23);
+  Tensor ba = realized_randn({3, 6, 20}, 24), bb = realized_randn({3, 20, 10}, 25);
+  ScheduleItem mm = only_kernel(a.matmul(b)), epilogue = only_kernel((a.matmul(b) + bias).relu());
+  ScheduleItem batched = only_kernel(ba.matmul(bb));
+  // loops: i 0, j 1, k 2; BLOCK's inner loops and KBLOCK's reduce loop take the next free ids
+  std::vector<std::vector<Opt>> cases = {
+      {{OptOp::BLOCK, 0, 4}},
+      {{OptOp::BLOCK, 1, 24}},  // moves j innermost
+      {{OptOp::KBLOCK, 2, 8}},  // five partial sums in the output
+      {{OptOp::KBLOCK, 2, 20}, {OptOp::UNROLL, 3, 4}},
+      {{OptOp::BLOCK, 1, 24},
+       {OptOp::BLOCK, 0, 6},
+       {OptOp::KBLOCK, 2, 10},
+       {OptOp::UPCAST, 4, 3},
+       {OptOp::UPCAST, 3, 8}},                                              // the hand-coded shape of it
+      {{OptOp::BLOCK, 0, 3}, {OptOp::BLOCK, 3, 3}, {OptOp::KBLOCK, 2, 5}},  // a block within a block
+  };
+  for (auto* item : {&mm, &epilogue}) {
+    auto plain = run_with(*item, {});
+    for (auto& opts : cases) {
+      SCOPED_TRACE(opts_str(opts));
+      expect_close(run_with(*item, opts), plain);
+    }
+  }
+  auto plain = run_with(batched, {});  // loops: batch 0, i 1, j 2, k 3
+  for (auto& opts : std::vector<std::vector<Opt>>{{{OptOp::KBLOCK, 3, 4}},
+                                                  {{OptOp::BLOCK, 2, 10},
+                                                   {OptOp::BLOCK, 1, 3},
+                                                   {OptOp::KBLOCK, 3, 5},
+                                                   {OptOp::UPCAST, 5, 3},
+                                                   {OptOp::UPCAST, 4, 2}}}) {
+    SCOPED_TRACE(opts_str(opts));
+    expect_close(run_with(batched, opts), plain);
+  }
+}
+
+TEST(Opt, HandCodedOptsBlockALargeMatmul) {
+  // B: 544 KB, rows of 1088 bytes (a multiple of 1 KB would be padded first: Note [padded B rows])
+  Tensor a = realized_randn({64, 512}, 26), b = realized_randn({512, 272}, 27);
+  ScheduleItem item = only_kernel(a.matmul(b));
+  auto opts = hand_coded_opts(item.ast);
+  EXPECT_EQ(opts_str(opts), "BLOCK(1,272) BLOCK(0,32) KBLOCK(2,256) UPCAST(4,4) UPCAST(3,16)");
+  expect_close(run_with(item, opts), run_with(item, {}), 1e-3);
+  // one loop more in the kernel: the output loop of KBLOCK, which carries the partial sums
+  auto axes = kernel_axes(apply_opts(item.ast, opts));
+  int carried = 0;
+  for (auto& ax : axes) carried += ax.carried;
+  EXPECT_EQ(carried, 1);
+  // a small one keeps the plain tile
+  Tensor c = realized_randn({64, 32}, 28), d = realized_randn({32, 64}, 29);
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(c.matmul(d)).ast)), "UPCAST(0,4) UPCAST(1,16)");
+}
+
+TEST(Opt, BadBlocksAreNamed) {
+  Tensor a = realized_randn({6, 10}, 30), b = realized_randn({10, 4}, 31);
+  ScheduleItem mm = only_kernel(a.matmul(b)), mx = only_kernel(a.max(1));
+  ScheduleItem half = only_kernel(a.cast(DType::Float16).matmul(b.cast(DType::Float16)));
+  auto fails = [](const ScheduleItem& item, const std::vector<Opt>& opts, std::vector<std::string> words) {
+    expect_error([&] { apply_opts(item.ast, opts); }, words);
+  };
+  fails(mm, {{OptOp::BLOCK, 2, 5}}, {"BLOCK(2,5)", "reduce loop (KBLOCK it)"});
+  fails(mm, {{OptOp::KBLOCK, 0, 2}}, {"KBLOCK(0,2)", "output loop (BLOCK it)"});
+  fails(mm, {{OptOp::KBLOCK, 2, 10}}, {"smaller than loop 2's size"});
+  fails(mm, {{OptOp::KBLOCK, 2, 3}}, {"does not divide"});
+  fails(mx, {{OptOp::KBLOCK, 1, 5}}, {"not a sum"});
+  fails(half, {{OptOp::KBLOCK, 2, 5}}, {"partial sums are float32", "float16"});
+  fails(mm, {{OptOp::KBLOCK, 2, 5}, {OptOp::UPCAST, 2, 2}}, {"UPCAST(2,2)", "carries partial sums"});
+  // the outermost loop is split across threads, so it cannot carry partial sums
+  fails(only_kernel(realized_randn({40}, 32).sum()), {{OptOp::KBLOCK, 0, 8}},
+        {"no output loop runs outside"});
+  EXPECT_EQ(opts_str(parse_opts("BLOCK(1,8) KBLOCK(2,4)")), "BLOCK(1,8) KBLOCK(2,4)");
 }
 
 TEST(Opt, BadOptsAreNamed) {

@@ -2,6 +2,7 @@
 // output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -85,6 +86,43 @@ TEST(Fusion, ReshapeOfRealizedNeedsNoKernel) {
   Tensor x = Tensor::rand({4, 4});
   EXPECT_EQ(kernels({x.reshape({16})}), 0u);
   EXPECT_EQ(kernels({x.reshape({2, 8}).reshape({16})}), 0u);
+}
+
+// Note [product operands]: on the CPU a computed operand of a matmul gets its own kernel
+// instead of being recomputed for every output column; plain operands and reduces without an
+// expanded input stay one kernel.
+TEST(Fusion, ComputedMatmulOperandIsRealizedOnTheCpu) {
+  Tensor a = Tensor::randn({16, 32}).realize(), b = Tensor::randn({32, 24}).realize();
+  EXPECT_EQ(kernels({a.matmul(b)}), 1u);
+  Tensor r = (a * 2.0).relu().matmul(b);
+  EXPECT_EQ(kernels({r}), 2u);
+  EXPECT_EQ(kernels({(a * 2.0).relu().sum(1)}), 1u);
+  auto av = a.to_vector<float>(), bv = b.to_vector<float>(), rv = r.to_vector<float>();
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 24; j++) {
+      double want = 0;
+      for (int k = 0; k < 32; k++) want += std::max(0.0f, 2 * av[i * 32 + k]) * bv[k * 24 + j];
+      EXPECT_NEAR(rv[i * 24 + j], want, 1e-3) << i << "," << j;
+    }
+}
+
+// Note [padded B rows]: a large B whose rows are a multiple of 1 KB is copied into padded rows
+// first on the CPU (one kernel more), and the product reads a view of the copy.
+TEST(Fusion, LargeMatmulReadsBFromPaddedRowsOnTheCpu) {
+  Tensor a = Tensor::randn({8, 256}).realize(), b = Tensor::randn({256, 512}).realize();  // B: 512 KB
+  Tensor c = Tensor::randn({256, 520}).realize(), w = Tensor::randn({512, 256}).realize();
+  EXPECT_EQ(kernels({a.matmul(b)}), 2u);
+  EXPECT_EQ(kernels({a.matmul(c)}), 1u);          // rows of 2080 bytes: no aliasing
+  EXPECT_EQ(kernels({a.matmul(w.T())}), 1u);      // strided columns (a Linear's weight): no rows to pad
+  EXPECT_EQ(kernels({a.matmul(b.T().T())}), 2u);  // permutes compose
+  EXPECT_EQ(kernels({b.T().matmul(b)}), 2u);      // a transposed A is read as it is
+  auto av = a.to_vector<float>(), bv = b.to_vector<float>(), rv = a.matmul(b).to_vector<float>();
+  for (int i = 0; i < 8; i++)
+    for (int j = 0; j < 512; j += 7) {
+      double want = 0;
+      for (int k = 0; k < 256; k++) want += static_cast<double>(av[i * 256 + k]) * bv[k * 512 + j];
+      EXPECT_NEAR(rv[i * 512 + j], want, 1e-3) << i << "," << j;
+    }
 }
 
 TEST(Fusion, MlpForwardBackwardKernelCountIsBounded) {

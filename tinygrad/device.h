@@ -104,7 +104,7 @@ struct MatmulSpec {
 // NativeTranscendentals: exp2 and friends are fast instructions (GPUs); without it, kernels
 // compute them with plain arithmetic (codegen/transcendental.h). MatmulLibrary: matrix-product
 // kernels run through a device library (Note [library matmuls]), so the scheduler hands them
-// their operands in buffers (Note [library matmul operands] in schedule/schedule.cpp).
+// their operands in buffers (Note [product operands] in schedule/schedule.cpp).
 enum class Feature { HostMemory, Timing, Float16, BFloat16, NativeTranscendentals, MatmulLibrary };
 
 class Device {

@@ -1,5 +1,5 @@
 // The kernel optimizer: UPCAST and UNROLL as graph substitutions, and the hand-coded choice of
-// them. See Note [upcast and unroll] in opt.h.
+// opts. See Note [upcast and unroll] in opt.h; BLOCK and KBLOCK live in opt_block.cpp.
 #include "tinygrad/codegen/opt.h"
 
 #include <algorithm>
@@ -7,13 +7,18 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tinygrad/codegen/opt_block.h"
 #include "tinygrad/error.h"
 #include "tinygrad/rewrite.h"
 
 namespace tg {
 
+namespace {
+constexpr const char* OPT_NAMES[] = {"UPCAST", "UNROLL", "BLOCK", "KBLOCK"};  // in OptOp's order
+}
+
 std::string opt_str(const Opt& o) {
-  return std::string(o.op == OptOp::UPCAST ? "UPCAST" : "UNROLL") + "(" + std::to_string(o.axis) + "," +
+  return std::string(OPT_NAMES[static_cast<int>(o.op)]) + "(" + std::to_string(o.axis) + "," +
          std::to_string(o.amount) + ")";
 }
 
@@ -31,11 +36,13 @@ std::vector<Opt> parse_opts(const std::string& text) {
     Opt o{};
     char name[8] = {};
     long long axis = 0, amount = 0;
-    TG_CHECK(std::sscanf(word.c_str(), "%6[A-Z](%lld,%lld)", name, &axis, &amount) == 3,
-             "kernel opts: cannot parse '", word, "' (expected UPCAST(axis,amount) or UNROLL(axis,amount))");
+    TG_CHECK(std::sscanf(word.c_str(), "%7[A-Z](%lld,%lld)", name, &axis, &amount) == 3,
+             "kernel opts: cannot parse '", word,
+             "' (expected NAME(axis,amount), NAME one of UPCAST, UNROLL, BLOCK, KBLOCK)");
     std::string n = name;
-    TG_CHECK(n == "UPCAST" || n == "UNROLL", "kernel opts: unknown opt '", n, "' in '", word, "'");
-    o.op = n == "UPCAST" ? OptOp::UPCAST : OptOp::UNROLL;
+    auto known = std::find(std::begin(OPT_NAMES), std::end(OPT_NAMES), n);
+    TG_CHECK(known != std::end(OPT_NAMES), "kernel opts: unknown opt '", n, "' in '", word, "'");
+    o.op = static_cast<OptOp>(known - std::begin(OPT_NAMES));
     o.axis = axis;
     o.amount = amount;
     out.push_back(o);
@@ -48,8 +55,6 @@ int64_t lane_count(const std::vector<Opt>& opts) {
   for (auto& o : opts) n *= o.amount;
   return n;
 }
-
-namespace {
 
 std::vector<UOpPtr> stores_of(const UOpPtr& ast) {
   if (ast->op == Op::SINK) return ast->src;
@@ -76,6 +81,8 @@ UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPt
   return image.at(root.get());
 }
 
+namespace {
+
 // r -> r'*amount + lane, where r' runs size/amount times (a constant 0 when that is 1).
 UOpPtr lane_index(const KernelAxis& ax, int64_t amount, int64_t lane) {
   if (ax.size == amount) return kint(lane);
@@ -96,6 +103,9 @@ std::string why_not(const UOpPtr& ast, const Opt& opt) {
   if (opt.amount < 2) return "the amount must be at least 2";
   if (ax->size % opt.amount != 0)
     return "the amount does not divide loop " + std::to_string(opt.axis) + "'s size " + std::to_string(ax->size);
+  if (opt.op == OptOp::BLOCK || opt.op == OptOp::KBLOCK) return why_not_block(ast, *ax, opt);
+  if (ax->carried)
+    return "loop " + std::to_string(opt.axis) + " carries partial sums (a KBLOCK's outer loop)";
   if (opt.op == OptOp::UPCAST && ax->reduce) return "loop " + std::to_string(opt.axis) + " is a reduce loop (UNROLL it)";
   if (opt.op == OptOp::UNROLL && !ax->reduce) return "loop " + std::to_string(opt.axis) + " is an output loop (UPCAST it)";
   return {};
@@ -145,15 +155,23 @@ UOpPtr unroll(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
 }  // namespace
 
 std::vector<KernelAxis> kernel_axes(const UOpPtr& ast) {
-  std::unordered_set<const UOp*> reduce_ranges;
+  std::unordered_set<const UOp*> reduce_ranges, stored_along;
   std::vector<KernelAxis> axes;
+  std::vector<UOpPtr> store_indices;
   auto order = toposort({ast});
-  for (auto& n : order)
+  for (auto& n : order) {
     if (n->op == Op::REDUCE)
       for (size_t i = 1; i < n->src.size(); i++) reduce_ranges.insert(n->src[i].get());
+    if (n->op == Op::STORE) store_indices.push_back(n->src[1]);
+  }
+  for (auto& r : toposort(store_indices))
+    if (r->op == Op::RANGE) stored_along.insert(r.get());
   for (auto& n : order)
-    if (n->op == Op::RANGE)
-      axes.push_back({n, n->arg_int(), static_cast<int64_t>(n->src[0]->const_value()), reduce_ranges.count(n.get()) > 0});
+    if (n->op == Op::RANGE) {
+      bool reduce = reduce_ranges.count(n.get()) > 0;
+      axes.push_back({n, n->arg_int(), static_cast<int64_t>(n->src[0]->const_value()), reduce,
+                      !reduce && !stored_along.count(n.get())});
+    }
   std::sort(axes.begin(), axes.end(), [](const KernelAxis& a, const KernelAxis& b) { return a.id < b.id; });
   return axes;
 }
@@ -166,7 +184,20 @@ UOpPtr apply_opts(const UOpPtr& ast_in, const std::vector<Opt>& opts) {
     std::string err = why_not(ast, opt);
     TG_CHECK(err.empty(), "kernel optimizer: ", opt_str(opt), " does not apply: ", err);
     const KernelAxis ax = *find_axis(kernel_axes(ast), opt.axis);
-    ast = opt.op == OptOp::UPCAST ? upcast(ast, ax, opt.amount) : unroll(ast, ax, opt.amount);
+    switch (opt.op) {
+      case OptOp::UPCAST:
+        ast = upcast(ast, ax, opt.amount);
+        break;
+      case OptOp::UNROLL:
+        ast = unroll(ast, ax, opt.amount);
+        break;
+      case OptOp::BLOCK:
+        ast = block_loop(ast, ax, opt.amount);
+        break;
+      case OptOp::KBLOCK:
+        ast = block_reduce(ast, ax, opt.amount);
+        break;
+    }
   }
   return ast;
 }
@@ -248,6 +279,16 @@ bool fused_row_opts(const UOpPtr& ast, const std::vector<const KernelAxis*>& out
     if (a) opts.push_back({OptOp::UNROLL, r->id, a});
   }
   return true;
+}
+
+// Note [contiguous lanes last]: the lanes of the last UPCAST are the innermost, so neighbouring
+// lanes of it are neighbouring stores and accumulators. With the contiguous loop's UPCAST last,
+// LLVM's SLP vectorizer packs the tile along it (a vector load of B, a broadcast of A, FMAs);
+// with it first, the vectorizer packed the other loop's lanes instead (gathers of A, shuffles of
+// B, about twice as many instructions in a matmul's inner loop).
+std::vector<Opt> contiguous_lanes_last(std::vector<Opt> opts, int64_t contiguous_axis) {
+  std::stable_partition(opts.begin(), opts.end(), [&](const Opt& o) { return o.axis != contiguous_axis; });
+  return opts;
 }
 
 }  // namespace
@@ -366,7 +407,7 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
       opts.push_back({OptOp::UPCAST, wide->id, wide->size});
       lanes = wide->size;
       upcast_other_operand(wide, lanes);
-      return opts;
+      return contiguous_lanes_last(opts, wide->id);
     }
     if (a) {
       opts.push_back({OptOp::UPCAST, wide->id, a});
@@ -406,7 +447,11 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
     lanes *= a;
     if (lanes * 2 > max_tile) break;
   }
-  return opts;
+  if (!wide) return opts;
+  if (opts.size() == 2 && opts[0].axis == wide->id && reduces.size() == 1)  // Note [cache blocking]
+    return cache_blocked_opts(ast, *wide, opts[0].amount, *find_axis(axes, opts[1].axis), opts[1].amount,
+                              *red);
+  return contiguous_lanes_last(opts, wide->id);
 }
 
 }  // namespace tg

@@ -11,15 +11,18 @@
 // in memory become vector loads, FMAs and stores when the backend compiles them (LLVM's SLP
 // vectorizer on the CPU); lanes of an axis that some input does not depend on reuse that input's
 // loads from registers (a matmul's register tile).
+//
+// BLOCK and KBLOCK (codegen/opt_block.h) split a loop into two loops instead, for cache reuse.
 #pragma once
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tinygrad/ops.h"
 
 namespace tg {
 
-enum class OptOp { UPCAST, UNROLL };
+enum class OptOp { UPCAST, UNROLL, BLOCK, KBLOCK };
 
 struct Opt {
   OptOp op;
@@ -36,6 +39,9 @@ struct KernelAxis {
   UOpPtr range;
   int64_t id = 0, size = 0;
   bool reduce = false;
+  // an output loop that no store index depends on: the outer loop of a KBLOCK, whose iterations
+  // add to what the previous ones stored (so it must not be upcast)
+  bool carried = false;
 };
 std::vector<KernelAxis> kernel_axes(const UOpPtr& ast);
 
@@ -45,12 +51,18 @@ UOpPtr apply_opts(const UOpPtr& ast, const std::vector<Opt>& opts);
 // Whether opt applies to ast (the check apply_opts makes).
 bool opt_applies(const UOpPtr& ast, const Opt& opt);
 
-// The default choice: a register tile over the output loops that inputs are reused along, and
-// partial accumulators for reductions over contiguous memory.
+// The default choice: a register tile over the output loops that inputs are reused along (with
+// cache blocks around it for large matmuls), and partial accumulators for reductions over
+// contiguous memory.
 std::vector<Opt> hand_coded_opts(const UOpPtr& ast);
 
 // How far an index expression moves when `range` goes from 0 to 1 (every other loop at 0).
 int64_t index_stride(const UOpPtr& index, const UOpPtr& range);
+
+// The kernel's STOREs (ast rooted at STORE or SINK).
+std::vector<UOpPtr> stores_of(const UOpPtr& ast);
+// root with every node in `from` replaced by its image, rebuilt bottom-up.
+UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& from);
 
 // Lanes a kernel would have after opts (the product of all amounts), to bound register use.
 int64_t lane_count(const std::vector<Opt>& opts);

@@ -26,6 +26,23 @@
 // longer than ROW_FUSE_MAX stay separate kernels: their re-reads would no longer come from cache.
 // ROWFUSE=0 turns the rule off.
 //
+// Note [product operands]: a computed elementwise node that a product (a REDUCE_AXIS of a MUL)
+// reads through an EXPAND (a matmul's operand: the output gradient times a relu's mask, a
+// softmax's gradient, a bias plus a relu) and that is expanded at least PRODUCT_OPERAND_COPIES
+// times is a realize point of its own on two kinds of devices:
+//  - with host memory, the product's kernel would recompute it for every copy the EXPAND makes,
+//    once per column of the product; one pass writes it, and the product reads plain loads it
+//    can keep in registers;
+//  - with a matmul library (Feature::MatmulLibrary, the MATMUL_LIB knob on), the library runs
+//    a product from buffers only (Note [matching a matmul kernel] in match_matmul.cpp); with the
+//    operand computed inline the product would stay a generated kernel.
+// The way from the MUL to the EXPAND passes casts, reshapes and permutes only, and from the
+// EXPAND down to the node reshapes, permutes and casts between float types (the library rounds
+// or widens operands itself). Sliding windows (a convolution's input repeated, then shrunk into
+// windows) stay fused: realizing the activations under them cost the CNN run 100 MB of peak
+// memory; so do plain sums of products (no EXPAND) and a row statistic expanded inside a reduce
+// (layernorm's mean). GPU-style devices without a library keep recomputing them.
+//
 // Note [kept convolution outputs]: a CUSTOM_GRAD node (a convolution) is a realize point too, and
 // its buffer stays with the node after the schedule has run, like an output's. A training step
 // runs several schedules over one graph (a BatchNorm realizes its statistics in the middle of the
@@ -33,15 +50,6 @@
 // them would recompute every convolution it reaches. The cost is one extra pass over the output
 // where a bias and activation used to fuse into the convolution's kernel.
 //
-// Note [library matmul operands]: a device library (Feature::MatmulLibrary) runs a product from
-// buffers only (Note [matching a matmul kernel] in match_matmul.cpp), but an operand computed
-// elementwise (relu(h) entering the next layer, the masked gradient dy * (h > 0) in the backward
-// pass) is recomputed inline by the product's kernel, which then stays a generated kernel. On
-// such devices the computed operand of a product is a realize point instead: one elementwise
-// kernel writes it and the library reads it. A product here is a sum over a MUL whose two sides
-// each broadcast (EXPAND) their base across the other's rows, through reshapes, permutes and
-// casts between float types only (the library rounds or widens operands itself); windows (convolutions: SHRINK, PAD) and plain sums of products
-// (sum(x * y), no broadcast) keep their fused kernels.
 #include "tinygrad/schedule/schedule.h"
 
 #include <mutex>
@@ -57,6 +65,7 @@ namespace tg {
 namespace {
 
 bool is_elementwise(const UOp& u) { return is_alu(u.op) || u.op == Op::DETACH || u.op == Op::CUSTOM_GRAD; }
+bool is_reordering_view(const UOp& u) { return u.op == Op::RESHAPE || u.op == Op::PERMUTE; }
 bool is_injective_view(const UOp& u) {
   return u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::SHRINK || u.op == Op::FLIP;
 }
@@ -79,26 +88,19 @@ std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
 bool library_float(DType t) { return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32; }
 bool float_cast(const UOp& u) { return u.op == Op::CAST && library_float(u.dtype) && library_float(u.src[0]->dtype); }
 
-// The node one side of a product reads through its broadcast (Note [library matmul operands]),
-// or nullptr when the side is not such a view.
-const UOp* product_operand(const UOp* side) {
-  bool broadcast = false;
-  for (;; side = side->src[0].get()) {
-    if (side->op == Op::EXPAND)
-      broadcast = true;
-    else if (side->op != Op::RESHAPE && side->op != Op::PERMUTE && !float_cast(*side))
-      break;
-  }
-  return broadcast ? side : nullptr;
-}
+// Note [product operands]
+constexpr int64_t PRODUCT_OPERAND_COPIES = 8;
 
-bool runs_library_matmuls(const std::string& device) {
+bool realizes_product_operands(const std::string& device) {
   static std::mutex mu;
-  static std::unordered_map<std::string, bool> by_device;
+  static std::unordered_map<std::string, std::pair<bool, bool>> by_device;  // host memory, matmul library
   std::lock_guard<std::mutex> lock(mu);
   auto it = by_device.find(device);
-  if (it == by_device.end()) it = by_device.emplace(device, get_device(device).supports(Feature::MatmulLibrary)).first;
-  return it->second && knobs::MATMUL_LIB.get();
+  if (it == by_device.end()) {
+    const Device& d = get_device(device);
+    it = by_device.emplace(device, std::pair{d.supports(Feature::HostMemory), d.supports(Feature::MatmulLibrary)}).first;
+  }
+  return it->second.first || (it->second.second && knobs::MATMUL_LIB.get());
 }
 
 // Note [row fusion]
@@ -198,15 +200,23 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
   }
 
-  // 2b. computed operands of library products (Note [library matmul operands])
+  // Note [product operands]
   for (auto& u : order) {
-    if (u->op != Op::REDUCE_AXIS || u->arg_reduce().op != Op::ADD || existing_buffer(u.get())) continue;
+    if (u->op != Op::REDUCE_AXIS || existing_buffer(u.get()) || !realizes_product_operands(u->device)) continue;
     const UOp* product = u->src[0].get();
-    if (product->op != Op::MUL || !runs_library_matmuls(u->device)) continue;
-    const UOp *x = product_operand(product->src[0].get()), *y = product_operand(product->src[1].get());
-    if (!x || !y) continue;
-    for (const UOp* side : {x, y})
-      if (is_alu(side->op) && !existing_buffer(side)) realize.insert(side);
+    while (product->op == Op::CAST) product = product->src[0].get();
+    if (product->op != Op::MUL) continue;
+    for (auto& side : product->src) {
+      const UOp* n = side.get();
+      while ((n->op == Op::CAST || is_reordering_view(*n)) && !existing_buffer(n) && !realize.count(n))
+        n = n->src[0].get();
+      if (n->op != Op::EXPAND || existing_buffer(n) || prod(n->shape) < PRODUCT_OPERAND_COPIES * prod(n->src[0]->shape))
+        continue;
+      const UOp* x = n->src[0].get();
+      while ((is_reordering_view(*x) || float_cast(*x)) && !existing_buffer(x) && !realize.count(x))
+        x = x->src[0].get();
+      if (!existing_buffer(x) && !realize.count(x) && is_alu(x->op) && x->op != Op::CAST) realize.insert(x);
+    }
   }
 
   // 3. fuse a single-reader reduce into the elementwise kernel above it

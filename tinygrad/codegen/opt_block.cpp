@@ -1,0 +1,134 @@
+// Cache blocking of CPU kernels: the BLOCK and KBLOCK opts and their hand-coded choice for
+// matmul-like kernels. See Note [cache blocking].
+#include "tinygrad/codegen/opt_block.h"
+
+#include <algorithm>
+
+#include "tinygrad/error.h"
+#include "tinygrad/rewrite.h"
+
+namespace tg {
+
+// Note [cache blocking]: a register tile (Note [register tile size] in opt.cpp) of R rows by 16
+// columns of a matmul streams a K x 16 panel of B, one cache line per k, and the output loops
+// run rows outside columns, so every R rows read all of B again: B (4 MB at 1024^2, 16 MB at
+// 2048^2) never stays in the L2 cache and the kernel waits on memory. Two opts reorder the loops
+// instead of writing lanes out:
+//
+// - BLOCK(r, b) runs output loop r in blocks of b: r = r_outer*b + r_inner, where r_outer keeps
+//   r's place and r_inner gets a fresh RANGE id, the largest, so it becomes the innermost output
+//   loop (linearize orders output loops by id). BLOCK(r, size of r) moves r innermost.
+// - KBLOCK(k, b) splits reduce loop k the same way, but k_outer becomes an output loop placed by
+//   its id (after the loops with smaller ids) and the stores are carried across it: each store
+//   writes prev + (its reduce over the block), prev being what the output holds (0 where
+//   k_outer = 0: a select, not a gated load, so the lanes' loads stay one vector load; the
+//   first block reads memory nothing wrote yet and drops it), and the kernel's epilogue (a bias, a relu)
+//   runs on the last block only. Partial sums are stored in the output buffer, so KBLOCK needs a
+//   store whose buffer has the reduce's dtype.
+//
+// For C = A @ B with output loops i, j (ids 0, 1) and reduce loop k (id 2), cache_blocked_opts
+// picks BLOCK(j, N) BLOCK(i, MB) KBLOCK(k, KB) and the register tile on the new inner loops:
+//
+//   for i_outer (M/MB blocks, split across threads)   A block MB x KB stays in L2
+//     for k_outer (K/KB)
+//       for j (N/16 tiles)                            B panel KB x 16 stays in L1
+//         for i_inner (MB/R tiles)                    R x 16 accumulators in registers
+//           for k_inner (KB)
+//
+// so each B panel is read from memory once per row block and then MB/R times from L1.
+// KBLOCK also bounds the rows of B one panel touches to KB (page-table reach: a 2048-wide B
+// has one 8 KB row per k).
+
+namespace {
+
+int64_t next_range_id(const UOpPtr& ast) {
+  int64_t id = 0;
+  for (auto& ax : kernel_axes(ast)) id = std::max(id, ax.id + 1);
+  return id;
+}
+
+UOpPtr range(int64_t size, int64_t id) { return make_uop(Op::RANGE, dtypes::index, {kint(size)}, Arg{id}); }
+
+// The REDUCE nodes in v whose ranges include r.
+std::vector<UOpPtr> reduces_over(const UOpPtr& v, const UOpPtr& r) {
+  std::vector<UOpPtr> out;
+  for (auto& n : toposort({v}))
+    if (n->op == Op::REDUCE && std::find(n->src.begin() + 1, n->src.end(), r) != n->src.end())
+      out.push_back(n);
+  return out;
+}
+
+}  // namespace
+
+std::string why_not_block(const UOpPtr& ast, const KernelAxis& ax, const Opt& opt) {
+  std::string loop = "loop " + std::to_string(ax.id);
+  if (ax.carried) return loop + " carries partial sums (a KBLOCK's outer loop)";
+  if (opt.op == OptOp::BLOCK) return ax.reduce ? loop + " is a reduce loop (KBLOCK it)" : "";
+  if (!ax.reduce) return loop + " is an output loop (BLOCK it)";
+  if (opt.amount == ax.size) return "the amount must be smaller than " + loop + "'s size";
+  bool outer_loop_before = false;
+  for (auto& a : kernel_axes(ast)) outer_loop_before |= !a.reduce && a.id < ax.id && a.size > 1;
+  if (!outer_loop_before)
+    return "no output loop runs outside " + loop + " (threads split the outermost loop)";
+  for (auto& st : stores_of(ast)) {
+    auto reds = reduces_over(st->src[2], ax.range);
+    if (reds.size() != 1) return "a store's value needs exactly one reduce over " + loop;
+    if (std::get<Op>(reds[0]->arg) != Op::ADD) return "the reduce over " + loop + " is not a sum";
+    if (st->src.size() > 3) return "a store is gated";
+    if (st->src[0]->dtype != reds[0]->dtype)
+      return std::string("partial sums are ") + dtype_name(reds[0]->dtype) + " but the output is " +
+             dtype_name(st->src[0]->dtype);
+  }
+  return {};
+}
+
+UOpPtr block_loop(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
+  UOpPtr inner = range(amount, next_range_id(ast));
+  UOpPtr index = ax.size == amount
+                     ? inner
+                     : kalu(Op::ADD, kalu(Op::MUL, range(ax.size / amount, ax.id), kint(amount)), inner);
+  return graph_rewrite(substitute(ast, {{ax.range.get(), index}}), symbolic());
+}
+
+UOpPtr block_reduce(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
+  UOpPtr inner = range(amount, next_range_id(ast));
+  UOpPtr outer = range(ax.size / amount, ax.id);
+  UOpPtr index = kalu(Op::ADD, kalu(Op::MUL, outer, kint(amount)), inner);
+  UOpPtr first = kalu(Op::CMPNE, outer, kint(0)), last = kalu(Op::CMPLT, outer, kint(ax.size / amount - 1));
+  std::vector<UOpPtr> stores;
+  for (auto& st : stores_of(ast)) {
+    UOpPtr red = reduces_over(st->src[2], ax.range).at(0);
+    std::vector<UOpPtr> src{substitute(red->src[0], {{ax.range.get(), index}})};
+    for (size_t i = 1; i < red->src.size(); i++) src.push_back(red->src[i] == ax.range ? inner : red->src[i]);
+    UOpPtr prev =
+        kwhere(first, make_uop(Op::LOAD, red->dtype, {st->src[0], st->src[1]}), kconst(red->dtype, 0));
+    UOpPtr sum = kalu(Op::ADD, make_uop(Op::REDUCE, red->dtype, src, red->arg), prev);
+    UOpPtr value = st->src[2] == red ? sum : kwhere(last, sum, substitute(st->src[2], {{red.get(), sum}}));
+    stores.push_back(make_uop(Op::STORE, st->dtype, {st->src[0], st->src[1], value}, st->arg));
+  }
+  return graph_rewrite(make_uop(Op::SINK, DType::Float32, stores), symbolic());
+}
+
+std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, int64_t wide_lanes,
+                                    const KernelAxis& rows, int64_t row_lanes, const KernelAxis& red) {
+  constexpr int64_t MIN_PANEL_BYTES = 512 * 1024;  // the L2 cache of one core
+  constexpr int64_t MAX_ROW_BLOCK = 64, MAX_K_BLOCK = 256, MIN_K_BLOCK = 64;
+  std::vector<Opt> tile{{OptOp::UPCAST, rows.id, row_lanes}, {OptOp::UPCAST, wide.id, wide_lanes}};
+  // B, the operand that moves along the wide loop and the reduce, is what the blocks keep in cache
+  if (wide.size * red.size * 4 < MIN_PANEL_BYTES || rows.size < 2 * row_lanes) return tile;
+  int64_t mb = 0, kb = 0;
+  for (int64_t b = MAX_ROW_BLOCK; b >= row_lanes && !mb; b--)
+    if (b % row_lanes == 0 && rows.size % b == 0 && rows.size / b >= 2) mb = b;
+  for (int64_t b = MAX_K_BLOCK; b >= MIN_K_BLOCK && !kb; b--)
+    if (red.size % b == 0 && red.size / b >= 2) kb = b;
+  if (!mb) return tile;
+  const int64_t next = next_range_id(ast);
+  const int64_t wide_inner = next, rows_inner = next + 1;  // the ids BLOCK gives the inner loops
+  std::vector<Opt> opts{{OptOp::BLOCK, wide.id, wide.size}, {OptOp::BLOCK, rows.id, mb}};
+  if (kb) opts.push_back({OptOp::KBLOCK, red.id, kb});
+  opts.push_back({OptOp::UPCAST, rows_inner, row_lanes});
+  opts.push_back({OptOp::UPCAST, wide_inner, wide_lanes});
+  return opts;
+}
+
+}  // namespace tg
