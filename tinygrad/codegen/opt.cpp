@@ -236,13 +236,6 @@ struct LoadInfo {
   UOpPtr index;
 };
 
-std::unordered_set<const UOp*> ranges_in(const UOpPtr& u) {
-  std::unordered_set<const UOp*> r;
-  for (auto& n : toposort({u}))
-    if (n->op == Op::RANGE) r.insert(n.get());
-  return r;
-}
-
 int64_t stride(const UOpPtr& index, const UOpPtr& range) {
   return eval_index(index, {{range.get(), 1}}) - eval_index(index, {});
 }
@@ -294,6 +287,13 @@ std::vector<Opt> contiguous_lanes_last(std::vector<Opt> opts, int64_t contiguous
 }  // namespace
 
 int64_t index_stride(const UOpPtr& index, const UOpPtr& range) { return stride(index, range); }
+
+std::unordered_set<const UOp*> ranges_in(const UOpPtr& u) {
+  std::unordered_set<const UOp*> r;
+  for (auto& n : toposort({u}))
+    if (n->op == Op::RANGE) r.insert(n.get());
+  return r;
+}
 
 // Note [hand-coded opts]: a reduce kernel whose inputs are reused along some output loops (a
 // matmul's A along the columns, its B along the rows; a convolution's weights along batch and

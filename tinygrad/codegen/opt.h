@@ -16,6 +16,7 @@
 #pragma once
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "tinygrad/ops.h"
@@ -58,6 +59,9 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast);
 
 // How far an index expression moves when `range` goes from 0 to 1 (every other loop at 0).
 int64_t index_stride(const UOpPtr& index, const UOpPtr& range);
+
+// The loops (RANGEs) an expression depends on.
+std::unordered_set<const UOp*> ranges_in(const UOpPtr& u);
 
 // The kernel's STOREs (ast rooted at STORE or SINK).
 std::vector<UOpPtr> stores_of(const UOpPtr& ast);

@@ -31,13 +31,6 @@ constexpr int64_t SMALL_AXIS = 8;
 constexpr int64_t MAX_LONG_LANES = 32;
 constexpr int64_t MIN_GROUPS = 128;
 
-std::unordered_set<const UOp*> ranges_in(const UOpPtr& u) {
-  std::unordered_set<const UOp*> r;
-  for (auto& n : toposort({u}))
-    if (n->op == Op::RANGE) r.insert(n.get());
-  return r;
-}
-
 // The largest of TILE, TILE/2, ... 2 that divides n (0: none).
 int64_t tile_amount(int64_t n) {
   for (int64_t a = TILE; a >= 2; a /= 2)

@@ -56,7 +56,7 @@ int64_t stride_of(const Access& acc, const UOp* range) {
 }
 
 UOpPtr skip_float_casts(UOpPtr x) {
-  while (x->op == Op::CAST && library_float(x->dtype) && library_float(x->src[0]->dtype)) x = x->src[0];
+  while (library_float_cast(*x)) x = x->src[0];
   return x;
 }
 
@@ -95,6 +95,10 @@ MatmulOperand operand(const Access& acc, const Dim& batch, const Dim& row, const
 }
 
 }  // namespace
+
+bool library_float_cast(const UOp& u) {
+  return u.op == Op::CAST && library_float(u.dtype) && library_float(u.src[0]->dtype);
+}
 
 std::optional<MatmulSpec> match_matmul(const UOpPtr& ast, const std::vector<DType>& param_dtypes) {
   if (ast->op != Op::STORE) return std::nullopt;

@@ -14,4 +14,8 @@ namespace tg {
 // or nullopt when it is not one. `param_dtypes` are the kernel's buffer dtypes.
 std::optional<MatmulSpec> match_matmul(const UOpPtr& ast, const std::vector<DType>& param_dtypes);
 
+// A cast between float16, bfloat16 and float32, which a library widens or rounds an operand
+// through itself (the matcher looks through it; so does the scheduler's Note [product operands]).
+bool library_float_cast(const UOp& u);
+
 }  // namespace tg

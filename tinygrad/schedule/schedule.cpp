@@ -52,13 +52,13 @@
 //
 #include "tinygrad/schedule/schedule.h"
 
-#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/schedule/match_matmul.h"
 
 namespace tg {
 
@@ -85,22 +85,12 @@ std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
   return nullptr;
 }
 
-bool library_float(DType t) { return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32; }
-bool float_cast(const UOp& u) { return u.op == Op::CAST && library_float(u.dtype) && library_float(u.src[0]->dtype); }
-
 // Note [product operands]
 constexpr int64_t PRODUCT_OPERAND_COPIES = 8;
 
 bool realizes_product_operands(const std::string& device) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::pair<bool, bool>> by_device;  // host memory, matmul library
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = by_device.find(device);
-  if (it == by_device.end()) {
-    const Device& d = get_device(device);
-    it = by_device.emplace(device, std::pair{d.supports(Feature::HostMemory), d.supports(Feature::MatmulLibrary)}).first;
-  }
-  return it->second.first || (it->second.second && knobs::MATMUL_LIB.get());
+  const Device& d = get_device(device);
+  return d.supports(Feature::HostMemory) || (d.supports(Feature::MatmulLibrary) && knobs::MATMUL_LIB.get());
 }
 
 // Note [row fusion]
@@ -213,7 +203,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       if (n->op != Op::EXPAND || existing_buffer(n) || prod(n->shape) < PRODUCT_OPERAND_COPIES * prod(n->src[0]->shape))
         continue;
       const UOp* x = n->src[0].get();
-      while ((is_reordering_view(*x) || float_cast(*x)) && !existing_buffer(x) && !realize.count(x))
+      while ((is_reordering_view(*x) || library_float_cast(*x)) && !existing_buffer(x) && !realize.count(x))
         x = x->src[0].get();
       if (!existing_buffer(x) && !realize.count(x) && is_alu(x->op) && x->op != Op::CAST) realize.insert(x);
     }
