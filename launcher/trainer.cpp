@@ -81,17 +81,18 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
     knobs::DEVICE.set(canonical_device(device));
   }
   data_ = make_dataset(cfg_);
-  train_loader_ = std::make_unique<nn::DataLoader>(
-      data_.train, nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.batch_size"),
-                                         .shuffle = cfg_.get_bool("data.shuffle"),
-                                         .seed = static_cast<uint64_t>(cfg_.get_int("data.seed")),
-                                         .mean = data_.mean,
-                                         .std = data_.std});
-  test_loader_ = std::make_unique<nn::DataLoader>(
-      data_.test, nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.eval_batch_size"), .shuffle = false,
-                                        .mean = data_.mean, .std = data_.std});
   TG_CHECK(data_.train.size() > 0 && data_.test.size() > 0, "dataset '", cfg_.get_string("data.name"),
            "' has an empty split (train ", data_.train.size(), ", test ", data_.test.size(), " examples)");
+  // the loaders take the splits' host arrays
+  train_loader_ = std::make_unique<nn::DataLoader>(
+      std::move(data_.train), nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.batch_size"),
+                                                    .shuffle = cfg_.get_bool("data.shuffle"),
+                                                    .seed = static_cast<uint64_t>(cfg_.get_int("data.seed")),
+                                                    .mean = data_.mean,
+                                                    .std = data_.std});
+  test_loader_ = std::make_unique<nn::DataLoader>(
+      std::move(data_.test), nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.eval_batch_size"),
+                                                   .shuffle = false, .mean = data_.mean, .std = data_.std});
   int64_t steps = cfg_.get_int("train.steps");
   total_steps_ = steps > 0 ? steps : cfg_.get_int("train.epochs") * train_loader_->batches_per_epoch();
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));

@@ -156,10 +156,10 @@ TEST_F(DataTest, FashionMnistFromTheDebianPackage) {
   for (auto [split, n] : {std::pair<const char*, int64_t>{"train", 60000}, {"test", 10000}}) {
     Dataset ds = fashion_mnist(split);
     EXPECT_EQ(ds.size(), n);
-    EXPECT_EQ(ds.images.shape(), (Shape{n, 1, 28, 28}));
-    EXPECT_EQ(ds.images.dtype(), DType::UInt8);
-    EXPECT_EQ(ds.labels.shape(), (Shape{n}));
-    EXPECT_EQ(ds.labels.dtype(), DType::Int32);
+    EXPECT_EQ(ds.images().shape(), (Shape{n, 1, 28, 28}));
+    EXPECT_EQ(ds.images().dtype(), DType::UInt8);
+    EXPECT_EQ(ds.labels().shape(), (Shape{n}));
+    EXPECT_EQ(ds.labels().dtype(), DType::Int32);
     EXPECT_EQ(static_cast<int64_t>(ds.host_images.size()), n * 784);
     EXPECT_EQ(ds.item_shape, (Shape{1, 28, 28}));
     std::vector<int64_t> counts(10, 0);
@@ -169,8 +169,8 @@ TEST_F(DataTest, FashionMnistFromTheDebianPackage) {
       counts[l]++;
     }
     for (int c = 0; c < 10; c++) EXPECT_EQ(counts[c], n / 10) << split << " class " << c;  // balanced
-    EXPECT_EQ(ds.labels.to_vector<int32_t>(), ds.host_labels);
-    auto first = ds.images[0].to_vector<uint8_t>();
+    EXPECT_EQ(ds.labels().to_vector<int32_t>(), ds.host_labels);
+    auto first = ds.images()[0].to_vector<uint8_t>();
     EXPECT_TRUE(std::equal(first.begin(), first.end(), ds.host_images.begin()));
     EXPECT_GT(*std::max_element(ds.host_images.begin(), ds.host_images.begin() + 784), 0);
     if (n == 10000) {

@@ -57,8 +57,6 @@ nn::Dataset synth(int64_t n, int seed) {
     for (int j = 0; j < 4; j++) d.host_images.push_back(static_cast<uint8_t>(j == label ? 220 : 20 + (i * 13 + j) % 30));
     d.host_labels.push_back(label);
   }
-  d.images = Tensor::from_vector(d.host_images, {n, 1, 2, 2});
-  d.labels = Tensor::from_vector(d.host_labels, {n});
   return d;
 }
 TG_REGISTER_MODEL("test_mlp", [](const Config&) { return make_mlp({16}, 4, 3); });

@@ -249,3 +249,37 @@ TEST(Fusion, ConvolutionOutputIsKeptForLaterSchedules) {
   ASSERT_EQ(cv.size(), zv.size());
   for (size_t i = 0; i < cv.size(); i++) EXPECT_FLOAT_EQ(zv[i], 2 * cv[i]);
 }
+
+// Note [conv2d gradient] in tensor_nn.cpp: without gradients (evaluation) a convolution is not a
+// kept realize point, and its value is the same.
+TEST(Fusion, ConvolutionUnderNoGradIsNotKept) {
+  Tensor x = Tensor::rand({2, 3, 6, 6}).realize(), w = Tensor::rand({4, 3, 3, 3}).realize().requires_grad_(true);
+  auto with_grad = x.conv2d(w).relu().to_vector<float>();
+  NoGradGuard no_grad;
+  Tensor c = x.conv2d(w);
+  Tensor y = c.relu();
+  y.realize();
+  for (auto& u : toposort({c.uop()}))
+    EXPECT_FALSE(u->op == Op::CUSTOM_GRAD || u->realized) << "an evaluation pass kept the convolution's output";
+  auto without = y.to_vector<float>();
+  ASSERT_EQ(with_grad.size(), without.size());
+  for (size_t i = 0; i < without.size(); i++) EXPECT_NEAR(without[i], with_grad[i], 1e-5f) << i;
+}
+
+// Note [intermediates die after their last reader] in engine/realize.cpp: a chain of realize
+// points needs the memory of a few links at a time, not of all of them.
+TEST(MemoryPool, IntermediatesAreFreedAfterTheirLastReader) {
+  constexpr int64_t n = int64_t{1} << 18;  // 1 MiB of float32
+  constexpr int links = 8;
+  Tensor x = Tensor::rand({n}).realize();
+  Tensor y = x;
+  for (int i = 0; i < links; i++) y = (y + 1.0).contiguous();
+  auto& pool = get_device(default_device()).pool();
+  const size_t before = pool.stats().bytes_in_use;
+  pool.reset_peak();
+  y.realize();
+  const size_t link_bytes = n * sizeof(float);
+  EXPECT_LE(pool.stats().peak_bytes - before, 3 * link_bytes) << "the schedule held its intermediates";
+  auto xv = x.to_vector<float>(), yv = y.to_vector<float>();
+  for (int64_t i = 0; i < n; i += 4099) EXPECT_FLOAT_EQ(yv[i], xv[i] + links) << i;
+}

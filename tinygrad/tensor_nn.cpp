@@ -224,10 +224,17 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
     out = (xw * ww).sum({3, 6, 7}).reshape({n, cout, oy, ox});
   }
   out = out.cast(out_dtype);
-  // the value is the composition above; its gradient comes from conv2d_gradient (Note [conv2d gradient])
-  std::vector<int64_t> params{static_cast<int64_t>(CustomGrad::CONV2D), stride[0], stride[1], padding[0], padding[1],
-                              dilation[0], dilation[1], groups};
-  out = result(lazy::custom_grad(out.uop(), {uop(), weight.uop()}, params), {this, &weight});
+  // the value is the composition above; its gradient comes from conv2d_gradient (Note [conv2d
+  // gradient]). Under a NoGradGuard (evaluation) the output is not wrapped: a CUSTOM_GRAD node is
+  // a realize point kept with its node (Note [kept convolution outputs] in
+  // schedule/schedule.cpp), which an evaluation pass would hold to its end. (The transposed
+  // convolution of a backward pass stays wrapped: there it is the realize point that both of
+  // its readers share.)
+  if (!NoGradGuard::enabled()) {
+    std::vector<int64_t> params{static_cast<int64_t>(CustomGrad::CONV2D), stride[0], stride[1], padding[0],
+                                padding[1], dilation[0], dilation[1], groups};
+    out = result(lazy::custom_grad(out.uop(), {uop(), weight.uop()}, params), {this, &weight});
+  }
   if (bias) {
     TG_CHECK(bias->ndim() == 1 && bias->shape()[0] == cout, "conv2d: bias ", bias->describe(), " must be [", cout, "]");
     out = out + bias->reshape({1, cout, 1, 1});

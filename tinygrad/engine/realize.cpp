@@ -147,19 +147,18 @@ void run_copy(const ScheduleItem& item) {
 }
 
 // Collectives still running (see CollectiveRunner): an item waits for those whose buffers it uses.
+// They hold their buffers: run_schedule lets go of an item's buffers once it has run.
 struct PendingCollectives {
-  std::vector<std::pair<std::vector<const Buffer*>, CollectiveWait>> running;
+  std::vector<std::pair<std::vector<std::shared_ptr<Buffer>>, CollectiveWait>> running;
   void add(const ScheduleItem& item, CollectiveWait w) {
     if (!w) return;
-    std::vector<const Buffer*> bufs;
-    for (auto& b : item.buffers) bufs.push_back(b.get());
-    running.emplace_back(std::move(bufs), std::move(w));
+    running.emplace_back(item.buffers, std::move(w));
   }
   void wait_for(const ScheduleItem& item) {
     for (size_t i = 0; i < running.size();) {
       bool uses = false;
       for (auto& b : item.buffers)
-        for (auto* c : running[i].first) uses = uses || b.get() == c;
+        for (auto& c : running[i].first) uses = uses || b == c;
       if (!uses) { i++; continue; }
       auto w = std::move(running[i].second);
       running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
@@ -207,7 +206,13 @@ ExecRecorder* set_exec_recorder(ExecRecorder* recorder) {
   return recorder;
 }
 
-void run_schedule(const std::vector<ScheduleItem>& schedule) {
+// Note [intermediates die after their last reader]: each item holds its own references to the
+// buffers it touches, and an intermediate (a realize point inside the graph: no tensor holds
+// it) has no other owner. So once an item has run, its references are dropped; a buffer whose
+// last reader that was goes back to the pool, where a later kernel of the same schedule takes
+// its memory. Without this a schedule held all of its intermediates until its end: a forward
+// pass at batch 1000 grew to the sum of its activations.
+void run_schedule(std::vector<ScheduleItem> schedule) {
   auto& counters = GlobalCounters::get();
   for (auto& item : schedule)
     if (item.kind == ScheduleItem::Kind::Kernel) counters.kernels_scheduled++;
@@ -218,6 +223,7 @@ void run_schedule(const std::vector<ScheduleItem>& schedule) {
     const KernelLaunch* launch = item.kind == ScheduleItem::Kind::Kernel ? &compiled(item).launch : nullptr;
     if (exec_recorder) (*exec_recorder)(ExecItem{item, launch ? *launch : KernelLaunch{}});
     run_item(item, launch, pending);
+    item.buffers.clear();
   }
   pending.wait_all();
 }

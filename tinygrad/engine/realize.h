@@ -32,7 +32,9 @@ using CollectiveWait = std::function<void()>;
 using CollectiveRunner = std::function<CollectiveWait(const ScheduleItem& item)>;
 void set_collective_runner(CollectiveRunner runner);
 
-void run_schedule(const std::vector<ScheduleItem>& schedule);
+// Runs the items in order; intermediates are freed after their last reader (Note
+// [intermediates die after their last reader] in realize.cpp).
+void run_schedule(std::vector<ScheduleItem> schedule);
 
 // How a kernel item is launched once compiled: what engine/jit replays without scheduling,
 // rendering or looking the program up again.

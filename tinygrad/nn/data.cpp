@@ -206,10 +206,16 @@ Dataset fashion_mnist(const std::string& split, const std::string& root) {
     ds.host_labels[i] = lb.data[i];
   }
   ds.host_images = std::move(im.data);
-  ds.images = Tensor::from_data(ds.host_images.data(), DType::UInt8, {n, 1, 28, 28});
-  ds.labels = Tensor::from_data(ds.host_labels.data(), DType::Int32, {n});
   return ds;
 }
+
+Tensor Dataset::images() const {
+  Shape s = {size()};
+  s.insert(s.end(), item_shape.begin(), item_shape.end());
+  return Tensor::from_data(host_images.data(), DType::UInt8, s);
+}
+
+Tensor Dataset::labels() const { return Tensor::from_data(host_labels.data(), DType::Int32, {size()}); }
 
 // ---- DataLoader ----
 
@@ -230,8 +236,8 @@ DataLoader::DataLoader(std::vector<uint8_t> images, Shape item_shape, std::vecto
   thread_ = std::thread(&DataLoader::worker, this);
 }
 
-DataLoader::DataLoader(const Dataset& ds, DataLoaderOptions opt)
-    : DataLoader(ds.host_images, ds.item_shape, ds.host_labels, std::move(opt)) {}
+DataLoader::DataLoader(Dataset ds, DataLoaderOptions opt)
+    : DataLoader(std::move(ds.host_images), std::move(ds.item_shape), std::move(ds.host_labels), std::move(opt)) {}
 
 DataLoader::~DataLoader() {
   {
