@@ -168,6 +168,19 @@ TEST(Opt, HandCodedOptsForAColumnSum) {
   expect_close(run_with(item, opts), run_with(item, {}));
 }
 
+// Note [divided loads]: a per-channel sum that reads a pooled tensor at x/2 (a max pool's
+// backward inside BatchNorm's) still gets partial sums along the contiguous last loop.
+TEST(Opt, HandCodedOptsUnrollAReduceThatReadsAPooledTensor) {
+  Tensor x = realized_randn({4, 3, 8, 8}, 21), p = realized_randn({4, 3, 4, 4}, 22);
+  Tensor up = p.reshape({4, 3, 4, 1, 4, 1}).expand({4, 3, 4, 2, 4, 2}).reshape({4, 3, 8, 8});
+  ScheduleItem item = only_kernel((x * up).sum({0, 2, 3}));
+  auto opts = hand_coded_opts(item.ast);
+  ASSERT_EQ(opts.size(), 1u) << opts_str(opts);
+  EXPECT_EQ(opts[0].op, OptOp::UNROLL) << opts_str(opts);
+  EXPECT_EQ(opts[0].axis, kernel_axes(item.ast).back().id) << opts_str(opts);
+  expect_close(run_with(item, opts), run_with(item, {}));
+}
+
 TEST(Opt, HandCodedOptsTileAMatmul) {
   Tensor a = realized_randn({64, 32}, 5), b = realized_randn({32, 64}, 6);
   ScheduleItem item = only_kernel(a.matmul(b));

@@ -386,8 +386,21 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
   const KernelAxis* wide = nullptr;
   for (auto* ax : outputs)
     if (reused_along(*ax) && contiguous(*ax, true)) wide = ax;
+  // Note [divided loads]: a load that moves along a loop only through a division (a max pool's
+  // backward reads the pooled gradient at x/2) repeats its element between neighbours; the
+  // partial sums of an unrolled loop load it once per pair, so it does not stop the unroll.
+  auto contiguous_or_divided = [&](const KernelAxis& ax) {
+    bool one_contiguous = false;
+    for (auto& l : loads) {
+      if (!l.ranges.count(ax.range.get())) continue;
+      int64_t s = stride(l.index, ax.range);
+      if (s != 0 && s != 1) return false;
+      one_contiguous |= s == 1;
+    }
+    return one_contiguous;
+  };
   const KernelAxis* red = reduces.back();
-  bool unroll_reduce = !wide && contiguous(*red, false);
+  bool unroll_reduce = !wide && contiguous_or_divided(*red);
   if (wide && wide->size < 8 && red->size >= 4 && contiguous(*red, false)) {
     // Note [short output rows]: see below
     int64_t u = pick_amount(red->size, {8, 4}, MAX_LANES);
