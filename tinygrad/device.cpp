@@ -216,14 +216,23 @@ Buffer::Buffer(std::string device, DType dtype, int64_t numel)
   TG_ASSERT(numel >= 0, "negative buffer size");
 }
 
+Buffer::Buffer(std::shared_ptr<Buffer> base, size_t offset, DType dtype, int64_t numel)
+    : device_(base->device()), dtype_(dtype), numel_(numel), base_(std::move(base)), offset_(offset) {
+  TG_ASSERT(numel >= 0, "negative buffer size");
+  TG_ASSERT(offset + nbytes() <= base_->nbytes(), "a view of ", nbytes(), " bytes at ", offset, " overruns its base of ",
+            base_->nbytes());
+  TG_ASSERT(get_device(device_).supports(Feature::AddressableMemory), "views need addressable memory, which ", device_,
+            " does not have");
+}
+
 Buffer::~Buffer() {
-  if (ptr_) dev_->pool().free(ptr_, nbytes());
+  if (ptr_ && !base_) dev_->pool().free(ptr_, nbytes());
 }
 
 void* Buffer::ensure_allocated() {
   if (!ptr_ && numel_ > 0) {
     dev_ = &get_device(device_);
-    ptr_ = dev_->pool().alloc(nbytes());
+    ptr_ = base_ ? static_cast<char*>(base_->ensure_allocated()) + offset_ : dev_->pool().alloc(nbytes());
   }
   return ptr_;
 }

@@ -105,7 +105,10 @@ struct MatmulSpec {
 // compute them with plain arithmetic (codegen/transcendental.h). MatmulLibrary: matrix-product
 // kernels run through a device library (Note [library matmuls]), so the scheduler hands them
 // their operands in buffers (Note [product operands] in schedule/schedule.cpp).
-enum class Feature { HostMemory, Timing, Float16, BFloat16, NativeTranscendentals, MatmulLibrary };
+// AddressableMemory: a buffer is an address, and the address plus an offset addresses its bytes
+// (host memory, CUDA device pointers), so one allocation can hold several buffers (Buffer's view
+// constructor; Note [one arena for a captured step's intermediates] in engine/jit.cpp).
+enum class Feature { HostMemory, Timing, Float16, BFloat16, NativeTranscendentals, MatmulLibrary, AddressableMemory };
 
 class Device {
  public:
@@ -158,6 +161,9 @@ uint64_t stable_hash(const std::string& s);
 class Buffer {
  public:
   Buffer(std::string device, DType dtype, int64_t numel);
+  // A view of `base`'s bytes from `offset` on, on a device with Feature::AddressableMemory; it
+  // keeps `base` alive and is allocated when `base` is.
+  Buffer(std::shared_ptr<Buffer> base, size_t offset, DType dtype, int64_t numel);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -178,6 +184,8 @@ class Buffer {
   int64_t numel_;
   void* ptr_ = nullptr;
   Device* dev_ = nullptr;
+  std::shared_ptr<Buffer> base_;  // views only
+  size_t offset_ = 0;
 };
 
 }  // namespace tg

@@ -45,11 +45,10 @@ class Buffer;
 // output, read by the caller after the call (dist::coordinated_step_lazy), can: TinyJit then runs it normally on every call and says why
 // (disabled_reason(), DEBUG=1). Tensors that only the function's own graph saw (gradients held in
 // .grad()) are not updated by replays; the outputs and assigned tensors are. Tensors created
-// from host data inside the function are captured as constants. Memory: the gradients the
-// capturing call left in .grad() keep that call's graph, and so the parameter buffers it read,
-// alive (about one more copy of the parameters than a normal step holds: 20.6 MB against
-// 17.7 MB peak for tg bench mlp_step); the step's intermediates are shared as in
-// Note [sharing fixed intermediates].
+// from host data inside the function are captured as constants. Memory: an optimizer step
+// that is being captured leaves no gradients (Note [a capture leaves no gradients] in
+// nn/optim.cpp), so the capturing call's graph dies with the call; the step's intermediates
+// share memory as in Note [sharing fixed intermediates] (jit.cpp).
 //
 // A call whose input signature has no capture yet starts over for that signature (runs
 // normally, captures on its next call): each signature keeps its own capture, so a smaller last
@@ -86,6 +85,9 @@ class TinyJit {
   void reset();  // drops every capture and a disabled_reason (the next call runs normally)
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
+  // Bytes of the arenas that hold the captures' intermediates (Note [one arena for a captured
+  // step's intermediates] in jit.cpp).
+  size_t arena_bytes() const;
   const std::string& disabled_reason() const { return disabled_reason_; }  // empty while usable
   const std::string& name() const { return name_; }
 

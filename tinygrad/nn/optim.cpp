@@ -106,6 +106,13 @@ void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
   Tensor::realize_all(values);  // parameters, state and the caller's tensors (the loss) in one schedule
   for (auto& [t, v] : ups) t->assign(v);
   jit_on_replay([this] { host_step(); });  // a replayed step counts itself and writes its scalars
+  // Note [a capture leaves no gradients]: replays do not update the gradient tensors, and a
+  // captured step's lazy gradients hold its whole graph, with the convolution outputs kept in
+  // it (Note [kept convolution outputs] in schedule/schedule.cpp): left in place, they would pin
+  // that memory beside the replays' own for as long as the parameters live. So a step that is
+  // being captured ends with no gradients, as after zero_grad.
+  if (jit_capturing())
+    for (Tensor* p : params_) p->set_grad(std::nullopt);
 }
 
 void Optimizer::zero_grad() {

@@ -109,7 +109,10 @@ class CpuDevice : public Device {
   Allocator& allocator() override { return allocator_; }
   const Renderer& renderer() const override { return *renderer_; }
   Compiler& compiler() override { return *compiler_; }
-  bool supports(Feature f) const override { return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16; }
+  bool supports(Feature f) const override {
+    return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 ||
+           f == Feature::AddressableMemory;
+  }
   std::string description() const override { return name() + " (" + compiler_->cache_key() + ")"; }
 
  private:

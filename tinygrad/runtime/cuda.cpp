@@ -190,7 +190,8 @@ class CudaDevice : public Device {
   }
   bool supports(Feature f) const override {
     if (f == Feature::MatmulLibrary) return cublaslt_available();
-    return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals;
+    return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals ||
+           f == Feature::AddressableMemory;
   }
   std::string description() const override { return desc_; }
   const CudaContext& context() const { return c_; }
