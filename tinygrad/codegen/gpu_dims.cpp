@@ -5,6 +5,16 @@
 // touch neighbouring memory), the next one dimension 1, and so on; when there are more output
 // loops than dimensions, the outermost ones share one dimension through division and modulo.
 //
+// Note [local sizes]: each dimension's work-group size is the largest divisor of its size within
+// what the dimensions inside it left of max_local, not only a power of two: global ids need no
+// bounds check when the local size divides the global one. With powers of two alone, a short
+// innermost dimension such as a register-tiled convolution's column tiles (20 columns in tiles of
+// 4: 5) got a local size of 1, and a warp's 32 threads then spread over the outermost dimension
+// (images and output-channel tiles): its weight loads were 8 different addresses instead of one
+// broadcast, and its input loads 32 rows of different images. With 5 x 20 x 2 a warp covers the
+// rows of one image and one channel tile. A group that is not a whole number of warps leaves
+// the last warp partly idle (8 of 200 threads here), cheaper than the spread.
+//
 // Note [grouped reduction]: a kernel whose accumulators all run over the same reduce loops (one
 // reduction, or the lanes of a register tile, codegen/opt_gpu.h) of N elements in all runs one
 // work-group of L threads per output: the reduce loops become one loop over the flat index
@@ -84,6 +94,13 @@ int64_t pow2_divisor(int64_t n, int64_t cap) {
   int64_t p = 1;
   while (p * 2 <= cap && n % (p * 2) == 0) p *= 2;
   return p;
+}
+
+// Note [local sizes]: the largest divisor of n that is at most cap.
+int64_t local_divisor(int64_t n, int64_t cap) {
+  for (int64_t d = std::min(n, cap); d > 1; d--)
+    if (n % d == 0) return d;
+  return 1;
 }
 
 int64_t pow2_at_most(int64_t cap) {
@@ -283,7 +300,7 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
     } else {
       idx = {special(SpecialKind::GlobalId, d, size)};
       global.push_back(size);
-      local.push_back(pow2_divisor(size, budget));
+      local.push_back(local_divisor(size, budget));  // Note [local sizes]
       budget /= local.back();
     }
     if (idx.size() == 1 && idx[0]->op == Op::SPECIAL) prologue.push_back(idx[0]);
