@@ -157,12 +157,21 @@ TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
   ASSERT_EQ(ks.size(), 1u);
   EXPECT_EQ(ks[0].kernel.global_size, std::vector<int64_t>{131071 * 4});
   EXPECT_EQ(ks[0].source.find("blockIdx.y"), std::string::npos) << ks[0].source;
-  // blockDim.z is at most 64: a power-of-two local size above it is halved
-  Tensor deep = Tensor::from_vector(testutil::rnd_values(256 * 9, 1), {256, 3, 3}, cpu);
+  // blockDim.z is at most 64: a larger local size becomes its largest divisor within that; the
+  // inner dimensions, odd and longer than a warp, keep power-of-two local sizes (1 here)
+  Tensor deep = Tensor::from_vector(testutil::rnd_values(256 * 37 * 41, 1), {256, 37, 41}, cpu);
   auto ks3 = render_cuda({deep * 2});
   ASSERT_EQ(ks3.size(), 1u);
-  ASSERT_EQ(ks3[0].kernel.local_size.size(), 3u);
-  EXPECT_EQ(ks3[0].kernel.local_size[2], 64);
+  EXPECT_EQ(ks3[0].kernel.local_size, (std::vector<int64_t>{1, 1, 64}));
+  // a short dimension gets all its threads, not only a power of two of them (Note [local sizes])
+  Tensor conv_like = Tensor::from_vector(testutil::rnd_values(64 * 20 * 5, 1), {64, 20, 5}, cpu);
+  auto ks4 = render_cuda({conv_like * 2});
+  ASSERT_EQ(ks4.size(), 1u);
+  EXPECT_EQ(ks4[0].kernel.local_size, (std::vector<int64_t>{5, 20, 2}));
+  Tensor wide = Tensor::from_vector(testutil::rnd_values(512 * 196, 1), {512, 196}, cpu);
+  auto ks5 = render_cuda({wide * 2});
+  ASSERT_EQ(ks5.size(), 1u);
+  EXPECT_EQ(ks5[0].kernel.local_size, (std::vector<int64_t>{4, 64}));
   Tensor small = Tensor::from_vector(testutil::rnd_values(60, 1), {3, 4, 5}, cpu);
   auto ks2 = render_cuda({small * 2});
   ASSERT_EQ(ks2.size(), 1u);

@@ -106,9 +106,10 @@ TEST_F(OpenCL, RowReductionsAndLanesMatch) {
 
 // The kernels of the CNN's second convolution (batch 512, 5x5, 32 -> 32 channels) in a training
 // step, laid out for this device (NCHW) without running them: the forward pass and the input
-// gradient get 4 x 4 register tiles (Note [gpu register tiles]); BatchNorm's statistics are one
-// group per channel over one flat loop, and the weight gradient a grouped reduction with the 25
-// taps as lanes (Note [grouped reduction]), its group small enough for 25 combines in local memory.
+// gradient get 4 x 8 register tiles (Note [gpu register tiles]); BatchNorm's statistics are
+// partial sums in 1024 groups, each over one flat loop, then a short reduce of those, and the
+// weight gradient a grouped reduction with the 25 taps of 4 output channels as lanes (Note
+// [grouped reduction]), its group small enough for 100 combines in local memory.
 TEST_F(OpenCL, ConvolutionStepLayouts) {
   Tensor x = rnd({512, 32, 24, 24}, 1), w = rnd({32, 32, 5, 5}, 2);
   x.requires_grad_(true);
@@ -127,16 +128,23 @@ TEST_F(OpenCL, ConvolutionStepLayouts) {
   }
   std::string names;
   for (auto& [n, k] : kernels) names += n + " ";
-  for (const char* n : {"r_512_8_20_5__32_5_5_x16", "r_512_8_24_6__32_5_5_x16"}) {
+  for (const char* n : {"r_512_4_20_5__32_5_5_x32", "r_512_4_24_6__32_5_5_x32"}) {
     ASSERT_TRUE(kernels.count(n)) << n << " not in " << names;
     EXPECT_TRUE(kernels[n].group_reduces.empty());
   }
-  ASSERT_TRUE(kernels.count("r_32__512_20_20")) << names;
-  EXPECT_EQ(kernels["r_32__512_20_20"].global_size, (std::vector<int64_t>{32 * 1024}));
-  ASSERT_TRUE(kernels.count("r_32_32__512_20_20_x25")) << names;
-  const LinearKernel& dw = kernels["r_32_32__512_20_20_x25"];
-  EXPECT_EQ(dw.group_reduces.size(), 25u);
-  EXPECT_EQ(dw.local_size, (std::vector<int64_t>{128}));  // 25 float combines of 128 slots: 12.5 KiB
+  // the forward pass's 5 column tiles, 20 rows and 2 images or channel tiles per work-group: a
+  // warp's threads share one channel tile (Note [local sizes])
+  EXPECT_EQ(kernels["r_512_4_20_5__32_5_5_x32"].local_size, (std::vector<int64_t>{5, 20, 2}));
+  // BatchNorm's statistics in two stages (Note [split reductions]): 32 partials per channel over
+  // 16 images each, 1024 groups of 256 threads, then 32 outputs of 32 partials, one thread each
+  ASSERT_TRUE(kernels.count("r_32_32__16_20_20")) << names;
+  EXPECT_EQ(kernels["r_32_32__16_20_20"].global_size, (std::vector<int64_t>{1024 * 256}));
+  ASSERT_TRUE(kernels.count("r_32__32")) << names;
+  EXPECT_TRUE(kernels["r_32__32"].group_reduces.empty());
+  ASSERT_TRUE(kernels.count("r_8_32__512_20_20_x100")) << names;  // 25 taps x 4 output channels
+  const LinearKernel& dw = kernels["r_8_32__512_20_20_x100"];
+  EXPECT_EQ(dw.group_reduces.size(), 100u);
+  EXPECT_EQ(dw.local_size, (std::vector<int64_t>{32}));  // 100 float combines of 32 slots: 12.5 KiB
 }
 
 TEST_F(OpenCL, ShortReductionsStayInOneThread) {

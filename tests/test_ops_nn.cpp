@@ -251,9 +251,14 @@ INSTANTIATE_TEST_SUITE_P(
 // [grouped reduction] in codegen/gpu_dims.cpp) while the reference stays cheap: 2^18 outputs of
 // one input channel get a 4 x 4 register tile and their weight gradient is a grouped reduction
 // over 2^16 elements; an odd width over 8 input channels has a weight gradient grouped over
-// 4224 elements (128 threads) with the 3x3 taps as lanes.
+// 4224 elements (128 threads) with the 3x3 taps as lanes; 8 output channels of 2^15 pixels get a
+// 4 x 8 tile, and 32 x 16 channels over 33 x 32 outputs a weight gradient whose lanes are the
+// taps of 4 output channels.
 TEST(Ops, Conv2dAtGpuLayoutShapes) {
-  for (auto [xs, ws] : {std::pair<Shape, Shape>{{16, 1, 66, 66}, {4, 1, 3, 3}}, {{4, 8, 34, 35}, {16, 8, 3, 3}}}) {
+  for (auto [xs, ws] : {std::pair<Shape, Shape>{{16, 1, 66, 66}, {4, 1, 3, 3}},
+                        {{4, 8, 34, 35}, {16, 8, 3, 3}},
+                        {{2, 1, 130, 130}, {8, 1, 3, 3}},
+                        {{4, 16, 35, 34}, {32, 16, 3, 3}}}) {
     auto f = [](const Tensors& t) { return t[0].conv2d(t[1], t[2]); };
     EXPECT_TRUE(check_fwd_bwd(f, {rnd(xs, 121), rnd(ws, 122, -1, 1), rnd({ws[0]}, 123)}, Tol{1e-3, 1e-3})) << shape_str(xs);
   }

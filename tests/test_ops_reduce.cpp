@@ -8,6 +8,8 @@
 #include <numeric>
 
 #include "ops_util.h"
+#include "tinygrad/device.h"
+#include "tinygrad/schedule/schedule.h"
 
 using namespace tg;
 using namespace tg::testutil;
@@ -143,6 +145,29 @@ TEST(Ops, ReduceOverSeveralAxes) {
   }
   EXPECT_TRUE(check_fwd_bwd([](const Tensors& t) { return t[0].var({0, 2, 3}) + t[0].mean({0, 2, 3}); },
                             {rnd({16, 3, 16, 16}, 132)}, Tol{1e-4, 1e-4}));
+}
+
+// Long reductions with few outputs (BatchNorm's statistics): on GPU-style devices two kernels,
+// partial sums in many work-groups and a short reduce of those (Note [split reductions] in
+// schedule/split_reduce.cpp), whose split axis may be odd (17) or not the first reduced one.
+TEST(Ops, LongReductionsWithFewOutputs) {
+  bool split = !get_device(default_device()).supports(Feature::HostMemory);
+  for (const Shape& s : {Shape{128, 3, 24, 24}, Shape{17, 4, 31, 37}, Shape{2, 5, 96, 100}}) {
+    Tensor x = rnd(s, 133);
+    Tensors outs{x.sum({0, 2, 3}), x.max({0, 2, 3}), (x * x).mean({0, 2, 3}), x.min(), x.sum()};
+    EXPECT_EQ(create_schedule({outs[0].uop()}).size(), split ? 2u : 1u) << shape_str(s);
+    EXPECT_TRUE(match_all(outs, Tol{1e-4, 1e-4})) << shape_str(s);
+  }
+  EXPECT_TRUE(check_fwd_bwd([](const Tensors& t) { return t[0].var({0, 2, 3}) + t[0].mean({0, 2, 3}); },
+                            {rnd({64, 3, 20, 20}, 134)}, Tol{1e-4, 1e-4}));
+  for (DType dt : {DType::Float16, DType::BFloat16}) {  // partials in float32, one rounding
+    Tensor h = rnd({64, 2, 16, 16}, 135, -1, 1, dt);
+    Tol tol = dt == DType::Float16 ? Tol{5e-3, 2e-2} : Tol{3e-2, 1e-1};
+    EXPECT_TRUE(match_all({h.sum({0, 2, 3}), h.max({0, 2, 3})}, tol)) << dtype_name(dt);
+    EXPECT_EQ(h.sum({0, 2, 3}).dtype(), dt);
+  }
+  Tensor few = rnd({40, 3, 8, 8}, 136);  // 2560 elements per output: one kernel everywhere
+  EXPECT_EQ(create_schedule({few.sum({0, 2, 3}).uop()}).size(), 1u);
 }
 
 TEST(Ops, ReduceHandChecked) {

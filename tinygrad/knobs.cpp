@@ -57,6 +57,9 @@ IntKnob TF32("TF32", 0, "1: float32 library matmuls may round inputs to tf32 (te
 IntKnob ROWFUSE("ROWFUSE", 1,
                 "1: a reduce over short trailing rows joins the kernel that reads it back over the same rows "
                 "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel");
+IntKnob SPLIT_REDUCE("SPLIT_REDUCE", 1,
+                     "1: on GPU-style devices a long reduction with few outputs (BatchNorm's statistics) runs as "
+                     "partial results in many work-groups, then a short reduce of those; 0: one stage");
 IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
 StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used");

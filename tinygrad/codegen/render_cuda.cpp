@@ -48,13 +48,18 @@ bool grid_fits(const LinearKernel& k) {
   return threads <= CUDARenderer::MAX_BLOCK_THREADS;
 }
 
-// Blocks are at most 1024 x 1024 x 64 threads. gpu_dims chooses power-of-two local sizes that
-// divide the global sizes; halving one keeps that, and global ids do not depend on the split.
+// Blocks are at most 1024 x 1024 x 64 threads. gpu_dims chooses local sizes that divide the
+// global sizes (Note [local sizes] in gpu_dims.cpp); a divisor of one keeps that, and global ids
+// do not depend on the split.
 void clamp_block(LinearKernel& k) {
   if (!k.group_reduces.empty()) return;  // the group's size is fixed by its shared array
   for (size_t d = 0; d < k.local_size.size(); d++) {
     int64_t cap = d == 2 ? CUDARenderer::MAX_BLOCK_Z : CUDARenderer::MAX_BLOCK_THREADS;
-    while (k.local_size[d] > cap) k.local_size[d] /= 2;
+    int64_t l = k.local_size[d];
+    if (l <= cap) continue;
+    int64_t c = cap;
+    while (l % c != 0) c--;
+    k.local_size[d] = c;
   }
 }
 

@@ -59,6 +59,7 @@
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/schedule/match_matmul.h"
+#include "tinygrad/schedule/split_reduce.h"
 
 namespace tg {
 
@@ -242,6 +243,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
     return it == buffers.end() ? nullptr : it->second;
   };
   std::vector<ScheduleItem> items;
+  std::vector<UOpPtr> stages;  // first stages of split reduces: alive while `buffers` names them
   for (auto& u : order) {
     if (!realize.count(u.get()) || existing_buffer(u.get())) continue;
     auto out = std::make_shared<Buffer>(u->device, u->dtype, prod(u->shape));
@@ -255,7 +257,23 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
     } else if (prod(u->shape) > 0) {
       item.kind = ScheduleItem::Kind::Kernel;
       item.buffers = {out};
-      item.ast = lower_kernel(u, input_of, item.buffers);
+      UOpPtr root = u;
+      // Note [split reductions] in split_reduce.cpp
+      if (knobs::SPLIT_REDUCE && !get_device(u->device).supports(Feature::HostMemory)) {
+        auto is_input = [&](const UOp* n) { return realize.count(n) > 0 || existing_buffer(n) != nullptr; };
+        if (auto split = split_reduce(u, is_input)) {
+          ScheduleItem first;
+          first.device = u->device;
+          const UOpPtr& partial = split->partial;
+          first.buffers = {std::make_shared<Buffer>(u->device, partial->dtype, prod(partial->shape))};
+          first.ast = lower_kernel(partial, input_of, first.buffers);
+          buffers[partial.get()] = first.buffers[0];
+          stages.push_back(partial);
+          items.push_back(std::move(first));
+          root = split->root;
+        }
+      }
+      item.ast = lower_kernel(root, input_of, item.buffers);
     } else {
       buffers[u.get()] = out;
       continue;  // an empty tensor needs no kernel
