@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -282,4 +283,33 @@ TEST(MemoryPool, IntermediatesAreFreedAfterTheirLastReader) {
   EXPECT_LE(pool.stats().peak_bytes - before, 3 * link_bytes) << "the schedule held its intermediates";
   auto xv = x.to_vector<float>(), yv = y.to_vector<float>();
   for (int64_t i = 0; i < n; i += 4099) EXPECT_FLOAT_EQ(yv[i], xv[i] + links) << i;
+}
+
+// Note [lowering cache]: the same op on other buffers reuses the lowered kernel, and a kernel
+// that reads one buffer twice is not confused with one that reads two.
+TEST(LoweringCache, TheSameOpOnOtherBuffersIsLoweredOnce) {
+  auto softmax_of = [](const std::vector<float>& v) {
+    return Tensor::from_vector(v, {3, 4}).realize().softmax(-1).to_vector<float>();
+  };
+  std::vector<float> a(12), b(12);
+  for (int i = 0; i < 12; i++) a[i] = 0.1f * i, b[i] = 1.0f - 0.3f * i;
+  std::vector<float> first = softmax_of(a);
+  LoweringCacheStats before = lowering_cache_stats();
+  std::vector<float> second = softmax_of(b);
+  LoweringCacheStats after = lowering_cache_stats();
+  EXPECT_GT(after.hits, before.hits);
+  EXPECT_EQ(after.misses, before.misses);
+  for (int r = 0; r < 3; r++) {
+    double total = 0;
+    for (int c = 0; c < 4; c++) total += std::exp(b[r * 4 + c]);
+    for (int c = 0; c < 4; c++) EXPECT_NEAR(second[r * 4 + c], std::exp(b[r * 4 + c]) / total, 1e-6);
+  }
+  EXPECT_NE(first, second);
+
+  Tensor x = Tensor::from_vector(a, {12}).realize(), y = Tensor::from_vector(b, {12}).realize();
+  std::vector<float> twice = (x + x).to_vector<float>(), both = (x + y).to_vector<float>();
+  for (int i = 0; i < 12; i++) {
+    EXPECT_FLOAT_EQ(twice[i], 2 * a[i]);
+    EXPECT_FLOAT_EQ(both[i], a[i] + b[i]);
+  }
 }

@@ -7,7 +7,20 @@
 // broadcast dims to 0, SHRINK adds the start, FLIP mirrors, and PAD shifts and adds a validity
 // condition that gates every load below it and selects 0 outside. A fused REDUCE_AXIS opens a
 // RANGE per reduced axis. Realized nodes become LOADs at their contiguous offsets.
+//
+// Note [lowering cache]: lowering (index arithmetic through every view, simplified by the
+// symbolic rules) is most of an eager op's host time: about half of the 50 us a softmax over a
+// small matrix costs on the CPU. Each call of the same op lowers the same kernel again, only its
+// buffers differ (every training step outside the JIT, every evaluation batch). So lower_kernel
+// keys a kernel by its structure: the lazy subgraph written out node by node, each input as a
+// placeholder numbered by the first appearance of its buffer (two reads of one buffer are one
+// parameter, as in the lowering). The cache keeps the kernel graph and which placeholder each
+// parameter is; a hit only fills the parameters from this call's buffers. Keys hold no buffers,
+// so the cache keeps no memory alive; it is emptied when it reaches LOWERING_CACHE_ENTRIES.
+#include <algorithm>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -172,9 +185,145 @@ class Lowerer {
 
 }  // namespace
 
-UOpPtr lower_kernel(const UOpPtr& root, const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
+namespace {
+
+constexpr size_t LOWERING_CACHE_ENTRIES = 8192;
+
+using InputOf = std::function<std::shared_ptr<Buffer>(const UOp*)>;
+
+// A kernel's structure as bytes (Note [lowering cache]), and its inputs' buffers, distinct, in
+// the order the key numbers them.
+class KernelKey {
+ public:
+  KernelKey(const UOpPtr& root, const InputOf& input_of, size_t first_param)
+      : root_(root.get()), input_of_(input_of) {
+    put(first_param);
+    visit(root_);
+  }
+  bool cacheable() const { return cacheable_; }
+  const std::string& bytes() const { return bytes_; }
+  const std::vector<std::shared_ptr<Buffer>>& buffers() const { return buffers_; }
+
+ private:
+  const UOp* root_;
+  const InputOf& input_of_;
+  std::string bytes_;
+  std::vector<std::shared_ptr<Buffer>> buffers_;
+  std::unordered_map<const UOp*, uint32_t> id_;
+  bool cacheable_ = true;
+
+  template <class T>
+  void put(const T& v) {
+    bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void put_ints(const std::vector<int64_t>& v) {
+    put(v.size());
+    for (auto x : v) put(x);
+  }
+
+  void put_arg(const Arg& a) {
+    put(a.index());
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double> || std::is_same_v<T, Op>)
+            put(v);
+          else if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+            put_ints(v);
+          else if constexpr (std::is_same_v<T, ReduceArg>) {
+            put(v.op);
+            put_ints(v.axes);
+          } else if constexpr (std::is_same_v<T, std::shared_ptr<Buffer>>)
+            cacheable_ = false;
+        },
+        a);
+  }
+
+  uint32_t placeholder(const std::shared_ptr<Buffer>& buf) {
+    for (size_t i = 0; i < buffers_.size(); i++)
+      if (buffers_[i] == buf) return static_cast<uint32_t>(i);
+    buffers_.push_back(buf);
+    return static_cast<uint32_t>(buffers_.size() - 1);
+  }
+
+  // Writes the nodes under n (children first) and returns n's number. Mirrors Lowerer::emit: the
+  // root is never an input, and a CUSTOM_GRAD is its value (src[0]) alone.
+  uint32_t visit(const UOp* n) {
+    if (auto it = id_.find(n); it != id_.end()) return it->second;
+    std::shared_ptr<Buffer> buf = n != root_ ? input_of_(n) : nullptr;
+    std::vector<uint32_t> src;
+    if (!buf) {
+      size_t count = n->op == Op::CUSTOM_GRAD ? 1 : n->src.size();
+      for (size_t i = 0; i < count; i++) src.push_back(visit(n->src[i].get()));
+    }
+    put(buf ? 'I' : 'N');
+    if (buf)
+      put(placeholder(buf));
+    else
+      put(n->op);
+    put(n->dtype);
+    put_ints(n->shape);
+    if (!buf) {
+      put_arg(n->arg);
+      put(src.size());
+      for (auto s : src) put(s);
+    }
+    uint32_t id = static_cast<uint32_t>(id_.size());
+    id_[n] = id;
+    return id;
+  }
+};
+
+struct LoweredKernel {
+  UOpPtr ast;
+  std::vector<uint32_t> params;  // the key's buffer for each parameter after the first ones
+};
+
+struct LoweringCache {
+  std::mutex mu;
+  std::unordered_map<std::string, LoweredKernel> kernels;
+  LoweringCacheStats stats;
+};
+LoweringCache& lowering_cache() {
+  static LoweringCache* c = new LoweringCache();
+  return *c;
+}
+
+}  // namespace
+
+LoweringCacheStats lowering_cache_stats() {
+  auto& c = lowering_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
+// Note [lowering cache]
+UOpPtr lower_kernel(const UOpPtr& root, const InputOf& input_of,
                     std::vector<std::shared_ptr<Buffer>>& inputs) {
-  return Lowerer(root, input_of, inputs).run();
+  KernelKey key(root, input_of, inputs.size());
+  if (!key.cacheable()) return Lowerer(root, input_of, inputs).run();
+  auto& cache = lowering_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    if (auto it = cache.kernels.find(key.bytes()); it != cache.kernels.end()) {
+      for (auto p : it->second.params) inputs.push_back(key.buffers()[p]);
+      cache.stats.hits++;
+      return it->second.ast;
+    }
+  }
+  size_t first = inputs.size();
+  LoweredKernel lowered{Lowerer(root, input_of, inputs).run(), {}};
+  for (size_t i = first; i < inputs.size(); i++) {
+    auto& bufs = key.buffers();
+    auto at = std::find(bufs.begin(), bufs.end(), inputs[i]);
+    TG_ASSERT(at != bufs.end(), "lowering read a buffer its key does not name");
+    lowered.params.push_back(static_cast<uint32_t>(at - bufs.begin()));
+  }
+  std::lock_guard<std::mutex> lock(cache.mu);
+  cache.stats.misses++;
+  if (cache.kernels.size() >= LOWERING_CACHE_ENTRIES) cache.kernels.clear();
+  cache.kernels.emplace(key.bytes(), lowered);
+  return lowered.ast;
 }
 
 }  // namespace tg

@@ -2,6 +2,7 @@
 // into the reduce they read, or into a row's reductions: softmax is one kernel), assigns buffers,
 // and orders the work.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,7 +32,14 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
 
 // Lowers the lazy subgraph under `root` into a kernel graph (index arithmetic, loads, one
 // store). `input_of` names the realized nodes the kernel reads; params are appended to `inputs`.
+// Kernels of the same structure are lowered once (Note [lowering cache] in lower.cpp).
 UOpPtr lower_kernel(const UOpPtr& root, const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
                     std::vector<std::shared_ptr<Buffer>>& inputs);
+
+struct LoweringCacheStats {
+  size_t hits = 0;    // kernels whose lowering came from the cache
+  size_t misses = 0;  // kernels lowered
+};
+LoweringCacheStats lowering_cache_stats();
 
 }  // namespace tg
