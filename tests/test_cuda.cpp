@@ -149,6 +149,26 @@ TEST_F(Nvrtc, RenderedKernelsCompile) {
   EXPECT_TRUE(grouped);  // big.sum() is a grouped reduction
 }
 
+// A convolution's filter loops (3 trips) are unrolled whole, its input-channel loop (16) is not
+// (Note [unrolled short loops] in codegen/render_cuda.cpp).
+TEST(CudaRenderer, ShortLoopsAreUnrolled) {
+  TensorOptions cpu{.device = "CPU"};
+  Tensor x = Tensor::from_vector(testutil::rnd_values(2 * 16 * 12 * 12, 1), {2, 16, 12, 12}, cpu);
+  Tensor w = Tensor::from_vector(testutil::rnd_values(4 * 16 * 3 * 3, 2), {4, 16, 3, 3}, cpu);
+  int convolutions = 0;
+  for (auto& k : render_cuda({x.conv2d(w)})) {
+    if (k.source.find("< (16ll)") == std::string::npos) continue;
+    convolutions++;
+    size_t pragmas = 0;
+    const std::string unroll = "#pragma unroll";
+    for (size_t at = k.source.find(unroll); at != std::string::npos; at = k.source.find(unroll, at + 1)) pragmas++;
+    EXPECT_EQ(pragmas, 2u) << k.source;
+    size_t channel_loop = k.source.find("for (long long");
+    EXPECT_EQ(k.source.rfind("#pragma unroll", channel_loop), std::string::npos) << k.source;
+  }
+  EXPECT_EQ(convolutions, 1);
+}
+
 // gridDim.y and gridDim.z are limited to 65535 blocks: such kernels move to dimension 0.
 TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
   TensorOptions cpu{.device = "CPU"};

@@ -128,23 +128,29 @@ TEST_F(OpenCL, ConvolutionStepLayouts) {
   }
   std::string names;
   for (auto& [n, k] : kernels) names += n + " ";
-  for (const char* n : {"r_512_4_20_5__32_5_5_x32", "r_512_4_24_6__32_5_5_x32"}) {
+  // 4 rows x 8 output channels per thread (Note [row tiles])
+  for (const char* n : {"r_512_4_5_20__32_5_5_x32", "r_512_4_6_24__32_5_5_x32"}) {
     ASSERT_TRUE(kernels.count(n)) << n << " not in " << names;
     EXPECT_TRUE(kernels[n].group_reduces.empty());
   }
-  // the forward pass's 5 column tiles, 20 rows and 2 images or channel tiles per work-group: a
-  // warp's threads share one channel tile (Note [local sizes])
-  EXPECT_EQ(kernels["r_512_4_20_5__32_5_5_x32"].local_size, (std::vector<int64_t>{5, 20, 2}));
+  // the forward pass's 20 columns, 5 row tiles and 2 images or channel tiles per work-group: a
+  // warp's threads share one channel tile and load neighbouring columns (Note [local sizes])
+  EXPECT_EQ(kernels["r_512_4_5_20__32_5_5_x32"].local_size, (std::vector<int64_t>{20, 5, 2}));
   // BatchNorm's statistics in two stages (Note [split reductions]): 32 partials per channel over
   // 16 images each, 1024 groups of 256 threads, then 32 outputs of 32 partials, one thread each
   ASSERT_TRUE(kernels.count("r_32_32__16_20_20")) << names;
   EXPECT_EQ(kernels["r_32_32__16_20_20"].global_size, (std::vector<int64_t>{1024 * 256}));
   ASSERT_TRUE(kernels.count("r_32__32")) << names;
   EXPECT_TRUE(kernels["r_32__32"].group_reduces.empty());
-  ASSERT_TRUE(kernels.count("r_8_32__512_20_20_x100")) << names;  // 25 taps x 4 output channels
-  const LinearKernel& dw = kernels["r_8_32__512_20_20_x100"];
+  // the weight gradient in two stages (Note [split long reductions]): 8 partials over 64 images
+  // each, 25 taps x 4 output channels per group, then 25600 outputs of 8 partials
+  ASSERT_TRUE(kernels.count("r_8_8_32__64_20_20_x100")) << names;
+  const LinearKernel& dw = kernels["r_8_8_32__64_20_20_x100"];
   EXPECT_EQ(dw.group_reduces.size(), 100u);
   EXPECT_EQ(dw.local_size, (std::vector<int64_t>{32}));  // 100 float combines of 32 slots: 12.5 KiB
+  EXPECT_EQ(dw.global_size, (std::vector<int64_t>{8 * 8 * 32 * 32}));
+  ASSERT_TRUE(kernels.count("r_32_32_5_5__8")) << names;
+  EXPECT_TRUE(kernels["r_32_32_5_5__8"].group_reduces.empty());
 }
 
 TEST_F(OpenCL, ShortReductionsStayInOneThread) {

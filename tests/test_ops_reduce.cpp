@@ -4,6 +4,7 @@
 // against the float64 reference interpreter evaluating the same lazy graph.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -168,6 +169,28 @@ TEST(Ops, LongReductionsWithFewOutputs) {
   }
   Tensor few = rnd({40, 3, 8, 8}, 136);  // 2560 elements per output: one kernel everywhere
   EXPECT_EQ(create_schedule({few.sum({0, 2, 3}).uop()}).size(), 1u);
+}
+
+// Long reductions with many outputs (a convolution's weight gradient): on GPU-style devices
+// partial sums of at most SPLIT_PARTS blocks of an outer reduced axis, then a short reduce (Note
+// [split long reductions] in schedule/split_reduce.cpp): 520 outputs of 65536 elements, in 8
+// parts of 2 images, or of 12 rows where the batch does not split. A product of broadcast
+// operands, as in a weight gradient, keeps the inputs small, and its sums and maxima are known
+// on the host (the reference interpreter would take seconds).
+TEST(Ops, LongReductionsWithManyOutputs) {
+  bool split = !get_device(default_device()).supports(Feature::HostMemory);
+  for (const Shape& s : {Shape{16, 1, 64, 64}, Shape{1, 1, 96, 683}}) {
+    Tensor a = rnd(s, 137), b = rnd({1, 520, 1, 1}, 138);
+    Tensor sum = (a * b).sum({0, 2, 3}), max = (a * b).max({0, 2, 3});
+    EXPECT_EQ(create_schedule({sum.uop()}).size(), split ? 2u : 1u) << shape_str(s);
+    auto av = a.to_vector<float>(), bv = b.to_vector<float>(), sv = sum.to_vector<float>(), mv = max.to_vector<float>();
+    double total = 0, magnitude = 0, hi = -1e30, lo = 1e30;
+    for (float v : av) total += v, magnitude += std::abs(v), hi = std::max<double>(hi, v), lo = std::min<double>(lo, v);
+    for (size_t c = 0; c < bv.size(); c++) {
+      EXPECT_NEAR(sv[c], bv[c] * total, 1e-5 * std::abs(bv[c]) * magnitude) << c;
+      EXPECT_FLOAT_EQ(mv[c], static_cast<float>(bv[c] * (bv[c] >= 0 ? hi : lo))) << c;
+    }
+  }
 }
 
 TEST(Ops, ReduceHandChecked) {

@@ -13,6 +13,7 @@
 #include "tinygrad/knobs.h"
 #include "train_util.h"
 #include "tinygrad/schedule/schedule.h"
+#include "tinygrad/schedule/split_reduce.h"
 #include "tinygrad/tensor.h"
 
 using namespace tg;
@@ -81,6 +82,42 @@ TEST(Fusion, RowsThatDoNotFitStaySeparate) {
   EXPECT_EQ(kernels({x.softmax(0)}), 3u);  // not the trailing axis
   Tensor m = x.max(-1, true);
   EXPECT_EQ(kernels({x - m, (x * m).sum()}), 3u);  // read by two kernels: computed once
+}
+
+// Note [split reductions] and Note [split long reductions] in schedule/split_reduce.cpp: the rule
+// itself, on graphs of any device (the scheduler applies it on GPU-style devices only).
+TEST(SplitReduce, LongReductionsSplitByOutputs) {
+  auto no_input = [](const UOp* u) { return u->realized != nullptr; };
+  auto parts = [&](const Tensor& r) -> int64_t {
+    auto split = split_reduce(r.uop(), no_input);
+    return split ? prod(split->partial->shape) / prod(r.shape()) : 1;
+  };
+  // few outputs (BatchNorm's statistics): as many partials as 1024 work-groups allow
+  EXPECT_EQ(parts(Tensor::empty({128, 32, 24, 24}).sum({0, 2, 3})), 32);
+  // many outputs, long (a convolution's weight gradient): SPLIT_PARTS partials of the batch, each
+  // of at least 4096 elements
+  Tensor x = Tensor::empty({1024, 16, 1, 8}).expand({1024, 16, 8, 8});
+  Tensor g = Tensor::empty({1024, 64, 1, 8}).expand({1024, 64, 8, 8});
+  Tensor wgrad = (x.reshape({1024, 1, 16, 8, 8}) * g.reshape({1024, 64, 1, 8, 8})).sum({0, 3, 4});
+  EXPECT_EQ(parts(wgrad), 8);
+  auto split = split_reduce(wgrad.uop(), no_input);
+  ASSERT_TRUE(split.has_value());
+  EXPECT_EQ(split->partial->shape[0], 8);  // the batch, outermost
+  EXPECT_EQ(split->root->shape, wgrad.shape());
+  auto wide = [](Shape s) {  // a [.., C, ..] buffer seen as `s`
+    Shape small(s.size(), 1);
+    small[1] = s[1];
+    return Tensor::empty(small).expand(s);
+  };
+  EXPECT_EQ(parts(wide({6, 1024, 96, 128}).sum({0, 2, 3})), 8);  // rows, where the batch splits worse
+  EXPECT_EQ(parts(wide({3, 1024, 160, 160}).sum({0, 2, 3})), 8);
+  EXPECT_EQ(parts(wide({16, 1024, 32, 64}).sum({0, 2, 3})), 1);  // 32768 elements: one stage
+  EXPECT_EQ(parts(wide({4, 1 << 17, 1 << 14}).sum({0, 2})), 1);  // more outputs than are grouped
+  knobs::SPLIT_PARTS.set(1);
+  EXPECT_EQ(parts(wgrad), 1);
+  knobs::SPLIT_PARTS.set(16);
+  EXPECT_EQ(parts(wgrad), 16);
+  knobs::SPLIT_PARTS.set(8);
 }
 
 TEST(Fusion, ReshapeOfRealizedNeedsNoKernel) {

@@ -60,6 +60,9 @@ IntKnob ROWFUSE("ROWFUSE", 1,
 IntKnob SPLIT_REDUCE("SPLIT_REDUCE", 1,
                      "1: on GPU-style devices a long reduction with few outputs (BatchNorm's statistics) runs as "
                      "partial results in many work-groups, then a short reduce of those; 0: one stage");
+IntKnob SPLIT_PARTS("SPLIT_PARTS", 8,
+                    "most partial results per output of a long reduction with many outputs (a convolution's weight "
+                    "gradient) on GPU-style devices, with SPLIT_REDUCE=1; 1: one stage");
 IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
 StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used");

@@ -81,8 +81,13 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
         if (split_first_loop() && &u == &k.uops.front() && !k.global_size.empty())  // [lo, min(hi, n))
           line("for (" + type_name(dtypes::index) + " " + v + " = lo; " + v + " < (hi < " + s(0) + " ? hi : " + s(0) +
                "); " + v + "++) {");
-        else
+        else {
+          if (u->src[0]->op == Op::CONST) {
+            std::string pre = loop_prefix(static_cast<int64_t>(u->src[0]->const_value()));
+            if (!pre.empty()) line(pre);
+          }
           line("for (" + type_name(dtypes::index) + " " + v + " = 0; " + v + " < " + s(0) + "; " + v + "++) {");
+        }
         depth++;
         break;
       }

@@ -19,6 +19,8 @@ class CStyleRenderer : public Renderer {
   virtual std::string type_name(DType t) const;
   // CPU renderers: the first loop runs over the kernel arguments [lo, hi) (thread splitting).
   virtual bool split_first_loop() const { return false; }
+  // A line before a loop of a constant number of trips (CUDA: Note [unrolled short loops]).
+  virtual std::string loop_prefix(int64_t /*trips*/) const { return ""; }
   virtual std::string prelude(const LinearKernel& k) const = 0;
   virtual std::string signature(const LinearKernel& k) const = 0;
   // Declares parameter i: a line in the body, or "" when the signature names it.

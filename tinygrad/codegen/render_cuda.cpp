@@ -21,6 +21,14 @@
 // every warp combines the L/32 warp results the same way. Every thread ends with the full value,
 // as the code after the reduce expects. A group smaller than a warp shuffles within its L lanes.
 //
+// Note [unrolled short loops]: a reduce loop of a constant few trips (a convolution's filter rows
+// and columns, 3 or 5) is unrolled whole (#pragma unroll, at most SHORT_LOOP trips). NVRTC left
+// such loops rolled, so each trip loaded its register tile's operands again; unrolled, the loads
+// of neighbouring taps that read the same element (column lane c of tap j is lane c+1 of tap
+// j-1) are one load, and the index arithmetic folds into constant offsets. On an H200 the CNN's
+// 5x5 32->32 forward pass went from 0.451 to 0.426 ms and its input gradient from 0.638 to 0.564
+// ms, the step from 3.29 to 3.12 ms. Longer loops (the input channels) stay loops.
+//
 // Note [cuda grid limits]: gridDim.y and gridDim.z are at most 65535 blocks. gpu_dims puts the
 // outermost output loops on the last dimension; when that gives a grid CUDA refuses, the kernel
 // is laid out again with every output loop on dimension 0 (up to 2^31-1 blocks).
@@ -33,6 +41,12 @@
 #include "tinygrad/error.h"
 
 namespace tg {
+
+// Note [unrolled short loops]
+std::string CUDARenderer::loop_prefix(int64_t trips) const {
+  constexpr int64_t SHORT_LOOP = 8;
+  return trips <= SHORT_LOOP ? "#pragma unroll" : "";
+}
 
 namespace {
 

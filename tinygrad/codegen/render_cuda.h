@@ -15,6 +15,7 @@ class CUDARenderer : public CStyleRenderer {
  public:
   explicit CUDARenderer(GpuLimits limits) : limits_(limits) { limits_.group_threads_per_slot = WARP; }
   void prepare(LinearKernel& k) const override;
+  std::string loop_prefix(int64_t trips) const override;
   // Threads per block and blocks per grid dimension that CUDA allows.
   static constexpr int64_t MAX_BLOCK_THREADS = 1024;
   static constexpr int64_t MAX_BLOCK_Z = 64;

@@ -1,4 +1,5 @@
-// Long reductions with few outputs in two stages.
+// Long reductions in two stages, with few outputs (Note [split reductions]) or many (Note [split
+// long reductions]).
 //
 // Note [split reductions]: a GPU runs a reduction with few outputs as one work-group per output
 // (Note [grouped reduction] in codegen/gpu_dims.cpp). BatchNorm's statistics and their gradient
@@ -14,11 +15,33 @@
 // keep their partials in float32 and round once, as a one-stage reduce does. The CPU keeps one
 // stage: its thread pool splits the output loop and a core walks a long reduction at memory speed.
 // SPLIT_REDUCE=0 turns this off.
+//
+// Note [split long reductions]: a long reduction with many outputs (a convolution's weight
+// gradient: 25600 weights of the CNN's 5x5 32->32 layer, each a sum over N*H*W = 204800
+// products) is a grouped reduction too (Note [grouped reduction] in codegen/gpu_dims.cpp), one
+// work-group per register tile of outputs (codegen/opt_gpu.cpp), but a tile of 100 accumulators
+// leaves room for groups of 128 threads only, and 256 such groups put 8 warps on each of the
+// H200's 132 multiprocessors: too few to hide the latency of their loads. Such a reduce (more
+// than SPLIT_GROUPS / 2 and at most LONG_MAX_OUTPUTS outputs, at least LONG_MIN_LENGTH elements
+// each) is split the same way into at most SPLIT_PARTS partials per output, along its reduced
+// axis that splits best (the batch), each part at least LONG_MIN_PART elements long so that the
+// first stage is still a long reduction with the same register tile: S times as many
+// work-groups walk S times shorter loops, and the second stage adds S numbers per output (a
+// column sum over partials that are contiguous across outputs). The partials are at most
+// LONG_MAX_PARTIALS (4 MiB of float32), which also keeps the first stage's work-groups (partials
+// over a register tile's lanes) within what gpu_dims groups. On an H200, batch 512, 8 parts took
+// the 5x5 32->32 weight gradient from 1.00 to 0.57 + 0.007 ms and the 5x5 1->32 one from 0.164
+// to 0.079 + 0.007 ms (16 parts: 0.59 and 0.10; 32 were slower again). Shorter long reductions
+// (the 3x3 layers', 18432 and 32768 elements) run enough threads in one stage already: their
+// groups hold up to 256 threads of 36 accumulators, and split into 4 or 8 parts they got slower
+// (0.107 -> 0.131 and 0.080 -> 0.115 ms, each plus its second stage), hence LONG_MIN_LENGTH.
+// SPLIT_PARTS=1 turns only this off.
 #include "tinygrad/schedule/split_reduce.h"
 
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tinygrad/knobs.h"
 #include "tinygrad/lazy.h"
 
 namespace tg {
@@ -28,13 +51,17 @@ namespace {
 constexpr int64_t SPLIT_GROUPS = 1024;
 constexpr int64_t SPLIT_MIN_LENGTH = 16384;
 constexpr int64_t SPLIT_MIN_PART = 1024;
+constexpr int64_t LONG_MAX_OUTPUTS = int64_t{1} << 16;  // gpu_dims' group_long_max_outputs
+constexpr int64_t LONG_MIN_LENGTH = int64_t{1} << 16;
+constexpr int64_t LONG_MIN_PART = 4096;  // opt_gpu's LONG_REDUCE, gpu_dims' group_long_length
+constexpr int64_t LONG_MAX_PARTIALS = int64_t{1} << 20;
 
 size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
 
-// The largest divisor s of n with outputs * s <= SPLIT_GROUPS and length / s >= SPLIT_MIN_PART.
-int64_t split_factor(int64_t n, int64_t outputs, int64_t length) {
-  for (int64_t s = std::min(n, SPLIT_GROUPS / outputs); s >= 2; s--)
-    if (n % s == 0 && length / s >= SPLIT_MIN_PART) return s;
+// The largest divisor s of n with s <= max_parts and length / s >= min_part.
+int64_t split_factor(int64_t n, int64_t max_parts, int64_t length, int64_t min_part) {
+  for (int64_t s = std::min(n, max_parts); s >= 2; s--)
+    if (n % s == 0 && length / s >= min_part) return s;
   return 1;
 }
 
@@ -65,12 +92,18 @@ std::optional<SplitReduce> split_reduce(const UOpPtr& root, const std::function<
   const UOpPtr& x = reduce->src[0];
   const auto& ra = reduce->arg_reduce();
   int64_t outputs = prod(reduce->shape);
-  if (outputs <= 0 || outputs * 2 > SPLIT_GROUPS) return std::nullopt;
+  if (outputs <= 0) return std::nullopt;
   int64_t length = prod(x->shape) / outputs;
-  if (length < SPLIT_MIN_LENGTH) return std::nullopt;
+  int64_t max_parts = 1, min_part = 0;
+  if (outputs * 2 <= SPLIT_GROUPS && length >= SPLIT_MIN_LENGTH) {
+    max_parts = SPLIT_GROUPS / outputs, min_part = SPLIT_MIN_PART;
+  } else if (outputs * 2 > SPLIT_GROUPS && outputs <= LONG_MAX_OUTPUTS && length >= LONG_MIN_LENGTH) {
+    // Note [split long reductions]
+    max_parts = std::min<int64_t>(knobs::SPLIT_PARTS, LONG_MAX_PARTIALS / outputs), min_part = LONG_MIN_PART;
+  }
   int64_t axis = -1, s = 1;
   for (auto a : ra.axes) {
-    int64_t f = split_factor(x->shape[static_cast<size_t>(a)], outputs, length);
+    int64_t f = split_factor(x->shape[static_cast<size_t>(a)], max_parts, length, min_part);
     if (f > s) axis = a, s = f;
   }
   if (s < 2) return std::nullopt;

@@ -1,4 +1,4 @@
-// Long reductions with few outputs in two stages (Note [split reductions] in split_reduce.cpp).
+// Long reductions in two stages (Note [split reductions], Note [split long reductions] in split_reduce.cpp).
 #pragma once
 #include <functional>
 #include <optional>
@@ -14,7 +14,7 @@ struct SplitReduce {
 
 // The two-stage version of the kernel rooted at `root`, whose inputs (realized nodes, buffers)
 // `is_input` names, when that kernel holds exactly one REDUCE_AXIS and the reduction is long with
-// few outputs; nothing otherwise.
+// few outputs or long enough to split with many; nothing otherwise.
 std::optional<SplitReduce> split_reduce(const UOpPtr& root, const std::function<bool(const UOp*)>& is_input);
 
 }  // namespace tg
