@@ -229,6 +229,24 @@ TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
   EXPECT_EQ(one[0].kernel.global_size[0], 64);
 }
 
+// Note [merged inner loops]: an elementwise kernel over images of 20 x 20 takes the columns, rows
+// and channels into dimension 0, so lanes leave a warp's width or more of neighbouring threads;
+// each loop's index is recovered in 32 bits. Long rows keep dimension 0 to themselves.
+TEST(CudaRenderer, ShortImageLoopsMergeIntoDimensionZero) {
+  TensorOptions cpu{.device = "CPU"};
+  Tensor x = Tensor::from_vector(testutil::rnd_values(512 * 32 * 20 * 20, 1), {512, 32, 20, 20}, cpu);
+  Tensor b = Tensor::from_vector(testutil::rnd_values(32, 2), {1, 32, 1, 1}, cpu);
+  auto ks = render_cuda({(x + b).relu()});
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_EQ(ks[0].kernel.global_size, (std::vector<int64_t>{32 * 20 * 20 / 4, 512}));
+  EXPECT_EQ(ks[0].kernel.local_size[0], 128) << ks[0].source;
+  EXPECT_NE(ks[0].source.find("(int)"), std::string::npos) << ks[0].source;
+  Tensor rows = Tensor::from_vector(testutil::rnd_values(2048 * 1024, 3), {2048, 1024}, cpu);
+  auto wide = render_cuda({rows * 2});
+  ASSERT_EQ(wide.size(), 1u);
+  EXPECT_EQ(wide[0].kernel.global_size, (std::vector<int64_t>{1024 / 4, 2048}));
+}
+
 class Cuda : public testutil::CudaTest {
  protected:
   // Realizes t at DEBUG=4 and returns the generated source that was printed.
@@ -286,6 +304,10 @@ TEST_F(Cuda, ElementwiseLoopsBecomeThreads) {
   EXPECT_TRUE(match(rnd({3, 5}, 3).permute({1, 0}).contiguous()));
   Tensor wide = rnd({131071, 2, 2}, 4);  // beyond gridDim.z: on dimension 0
   EXPECT_TRUE(match(wide * 2 + 1));
+  // images merged into dimension 0 with lanes (Note [merged inner loops]), a padded one gated
+  Tensor img = rnd({128, 32, 20, 20}, 5), bias = rnd({1, 32, 1, 1}, 6);
+  EXPECT_TRUE(match((img + bias).relu()));
+  EXPECT_TRUE(match(img.pad({{0, 0}, {0, 0}, {4, 4}, {4, 4}})));
 }
 
 TEST_F(Cuda, GroupedReductionUsesSharedMemory) {

@@ -102,6 +102,10 @@ TEST_F(OpenCL, RowReductionsAndLanesMatch) {
   std::string esrc = source_of(e);
   EXPECT_NE(esrc.find("get_local_id(0)"), std::string::npos) << esrc;
   EXPECT_TRUE(match(e));
+  // images merged into dimension 0 with lanes (Note [merged inner loops]), a padded one gated
+  Tensor img = rnd({128, 32, 20, 20}, 13), bias = rnd({1, 32, 1, 1}, 14);
+  EXPECT_TRUE(match((img + bias).relu()));
+  EXPECT_TRUE(match(img.pad({{0, 0}, {0, 0}, {4, 4}, {4, 4}})));
 }
 
 // The kernels of the CNN's second convolution (batch 512, 5x5, 32 -> 32 channels) in a training
