@@ -109,8 +109,8 @@ TEST_F(OpenCL, RowReductionsAndLanesMatch) {
 }
 
 // The kernels of the CNN's second convolution (batch 512, 5x5, 32 -> 32 channels) in a training
-// step, laid out for this device (NCHW) without running them: the forward pass and the input
-// gradient get 4 x 8 register tiles (Note [gpu register tiles]); BatchNorm's statistics are
+// step, laid out for this device (NCHW) without running them: the forward pass gets 5 x 8 and the
+// input gradient 6 x 8 register tiles (Note [gpu register tiles], Note [tile lengths]); BatchNorm's statistics are
 // partial sums in 1024 groups, each over one flat loop, then a short reduce of those, and the
 // weight gradient a grouped reduction with the 25 taps of 4 output channels as lanes (Note
 // [grouped reduction]), its group small enough for 100 combines in local memory.
@@ -132,14 +132,14 @@ TEST_F(OpenCL, ConvolutionStepLayouts) {
   }
   std::string names;
   for (auto& [n, k] : kernels) names += n + " ";
-  // 4 rows x 8 output channels per thread (Note [row tiles])
-  for (const char* n : {"r_512_4_5_20__32_5_5_x32", "r_512_4_6_24__32_5_5_x32"}) {
+  // 5 (of 20) or 6 (of 24) rows x 8 output channels per thread (Note [row tiles])
+  for (const char* n : {"r_512_4_4_20__32_5_5_x40", "r_512_4_4_24__32_5_5_x48"}) {
     ASSERT_TRUE(kernels.count(n)) << n << " not in " << names;
     EXPECT_TRUE(kernels[n].group_reduces.empty());
   }
-  // the forward pass's 20 columns, 5 row tiles and 2 images or channel tiles per work-group: a
+  // the forward pass's 20 columns, 4 row tiles and 2 images or channel tiles per work-group: a
   // warp's threads share one channel tile and load neighbouring columns (Note [local sizes])
-  EXPECT_EQ(kernels["r_512_4_5_20__32_5_5_x32"].local_size, (std::vector<int64_t>{20, 5, 2}));
+  EXPECT_EQ(kernels["r_512_4_4_20__32_5_5_x40"].local_size, (std::vector<int64_t>{20, 4, 2}));
   // BatchNorm's statistics in two stages (Note [split reductions]): 32 partials per channel over
   // 16 images each, 1024 groups of 256 threads, then 32 outputs of 32 partials, one thread each
   ASSERT_TRUE(kernels.count("r_32_32__16_20_20")) << names;
