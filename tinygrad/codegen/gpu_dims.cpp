@@ -92,6 +92,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -270,17 +271,31 @@ int64_t elementwise_lanes(const LinearKernel& k, size_t n_outer, int64_t size0, 
 // Note [merged inner loops]: how many innermost output loops dimension 0 holds.
 size_t inner_loops_of_dim0(const LinearKernel& k, const std::vector<UOpPtr>& outer, const GpuLimits& lim) {
   size_t n_outer = outer.size();
-  auto width = [&](int64_t size) {
-    int64_t lanes = elementwise_lanes(k, n_outer, size, lim);
-    return lanes > 1 ? pow2_divisor(size / lanes, lim.max_local) : 0;
-  };
-  if (n_outer < 2 || width(trip(outer[n_outer - 1])) >= SHORT_DIM) return 1;
   int64_t size = 1;
   for (size_t m = 1; m <= n_outer; m++) {
     size *= trip(outer[n_outer - m]);
-    if (width(size) >= SHORT_DIM) return m;
+    int64_t lanes = elementwise_lanes(k, n_outer, size, lim);
+    if (lanes > 1 && pow2_divisor(size / lanes, lim.max_local) >= SHORT_DIM) return m;
   }
   return 1;
+}
+
+// Each of `loops`' indices (outermost first) from the flat index over them, as code appended to
+// `code`; in 32 bits when the flat index stays below 2^31 (Note [flat index in 32 bits]).
+void split_flat_index(UOpPtr flat, std::span<const UOpPtr> loops, int64_t length, std::vector<UOpPtr>& code,
+                      std::unordered_map<const UOp*, UOpPtr>& sub) {
+  bool narrow = loops.size() > 1 && length <= std::numeric_limits<int32_t>::max();
+  auto c = [&](int64_t v) { return narrow ? kconst(DType::Int32, static_cast<double>(v)) : kint(v); };
+  if (narrow) code.push_back(flat = kcast(flat, DType::Int32));
+  int64_t inner = 1;
+  for (size_t i = loops.size(); i-- > 0;) {
+    UOpPtr e = flat;
+    if (inner > 1) code.push_back(e = kalu(Op::IDIV, e, c(inner)));
+    if (i != 0) code.push_back(e = kalu(Op::MOD, e, c(trip(loops[i]))));
+    if (narrow) code.push_back(e = kcast(e, dtypes::index));
+    sub[loops[i].get()] = e;
+    inner *= trip(loops[i]);
+  }
 }
 
 }  // namespace
@@ -343,22 +358,10 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
       budget /= local.back();
     }
     if (idx.size() == 1 && idx[0]->op == Op::SPECIAL) prologue.push_back(idx[0]);
-    // each loop's index from the dimension's, in 32 bits where that fits (Note [merged inner loops])
-    bool narrow = hi - lo > 1 && size <= std::numeric_limits<int32_t>::max();
-    auto c32 = [&](int64_t v) { return narrow ? kconst(DType::Int32, static_cast<double>(v)) : kint(v); };
-    for (size_t c = 0; c < sub.size(); c++) {
-      UOpPtr lane_idx = idx[idx.size() == 1 ? 0 : c];
-      if (narrow) prologue.push_back(lane_idx = kcast(lane_idx, DType::Int32));
-      int64_t inner = 1;
-      for (size_t i = hi; i-- > lo;) {
-        UOpPtr e = lane_idx;
-        if (inner > 1) prologue.push_back(e = kalu(Op::IDIV, e, c32(inner)));
-        if (i != lo) prologue.push_back(e = kalu(Op::MOD, e, c32(trip(outer[i]))));
-        if (narrow) prologue.push_back(e = kcast(e, dtypes::index));
-        sub[c][outer[i].get()] = e;
-        inner *= trip(outer[i]);
-      }
-    }
+    // each loop's index from the dimension's (Note [merged inner loops])
+    std::span<const UOpPtr> loops(outer.begin() + static_cast<std::ptrdiff_t>(lo), hi - lo);
+    for (size_t c = 0; c < sub.size(); c++)
+      split_flat_index(idx[idx.size() == 1 ? 0 : c], loops, size, prologue, sub[c]);
   }
   if (global.empty()) {  // a scalar output: one group, or one thread
     int64_t l = grouped ? grp.threads : 1;
@@ -375,21 +378,8 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
     auto mul = kalu(Op::MUL, flat, kint(grp.threads));
     auto f = kalu(Op::ADD, mul, lid);
     flat_index = {mul, f};
-    // Note [flat index in 32 bits]
-    bool narrow = grp.loops.size() > 1 && grp.length <= std::numeric_limits<int32_t>::max();
-    UOpPtr f32 = narrow ? kcast(f, DType::Int32) : f;
-    if (narrow) flat_index.push_back(f32);
-    auto c = [&](int64_t v) { return narrow ? kconst(DType::Int32, static_cast<double>(v)) : kint(v); };
-    int64_t inner = 1;
-    for (size_t i = grp.loops.size(); i-- > 0;) {
-      UOpPtr e = f32;
-      if (inner > 1) flat_index.push_back(e = kalu(Op::IDIV, e, c(inner)));
-      if (i != 0) flat_index.push_back(e = kalu(Op::MOD, e, c(trip(grp.loops[i]))));
-      if (narrow) flat_index.push_back(e = kcast(e, dtypes::index));
-      sub[0][grp.loops[i].get()] = e;
-      loop_set.insert(grp.loops[i].get());
-      inner *= trip(grp.loops[i]);
-    }
+    split_flat_index(f, grp.loops, grp.length, flat_index, sub[0]);  // Note [flat index in 32 bits]
+    for (auto& l : grp.loops) loop_set.insert(l.get());
     for (auto& a : grp.accs) sub[0][a.get()] = make_uop(Op::DEFINE_ACC, a->dtype, {a->src[0], flat}, a->arg);
   }
   // grouped rows: each loop N/L trips (rounded up) of index r*L + lid (Note [grouped rows])
