@@ -13,6 +13,7 @@
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt_gpu.h"
 #include "tinygrad/codegen/render_cuda.h"
+#include "tinygrad/codegen/tensor_core.h"
 #include "tinygrad/device.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/knobs.h"
@@ -24,6 +25,12 @@ namespace {
 
 using testutil::match;
 using testutil::rnd;
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) n++;
+  return n;
+}
 
 // The kernels of t's schedule on the CPU device, laid out and rendered as CUDA for sm_90.
 struct RenderedKernel {
@@ -167,6 +174,42 @@ TEST(CudaRenderer, ShortLoopsAreUnrolled) {
     EXPECT_EQ(k.source.rfind("#pragma unroll", channel_loop), std::string::npos) << k.source;
   }
   EXPECT_EQ(convolutions, 1);
+}
+
+// The CNN's 5x5 32->32 convolution at batch 512 (Note [tensor-core contractions] in
+// codegen/tensor_core.cpp): its forward pass is a 204800 x 32 x 800 contraction in warp tiles of
+// 4 x 4 mma blocks (16 mmas per step of 8 along K), 4 warps a block, and compiles for sm_90; a
+// sum (no product) and a convolution with 25 taps (no multiple of 8 along K) are not taken.
+TEST(CudaRenderer, ConvolutionsBecomeTensorCoreKernels) {
+  TensorOptions cpu{.device = "CPU"};
+  auto r = [&](const Shape& s, uint32_t seed) {
+    return Tensor::from_vector(testutil::rnd_values(prod(s), seed), s, cpu);
+  };
+  auto tensor_core_kernels = [](const Tensor& t) {
+    std::vector<LinearKernel> out;
+    for (auto& item : create_schedule({t.uop()})) {
+      if (item.kind != ScheduleItem::Kind::Kernel) continue;
+      std::vector<DType> dtypes;
+      for (auto& b : item.buffers) dtypes.push_back(b->dtype());
+      if (auto k = tensor_core_kernel(item.ast, dtypes)) out.push_back(*k);
+    }
+    return out;
+  };
+  auto ks = tensor_core_kernels(r({512, 32, 24, 24}, 1).conv2d(r({32, 32, 5, 5}, 2)));
+  ASSERT_EQ(ks.size(), 1u);
+  std::string src = CUDARenderer{GpuLimits{}}.render(ks[0]);
+  EXPECT_EQ(ks[0].name, "r_tc_1_204800_32__800");
+  EXPECT_EQ(ks[0].local_size, (std::vector<int64_t>{128})) << src;
+  EXPECT_EQ(ks[0].global_size, (std::vector<int64_t>{204800 / 64 * 32})) << src;
+  EXPECT_EQ(count_of(src, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"), 16u) << src;
+  EXPECT_EQ(count_of(src, "< (100ll)"), 1u) << src;  // 800 along K in steps of 8
+  if (nvrtc_description().rfind("NVRTC ", 0) == 0) {
+    EXPECT_EQ(cuda_compile(ks[0].name, src, 90).image.substr(0, 4),
+              "\x7f"
+              "ELF");
+  }
+  EXPECT_TRUE(tensor_core_kernels(r({4096, 1024}, 3).sum(1)).empty());
+  EXPECT_TRUE(tensor_core_kernels(r({512, 1, 28, 28}, 4).conv2d(r({32, 1, 5, 5}, 5))).empty());
 }
 
 // gridDim.y and gridDim.z are limited to 65535 blocks: such kernels move to dimension 0.
@@ -370,6 +413,53 @@ TEST_F(Cuda, HalfTypesAsStorage) {
   EXPECT_TRUE(match(h * 3 + 1));
   Tensor b = (rnd({33}, 9).cast(DType::BFloat16) * 3).cast(DType::Float32);
   EXPECT_TRUE(match(b, testutil::tol_for(DType::BFloat16)));
+}
+
+// Note [tensor-core contractions] on the GPU: forward passes and input gradients as mma.sync tf32
+// kernels (CONV_TF32=1, the default) agree with the float32 FMA kernels (CONV_TF32=0, checked
+// against the reference by the op tests) within tf32's rounding (10 mantissa bits: a wrong index
+// is off by the value itself).
+TEST_F(Cuda, ConvolutionsRunOnTensorCores) {
+  if (!get_device("CUDA").supports(Feature::TensorCores))
+    GTEST_SKIP() << "this GPU has no tf32 tensor cores (sm_80 or newer)";
+  struct Case {
+    Shape x, w;
+    int64_t padding;
+    size_t tc_kernels;  // how many of the kernels run on the tensor cores
+  };
+  // 3x3 padded: forward and input gradient (K = 288: steps over all three reduce loops); 3x3 over
+  // 8 channels into 64 (K = 72): the forward pass only (its input gradient is too small)
+  for (const Case& c :
+       {Case{{64, 32, 16, 16}, {32, 32, 3, 3}, 1, 2}, Case{{128, 8, 12, 12}, {64, 8, 3, 3}, 0, 1}}) {
+    auto run = [&](int tf32, std::string* log) {
+      knobs::CONV_TF32.set(tf32);
+      Tensor x = rnd(c.x, 1), w = rnd(c.w, 2);
+      x.requires_grad_();
+      w.requires_grad_();
+      Tensor y = x.conv2d(w, std::nullopt, {1, 1}, {c.padding, c.padding});
+      Tensors out{y};
+      for (auto& g : (y * rnd(y.shape(), 3, 0.5, 1.5)).sum().gradients({x, w})) out.push_back(g);
+      if (log) knobs::DEBUG.set(4), ::testing::internal::CaptureStderr();
+      Tensor::realize_all(out);
+      if (log) knobs::DEBUG.set(0), *log = ::testing::internal::GetCapturedStderr();
+      std::vector<std::vector<float>> v;
+      for (auto& t : out) v.push_back(t.to_vector<float>());
+      return v;
+    };
+    std::string log;
+    auto tc = run(1, &log), fma = run(0, nullptr);
+    knobs::CONV_TF32.set(1);
+    std::string what = shape_str(c.x) + " * " + shape_str(c.w);
+    EXPECT_EQ(count_of(log, "__launch_bounds__(128) r_tc_"), c.tc_kernels) << what;
+    for (size_t t = 0; t < tc.size(); t++) {
+      ASSERT_EQ(tc[t].size(), fma[t].size());
+      size_t bad = 0;
+      for (size_t i = 0; i < tc[t].size(); i++)
+        bad += !(std::fabs(tc[t][i] - fma[t][i]) <= 5e-2 + 2e-2 * std::fabs(fma[t][i]));
+      EXPECT_EQ(bad, 0u) << what << ", output " << t
+                         << " (0: forward, 1: input gradient, 2: weight gradient)";
+    }
+  }
 }
 
 TEST_F(Cuda, Debug2ReportsKernelTimeAndMemory) {

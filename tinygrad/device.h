@@ -108,7 +108,17 @@ struct MatmulSpec {
 // AddressableMemory: a buffer is an address, and the address plus an offset addresses its bytes
 // (host memory, CUDA device pointers), so one allocation can hold several buffers (Buffer's view
 // constructor; Note [one arena for a captured step's intermediates] in engine/jit.cpp).
-enum class Feature { HostMemory, Timing, Float16, BFloat16, NativeTranscendentals, MatmulLibrary, AddressableMemory };
+// TensorCores: mma.sync tf32 products in generated kernels (codegen/tensor_core.h; CUDA sm_80 and up).
+enum class Feature {
+  HostMemory,
+  Timing,
+  Float16,
+  BFloat16,
+  NativeTranscendentals,
+  MatmulLibrary,
+  AddressableMemory,
+  TensorCores
+};
 
 class Device {
  public:

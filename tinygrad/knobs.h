@@ -48,8 +48,11 @@ extern IntKnob THREADS;   // CPU kernel threads (0: all cores)
 extern IntKnob JIT;       // 1: engine/jit captures a step once and replays it; 0: every call runs normally
 extern IntKnob MATMUL_LIB; // 1: matrix-product kernels run through the device's library (cuBLASLt); 0: generated
 extern IntKnob TF32;      // 1: library float32 matmuls may round their inputs to tf32 (tensor cores)
+extern IntKnob
+    CONV_TF32;  // 1: float32 convolutions on CUDA run on the tensor cores in tf32 (codegen/tensor_core.h)
 extern IntKnob SPLIT_REDUCE;  // 1: long reductions with few outputs run in two stages on GPU-style devices
-extern IntKnob SPLIT_PARTS;   // most partials per output of a long reduction with many outputs (GPU-style); 1: off
+extern IntKnob SPLIT_PARTS;  // most partials per output of a long reduction with many outputs (GPU-style); 0:
+                             // auto, 1: off
 extern IntKnob ROWFUSE;   // 1: a row's reductions and the work that reads them back are one kernel
 extern IntKnob CUDA_GRAPH;  // n>0: JIT replays on CUDA run as CUDA graphs, n instantiated per capture; 0: kernel by kernel
 extern StringKnob DEVICE;   // default device

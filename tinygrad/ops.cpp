@@ -38,7 +38,7 @@ const char* op_name(Op op) {
       "BITCAST", "ADD", "MUL", "IDIV", "MOD", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL",
       "SHR", "WHERE", "REDUCE_AXIS", "RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP",
       "CONTIGUOUS", "DETACH", "CUSTOM_GRAD", "ALLREDUCE", "DEFINE_GLOBAL", "RANGE", "ENDRANGE", "SPECIAL", "LOAD",
-      "STORE", "REDUCE", "DEFINE_ACC", "ASSIGN", "SINK"};
+      "STORE", "REDUCE", "DEFINE_ACC", "ASSIGN", "SINK", "WMMA"};
   return names[static_cast<int>(op)];
 }
 

@@ -41,6 +41,9 @@ enum class Op : uint8_t {
   DEFINE_GLOBAL, RANGE, ENDRANGE, SPECIAL, LOAD, STORE, REDUCE, DEFINE_ACC, ASSIGN,
   // a kernel with several stores (after upcasting) is rooted at a SINK of them
   SINK,
+  // one result (arg: 0..3) of a warp's tensor-core product (Note [tensor-core contractions] in
+  // codegen/tensor_core.cpp): src is the thread's four A values, two B values and four accumulators
+  WMMA,
 };
 const char* op_name(Op op);
 

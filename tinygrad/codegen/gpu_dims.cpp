@@ -280,8 +280,9 @@ size_t inner_loops_of_dim0(const LinearKernel& k, const std::vector<UOpPtr>& out
   return 1;
 }
 
-// Each of `loops`' indices (outermost first) from the flat index over them, as code appended to
-// `code`; in 32 bits when the flat index stays below 2^31 (Note [flat index in 32 bits]).
+}  // namespace
+
+// Note [flat index in 32 bits]
 void split_flat_index(UOpPtr flat, std::span<const UOpPtr> loops, int64_t length, std::vector<UOpPtr>& code,
                       std::unordered_map<const UOp*, UOpPtr>& sub) {
   bool narrow = loops.size() > 1 && length <= std::numeric_limits<int32_t>::max();
@@ -297,8 +298,6 @@ void split_flat_index(UOpPtr flat, std::span<const UOpPtr> loops, int64_t length
     inner *= trip(loops[i]);
   }
 }
-
-}  // namespace
 
 void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   size_t n_outer = k.global_size.size();

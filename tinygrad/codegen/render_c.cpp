@@ -68,6 +68,7 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
   };
   int depth = 1;
   int counter = 0;
+  std::unordered_map<std::string, std::string> mma_of;  // a WMMA's operands -> the product's name
   for (size_t g = 0; g < k.group_reduces.size(); g++)
     os << "  " << local_array(k.group_reduces[g].acc->dtype, "tg_red" + std::to_string(g), group_slots(k.group_reduces[g].size)) << "\n";
   auto line = [&](const std::string& s) { os << std::string(2 * depth, ' ') << s << "\n"; };
@@ -130,6 +131,18 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
       case Op::SPECIAL:
         line(type_name(dtypes::index) + " " + v + " = " + special(u->arg_int()) + ";");
         break;
+      case Op::WMMA: {  // the four results of one product are one instruction
+        std::vector<std::string> operands;
+        std::string key;
+        for (auto& x : u->src) key += (operands.emplace_back(ref(x))) + ",";
+        auto it = mma_of.find(key);
+        if (it == mma_of.end()) {
+          it = mma_of.emplace(key, "mma" + std::to_string(mma_of.size()) + "_").first;
+          line(mma(it->second, operands));
+        }
+        v = it->second + std::to_string(u->arg_int());
+        break;
+      }
       default: {
         std::string e;
         switch (u->op) {
@@ -188,6 +201,10 @@ std::string CStyleRenderer::special(int64_t arg) const {
 std::string CStyleRenderer::barrier() const { TG_ASSERT(false, "this renderer has no barriers"); }
 std::string CStyleRenderer::local_array(DType, const std::string& name, int64_t) const {
   TG_ASSERT(false, "this renderer has no local memory (", name, ")");
+}
+
+std::string CStyleRenderer::mma(const std::string& out, const std::vector<std::string>&) const {
+  TG_ASSERT(false, "this renderer has no tensor-core products (", out, ")");
 }
 
 std::string c_binary(Op op, const std::string& a, const std::string& b) {

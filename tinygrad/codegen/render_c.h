@@ -6,6 +6,7 @@
 #pragma once
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "tinygrad/codegen/renderer.h"
 
@@ -48,6 +49,9 @@ class CStyleRenderer : public Renderer {
   // combine]); a renderer with faster means (CUDA's warp shuffles) overrides it.
   virtual std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
                                     const std::string& indent) const;
+  // A warp's tensor-core product (the WMMA op): a statement that declares out0..out3 from the
+  // ten operands (four A values, two B values, four accumulators). Only CUDA has one.
+  virtual std::string mma(const std::string& out, const std::vector<std::string>& operands) const;
 };
 
 class CRenderer : public CStyleRenderer {

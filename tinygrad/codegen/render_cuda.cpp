@@ -124,7 +124,9 @@ std::string CUDARenderer::prelude(const LinearKernel&) const {
          "TG_INL int tg_max_i32(int a, int b) { long long r; "
          "asm(\"max.s64 %0, %1, %2;\" : \"=l\"(r) : \"l\"((long long)a), \"l\"((long long)b)); return (int)r; }\n"
          "TG_INL long long tg_max_i64(long long a, long long b) { long long r; "
-         "asm(\"max.s64 %0, %1, %2;\" : \"=l\"(r) : \"l\"(a), \"l\"(b)); return r; }\n";
+         "asm(\"max.s64 %0, %1, %2;\" : \"=l\"(r) : \"l\"(a), \"l\"(b)); return r; }\n"
+         "TG_INL unsigned tg_tf32(float f) { unsigned r; "
+         "asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r) : \"f\"(f)); return r; }\n";
 }
 
 std::string CUDARenderer::signature(const LinearKernel& k) const {
@@ -236,6 +238,20 @@ std::string CUDARenderer::group_combine(const GroupReduce& g, const std::string&
   out += in + barrier() + "\n";
   out += in + acc + " = " + m + "[" + lid + " & " + std::to_string(warps - 1) + "];\n";
   return out + butterfly(warps);
+}
+
+// Note [tensor-core contractions] in codegen/tensor_core.cpp: D = A * B + C for a 16 x 8 x 8
+// block, its tf32 operands rounded to nearest (cvt.rna)
+std::string CUDARenderer::mma(const std::string& out, const std::vector<std::string>& x) const {
+  TG_ASSERT(x.size() == 10, "CUDA mma: expected 10 operands, got ", x.size());
+  std::string s = "float " + out + "0, " + out + "1, " + out + "2, " + out + "3; ";
+  s += "asm(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\" : ";
+  for (int r = 0; r < 4; r++) s += std::string(r ? ", " : "") + "\"=f\"(" + out + std::to_string(r) + ")";
+  s += " : ";
+  for (size_t i = 0; i < 10; i++)
+    s += std::string(i ? ", " : "") + (i < 6 ? "\"r\"(tg_tf32(" + x[i] + "))" : "\"f\"(" + x[i] + ")");
+  return s + ");";
 }
 
 }  // namespace tg

@@ -41,6 +41,7 @@ class CUDARenderer : public CStyleRenderer {
   int64_t group_slots(int64_t threads) const override { return std::max<int64_t>(1, threads / WARP); }
   std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
                             const std::string& indent) const override;
+  std::string mma(const std::string& out, const std::vector<std::string>& operands) const override;
 
  private:
   std::string buffer_type(DType t) const;

@@ -10,9 +10,10 @@
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt.h"
 #include "tinygrad/codegen/opt_gpu.h"
+#include "tinygrad/codegen/tensor_core.h"
 #include "tinygrad/codegen/transcendental.h"
-#include "tinygrad/engine/beam.h"
 #include "tinygrad/device.h"
+#include "tinygrad/engine/beam.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/schedule/match_matmul.h"
@@ -80,10 +81,7 @@ std::optional<CompiledKernel> library_kernel(const ScheduleItem& item, Device& d
   return CompiledKernel{KernelLaunch{prog, spec->name(), {}, {}}, "", {}};
 }
 
-CompiledKernel generated_kernel(const ScheduleItem& item, Device& dev) {
-  std::vector<Opt> opts = choose_opts(item, dev);
-  LinearKernel k = linearize(device_kernel_graph(item, opts), param_dtypes(item));
-  dev.renderer().prepare(k);
+CompiledKernel rendered(Device& dev, const LinearKernel& k, const std::vector<Opt>& opts) {
   std::string src = dev.renderer().render(k);
   if (knobs::DEBUG >= 3) std::fprintf(stderr, "opts %-40s %s\n", k.name.c_str(), opts_str(opts).c_str());
   if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", src.c_str());
@@ -91,10 +89,28 @@ CompiledKernel generated_kernel(const ScheduleItem& item, Device& dev) {
   return CompiledKernel{KernelLaunch{&prog, k.name, k.global_size, k.local_size}, src, opts};
 }
 
+// A convolution on the tensor cores where the device has them (Note [tensor-core contractions] in
+// codegen/tensor_core.cpp); matrix products keep the TF32 knob's rule.
+std::optional<LinearKernel> tensor_core_layout(const ScheduleItem& item, const Device& dev) {
+  if (!knobs::CONV_TF32.get() || knobs::NOOPT.get() || !dev.supports(Feature::TensorCores))
+    return std::nullopt;
+  if (match_matmul(item.ast, param_dtypes(item))) return std::nullopt;
+  return tensor_core_kernel(device_kernel_graph(item, {}), param_dtypes(item));
+}
+
+CompiledKernel generated_kernel(const ScheduleItem& item, Device& dev) {
+  if (auto k = tensor_core_layout(item, dev)) return rendered(dev, *k, {});
+  std::vector<Opt> opts = choose_opts(item, dev);
+  LinearKernel k = linearize(device_kernel_graph(item, opts), param_dtypes(item));
+  dev.renderer().prepare(k);
+  return rendered(dev, k, opts);
+}
+
 // The cache's first key: the device, and the knobs that decide between library and generated
 // kernels (tests compare the two on one kernel graph).
 std::string cache_key(const ScheduleItem& item) {
-  return item.device + (knobs::MATMUL_LIB.get() ? (knobs::TF32.get() ? " lib tf32" : " lib") : "");
+  return item.device + (knobs::MATMUL_LIB.get() ? (knobs::TF32.get() ? " lib tf32" : " lib") : "") +
+         (knobs::CONV_TF32.get() ? " conv tf32" : "");
 }
 
 const CompiledKernel& compiled(const ScheduleItem& item) {

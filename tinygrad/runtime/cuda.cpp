@@ -190,6 +190,7 @@ class CudaDevice : public Device {
   }
   bool supports(Feature f) const override {
     if (f == Feature::MatmulLibrary) return cublaslt_available();
+    if (f == Feature::TensorCores) return cc_ >= 80;
     return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals ||
            f == Feature::AddressableMemory;
   }

@@ -35,12 +35,21 @@
 // (the 3x3 layers', 18432 and 32768 elements) run enough threads in one stage already: their
 // groups hold up to 256 threads of 36 accumulators, and split into 4 or 8 parts they got slower
 // (0.107 -> 0.131 and 0.080 -> 0.115 ms, each plus its second stage), hence LONG_MIN_LENGTH.
-// SPLIT_PARTS=1 turns only this off.
+// On the tensor cores (CUDA with CONV_TF32=1: Note [tensor-core contractions] in
+// codegen/tensor_core.cpp) the first stage is a contraction of 32 x 800 outputs per part whose
+// warp tiles need many parts to give each SM enough warps: 32 parts (6400 elements each) took
+// the 5x5 32->32 weight gradient from 0.584 ms (8 parts, FMA kernels) to 0.459 ms and the CNN's
+// step from 2.23 to 2.10 ms; with 16 parts too few warps remain and the FMA kernel stays (2.29).
+// Splitting the 3x3 layers' weight gradients too (parts of at least 1024 elements: 16 and 32 of
+// them, which then run on the tensor cores, 0.186 -> 0.154 ms) left the step where it was (1.90
+// ms) and the CNN's accuracy lower (mean 89.03% over three seeds against 89.35%): not kept.
+// SPLIT_PARTS=n sets the number for every device, SPLIT_PARTS=1 turns only this off.
 #include "tinygrad/schedule/split_reduce.h"
 
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tinygrad/device.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/lazy.h"
 
@@ -55,8 +64,17 @@ constexpr int64_t LONG_MAX_OUTPUTS = int64_t{1} << 16;  // gpu_dims' group_long_
 constexpr int64_t LONG_MIN_LENGTH = int64_t{1} << 16;
 constexpr int64_t LONG_MIN_PART = 4096;  // opt_gpu's LONG_REDUCE, gpu_dims' group_long_length
 constexpr int64_t LONG_MAX_PARTIALS = int64_t{1} << 20;
+constexpr int64_t LONG_PARTS = 8, TENSOR_CORE_PARTS = 32;
 
 size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
+
+// SPLIT_PARTS, or where it is 0 (the default) LONG_PARTS, or TENSOR_CORE_PARTS where the first
+// stage runs on the tensor cores (Note [split long reductions]).
+int64_t long_parts(const std::string& device) {
+  if (knobs::SPLIT_PARTS.get() > 0) return knobs::SPLIT_PARTS.get();
+  bool tensor_cores = knobs::CONV_TF32.get() && get_device(device).supports(Feature::TensorCores);
+  return tensor_cores ? TENSOR_CORE_PARTS : LONG_PARTS;
+}
 
 // The largest divisor s of n with s <= max_parts and length / s >= min_part.
 int64_t split_factor(int64_t n, int64_t max_parts, int64_t length, int64_t min_part) {
@@ -99,7 +117,8 @@ std::optional<SplitReduce> split_reduce(const UOpPtr& root, const std::function<
     max_parts = SPLIT_GROUPS / outputs, min_part = SPLIT_MIN_PART;
   } else if (outputs * 2 > SPLIT_GROUPS && outputs <= LONG_MAX_OUTPUTS && length >= LONG_MIN_LENGTH) {
     // Note [split long reductions]
-    max_parts = std::min<int64_t>(knobs::SPLIT_PARTS, LONG_MAX_PARTIALS / outputs), min_part = LONG_MIN_PART;
+    max_parts = std::min<int64_t>(long_parts(reduce->device), LONG_MAX_PARTIALS / outputs),
+    min_part = LONG_MIN_PART;
   }
   int64_t axis = -1, s = 1;
   for (auto a : ra.axes) {
