@@ -127,10 +127,6 @@ int64_t pow2_at_most(int64_t cap) {
   return p;
 }
 
-UOpPtr special(SpecialKind kind, int dim, int64_t size) {
-  return make_uop(Op::SPECIAL, dtypes::index, {kint(size)}, Arg{special_arg(kind, dim)});
-}
-
 bool depends_on(const UOpPtr& u, const UOpPtr& range) {
   for (auto& n : toposort({u}))
     if (n == range) return true;
@@ -282,6 +278,10 @@ size_t inner_loops_of_dim0(const LinearKernel& k, const std::vector<UOpPtr>& out
 
 }  // namespace
 
+UOpPtr thread_index(SpecialKind kind, int dim, int64_t size) {
+  return make_uop(Op::SPECIAL, dtypes::index, {kint(size)}, Arg{special_arg(kind, dim)});
+}
+
 // Note [flat index in 32 bits]
 void split_flat_index(UOpPtr flat, std::span<const UOpPtr> loops, int64_t length, std::vector<UOpPtr>& code,
                       std::unordered_map<const UOp*, UOpPtr>& sub) {
@@ -330,19 +330,20 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   std::vector<std::unordered_map<const UOp*, UOpPtr>> sub(static_cast<size_t>(lanes));  // per lane
   std::vector<int64_t> global, local;
   UOpPtr lid;
-  if (grouped) lid = special(SpecialKind::LocalId, 0, grp.threads), prologue.push_back(lid);
+  if (grouped) lid = thread_index(SpecialKind::LocalId, 0, grp.threads), prologue.push_back(lid);
   int64_t budget = lim.max_local;
   for (int d = 0; d < out_dims; d++) {
     auto [lo, hi] = loops_of(d);
     int64_t size = dim_size[static_cast<size_t>(d)];
     std::vector<UOpPtr> idx;  // the dimension's element index, per lane
     if (grouped) {
-      idx = {special(SpecialKind::GroupId, 0, size)};
+      idx = {thread_index(SpecialKind::GroupId, 0, size)};
       global.push_back(size * grp.threads);
       local.push_back(grp.threads);
     } else if (d == 0 && lanes > 1) {  // Note [elementwise lanes]
       int64_t l = pow2_divisor(size / lanes, budget);
-      auto g = special(SpecialKind::GroupId, 0, size / lanes / l), t = special(SpecialKind::LocalId, 0, l);
+      auto g = thread_index(SpecialKind::GroupId, 0, size / lanes / l),
+           t = thread_index(SpecialKind::LocalId, 0, l);
       auto base = kalu(Op::ADD, kalu(Op::MUL, g, kint(l * lanes)), t);
       prologue.insert(prologue.end(), {g, t, base->src[0], base});
       for (int64_t c = 0; c < lanes; c++) idx.push_back(c == 0 ? base : kalu(Op::ADD, base, kint(c * l)));
@@ -351,7 +352,7 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
       local.push_back(l);
       budget /= l;
     } else {
-      idx = {special(SpecialKind::GlobalId, d, size)};
+      idx = {thread_index(SpecialKind::GlobalId, d, size)};
       global.push_back(size);
       local.push_back(local_divisor(size, budget));  // Note [local sizes]
       budget /= local.back();

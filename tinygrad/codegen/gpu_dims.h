@@ -43,6 +43,9 @@ struct GpuLimits {
 // dimension, OpenCL convention) and group_reduces.
 void gpu_dims(LinearKernel& k, const GpuLimits& limits);
 
+// A thread index (SPECIAL) of `kind` in dimension `dim`, of `size` values.
+UOpPtr thread_index(SpecialKind kind, int dim, int64_t size);
+
 // Each of `loops`' indices (outermost first) from the flat index over them (`length` in all): the
 // index arithmetic is appended to `code` and each loop's index is left in `sub`; in 32 bits when
 // the flat index stays below 2^31 (Note [flat index in 32 bits] in gpu_dims.cpp).

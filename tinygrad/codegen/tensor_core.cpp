@@ -131,16 +131,12 @@ Tiles choose_tiles(int64_t row_blocks, int64_t col_blocks, int64_t batch) {
   return {};
 }
 
-UOpPtr special(SpecialKind kind, int64_t size) {
-  return make_uop(Op::SPECIAL, dtypes::index, {kint(size)}, Arg{special_arg(kind, 0)});
-}
-
-// Each loop's index from the flat one (nothing for no loops).
+// Each loop's index from the flat one (the emitter places the arithmetic itself).
 std::unordered_map<const UOp*, UOpPtr> split(const UOpPtr& flat, const std::vector<UOpPtr>& loops,
                                              int64_t length) {
   std::unordered_map<const UOp*, UOpPtr> sub;
   std::vector<UOpPtr> code;
-  if (!loops.empty()) split_flat_index(flat, loops, length, code, sub);
+  split_flat_index(flat, loops, length, code, sub);
   return sub;
 }
 
@@ -231,7 +227,8 @@ std::optional<LinearKernel> tensor_core_kernel(const UOpPtr& ast, const std::vec
   k.local_size = {threads};
 
   // the warp's tile and the thread's place in it
-  auto lid = special(SpecialKind::LocalId, threads), gid = special(SpecialKind::GroupId, blocks);
+  auto lid = thread_index(SpecialKind::LocalId, 0, threads),
+       gid = thread_index(SpecialKind::GroupId, 0, blocks);
   auto lane = kalu(Op::MOD, lid, kint(WARP));
   auto warp = kalu(Op::ADD, kalu(Op::MUL, gid, kint(tl.block_warps)), kalu(Op::IDIV, lid, kint(WARP)));
   auto group = kalu(Op::IDIV, lane, kint(4)), pair = kalu(Op::MUL, kalu(Op::MOD, lane, kint(4)), kint(2));

@@ -94,8 +94,9 @@ CompiledKernel rendered(Device& dev, const LinearKernel& k, const std::vector<Op
 std::optional<LinearKernel> tensor_core_layout(const ScheduleItem& item, const Device& dev) {
   if (!knobs::CONV_TF32.get() || knobs::NOOPT.get() || !dev.supports(Feature::TensorCores))
     return std::nullopt;
-  if (match_matmul(item.ast, param_dtypes(item))) return std::nullopt;
-  return tensor_core_kernel(device_kernel_graph(item, {}), param_dtypes(item));
+  std::vector<DType> dtypes = param_dtypes(item);
+  if (match_matmul(item.ast, dtypes)) return std::nullopt;
+  return tensor_core_kernel(device_kernel_graph(item, {}), dtypes);
 }
 
 CompiledKernel generated_kernel(const ScheduleItem& item, Device& dev) {
