@@ -1,4 +1,4 @@
-// ALLREDUCE nodes and the engine that runs them (see collective_runner.h).
+// Collective nodes and the engine that runs them (see collective_runner.h).
 #include "distributed/collective_runner.h"
 
 #include <chrono>
@@ -6,28 +6,56 @@
 #include <cstring>
 #include <future>
 
+#include "distributed/collective_sequence.h"
 #include "tinygrad/device.h"
-#include "tinygrad/engine/realize.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 
 namespace tg::dist {
 
-Tensor all_reduce_node(const Tensor& x, ReduceOp op) {
-  TG_CHECK(op != ReduceOp::Avg, "all_reduce_node: use Sum and scale (the division then fuses into the next kernel)");
-  check_collective_dtype("all_reduce_node", x.dtype());
-  UOpPtr u = make_uop(Op::ALLREDUCE, x.dtype(), {x.uop()}, Arg{op == ReduceOp::Max ? Op::MAX : Op::ADD}, x.shape(),
-                      x.device());
-  return Tensor(u);
+namespace {
+
+Tensor collective_node(Op kind, ProcessGroup& pg, const Tensor& x, ReduceOp op, const char* what) {
+  TG_CHECK(op != ReduceOp::Avg, what, ": use Sum and scale (the division then fuses into the next kernel)");
+  TG_CHECK(pg.graph_id() > 0, what, ": no CollectiveEngine serves the ", pg.backend(), " group (rank ", pg.rank(), " of ",
+           pg.size(), "); create one before building collective nodes");
+  check_collective_dtype(what, x.dtype());
+  CollectiveArg arg{op == ReduceOp::Max ? Op::MAX : Op::ADD, pg.graph_id(), pg.size()};
+  return Tensor(make_collective(kind, x.uop(), arg));
+}
+
+const char* collective_name(Op op) {
+  return op == Op::ALLREDUCE ? "all_reduce" : op == Op::REDUCE_SCATTER ? "reduce_scatter" : "all_gather";
+}
+
+}  // namespace
+
+Tensor all_reduce_node(ProcessGroup& pg, const Tensor& x, ReduceOp op) {
+  return collective_node(Op::ALLREDUCE, pg, x, op, "all_reduce_node");
+}
+
+Tensor reduce_scatter_node(ProcessGroup& pg, const Tensor& x, ReduceOp op) {
+  TG_CHECK(x.ndim() == 1, "reduce_scatter_node: takes a 1-d tensor, got ", x.describe());
+  TG_CHECK(x.shape(0) % pg.size() == 0, "reduce_scatter_node: ", x.shape(0), " elements do not split into ", pg.size(),
+           " equal blocks (pad it)");
+  return collective_node(Op::REDUCE_SCATTER, pg, x, op, "reduce_scatter_node");
+}
+
+Tensor all_gather_node(ProcessGroup& pg, const Tensor& x) {
+  TG_CHECK(x.ndim() == 1, "all_gather_node: takes a 1-d tensor, got ", x.describe());
+  return collective_node(Op::ALLGATHER, pg, x, ReduceOp::Sum, "all_gather_node");
 }
 
 CollectiveEngine::CollectiveEngine(ProcessGroup& pg, bool async) : pg_(pg), async_(async) {
+  TG_CHECK(pg_.graph_id() == 0, "CollectiveEngine: the ", pg_.backend(), " group already has an engine");
   if (async_) thread_ = std::thread([this] { loop(); });
-  set_collective_runner([this](const ScheduleItem& item) { return run(item); });
+  id_ = register_collective_runner(this);
+  pg_.set_graph_id(id_);
 }
 
 CollectiveEngine::~CollectiveEngine() {
-  set_collective_runner(nullptr);
+  unregister_collective_runner(id_);
+  pg_.set_graph_id(0);
   if (async_) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -52,26 +80,48 @@ void CollectiveEngine::loop() {
   }
 }
 
-std::function<void()> CollectiveEngine::run(const ScheduleItem& item) {
-  TG_CHECK(item.ast && item.ast->op == Op::ALLREDUCE, "collective runner: unsupported collective ",
-           item.ast ? op_name(item.ast->op) : "(none)");
+void CollectiveEngine::check_sequence(const std::vector<const ScheduleItem*>& items) {
+  std::vector<CollectiveDesc> seq;
+  seq.reserve(items.size());
+  for (const ScheduleItem* item : items) seq.push_back(describe_item(*item));
+  uint64_t hash = sequence_hash(seq);
+  if (checked_.count(hash)) return;
+  agree_on_sequence(pg_, seq, hash);
+  checked_.insert(hash);
+  if (knobs::DEBUG >= 1)
+    std::fprintf(stderr, "*** comm   a sequence of %zu collectives agreed on by %d ranks\n", seq.size(), pg_.size());
+}
+
+CollectiveWait CollectiveEngine::start(const ScheduleItem& item) {
+  const Op kind = item.ast->op;
+  const CollectiveArg arg = item.ast->arg_collective();
+  TG_ASSERT(arg.ranks == pg_.size(), "collective node for ", arg.ranks, " ranks run by a group of ", pg_.size());
   auto out = item.buffers[0], in = item.buffers[1];
-  TG_CHECK(out->device().rfind("CPU", 0) == 0, "collective runner: ", pg_.backend(),
-           " all-reduces host memory; the buffer is on ", out->device());
-  ReduceOp op = std::get<Op>(item.ast->arg) == Op::MAX ? ReduceOp::Max : ReduceOp::Sum;
+  TG_CHECK(out->device().rfind("CPU", 0) == 0, "collective runner: the ", pg_.backend(),
+           " backend runs collectives on host memory; the buffer is on ", out->device());
+  ReduceOp op = arg.reduce == Op::MAX ? ReduceOp::Max : ReduceOp::Sum;
   void* dst = out->ensure_allocated();  // allocations stay on the scheduling thread
   const void* src = in->ensure_allocated();
   uint64_t id = count_++;
-  size_t n = static_cast<size_t>(out->numel());
+  const size_t n_in = static_cast<size_t>(in->numel()), n_out = static_cast<size_t>(out->numel());
+  const DType dtype = out->dtype();
   if (knobs::DEBUG >= 1)
-    std::fprintf(stderr, "*** comm   %4llu all_reduce %s of %zu %s (%.2f MB)%s\n", static_cast<unsigned long long>(id),
-                 reduce_op_name(op), n, dtype_name(out->dtype()), out->nbytes() / 1e6, async_ ? " started" : "");
-  auto task = [this, out, in, dst, src, n, op, id] {
+    std::fprintf(stderr, "*** comm   %4llu %s %s of %zu %s (%.2f MB)%s\n", static_cast<unsigned long long>(id),
+                 collective_name(kind), kind == Op::ALLGATHER ? "" : reduce_op_name(op), n_in, dtype_name(dtype),
+                 in->nbytes() / 1e6, async_ ? " started" : "");
+  auto task = [this, kind, out, in, dst, src, n_in, n_out, dtype, op, id] {
     auto t0 = std::chrono::steady_clock::now();
-    std::memcpy(dst, src, out->nbytes());
-    pg_.all_reduce(dst, n, out->dtype(), op)->wait();
+    switch (kind) {
+      case Op::ALLREDUCE:
+        std::memcpy(dst, src, out->nbytes());
+        pg_.all_reduce(dst, n_out, dtype, op)->wait();
+        break;
+      case Op::REDUCE_SCATTER: pg_.reduce_scatter(src, dst, n_out, dtype, op)->wait(); break;
+      default: pg_.all_gather(src, dst, n_in, dtype)->wait(); break;
+    }
     if (knobs::DEBUG >= 1 && async_)
-      std::fprintf(stderr, "*** comm   %4llu all_reduce done in %.3f ms\n", static_cast<unsigned long long>(id),
+      std::fprintf(stderr, "*** comm   %4llu %s done in %.3f ms\n", static_cast<unsigned long long>(id),
+                   collective_name(kind),
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   };
   if (!async_) {

@@ -8,7 +8,8 @@
 
 namespace tg::dist {
 
-LazyStepOutcome coordinated_step_lazy(nn::Optimizer& optim, const Tensors& first, const StepOptions& opt) {
+LazyStepOutcome coordinated_step_lazy(ProcessGroup& pg, nn::Optimizer& optim, const Tensors& first,
+                                      const StepOptions& opt) {
   LazyStepOutcome out;
   TG_CHECK(opt.max_norm >= 0, "coordinated step: max_norm must be non-negative, got ", opt.max_norm);
   if (opt.max_norm <= 0 && !opt.skip_nonfinite) {
@@ -33,7 +34,7 @@ LazyStepOutcome coordinated_step_lazy(nn::Optimizer& optim, const Tensors& first
   Tensor finite = norm.isnan().logical_or(norm.isinf()).logical_not();
   Tensor zero = norm.zeros_like();
   Tensor flag = finite.where(zero, norm.ones_like());
-  Tensor stats = all_reduce_node(Tensor::stack({flag, finite.where(norm, zero)}), ReduceOp::Max);
+  Tensor stats = all_reduce_node(pg, Tensor::stack({flag, finite.where(norm, zero)}), ReduceOp::Max);
   Tensor ok = stats[0].eq(zero);
   Tensor global_norm = stats[1];
   if (opt.max_norm > 0) {
@@ -63,7 +64,7 @@ StepOutcome settle_step(nn::Optimizer& optim, const LazyStepOutcome& lazy) {
 
 StepOutcome coordinated_step(ProcessGroup& pg, nn::Optimizer& optim, const Tensors& first, const StepOptions& opt) {
   TG_CHECK(pg.size() >= 1, "coordinated step: an empty process group");
-  return settle_step(optim, coordinated_step_lazy(optim, first, opt));
+  return settle_step(optim, coordinated_step_lazy(pg, optim, first, opt));
 }
 
 }  // namespace tg::dist

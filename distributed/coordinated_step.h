@@ -30,7 +30,7 @@ struct LazyStepOutcome {
 
 // Note [the decision on the device]: with clipping or the skip check, the step computes this
 // rank's gradient norm, all-reduces [non-finite flag, norm (0 when non-finite)] with max as an
-// ALLREDUCE node (the installed CollectiveEngine's group), and builds the update with
+// ALLREDUCE node over pg (which a CollectiveEngine serves), and builds the update with
 // Optimizer::step_if(ok), ok = (global flag == 0), the clipping scale min(1, max_norm / (norm +
 // 1e-6)) a device value that fuses into the update kernels. Everything (the buckets in `first`,
 // the loss, the norm, the flag, the update) is one schedule with no host read, so TinyJit can
@@ -38,7 +38,8 @@ struct LazyStepOutcome {
 // included: a clipped non-finite gradient would still be non-finite). The caller reads ok after
 // the step (settle_step), which also takes back the optimizer's count of a skipped step (Note
 // [a step skipped on the device]).
-LazyStepOutcome coordinated_step_lazy(nn::Optimizer& optim, const Tensors& first, const StepOptions& opt);
+LazyStepOutcome coordinated_step_lazy(ProcessGroup& pg, nn::Optimizer& optim, const Tensors& first,
+                                      const StepOptions& opt);
 // Reads a lazy outcome on the host; on a skip, calls optim.uncount_step().
 StepOutcome settle_step(nn::Optimizer& optim, const LazyStepOutcome& lazy);
 

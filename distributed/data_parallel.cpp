@@ -25,9 +25,17 @@ Tensor shard_batch(const Tensor& x, int rank, int world) {
   return x.shrink(bounds);
 }
 
+// Note [bfloat16 gradients]: with grad_dtype bfloat16 a bucket crosses the network in half the
+// bytes. Each rank rounds its float32 gradient to bfloat16 (8 bits of mantissa), the backend
+// adds the ranks' values in float32 and rounds after each addition (MPI here, NCCL alike), and
+// the sum is cast back to float32 before the 1/N scale, so the average and the optimizer's
+// update run in float32. The cost is a relative error of about 2^-8 per gradient element, as with
+// PyTorch DDP's bf16 compression hook; parameters and optimizer state are untouched.
 DataParallel::DataParallel(ProcessGroup& pg, std::vector<Tensor*> params, DataParallelOptions opt)
-    : pg_(pg), params_(std::move(params)) {
+    : pg_(pg), params_(std::move(params)), grad_dtype_(opt.grad_dtype) {
   TG_CHECK(opt.bucket_mb > 0, "data parallel: bucket size must be > 0 MB, got ", opt.bucket_mb);
+  TG_CHECK(grad_dtype_ == DType::Float32 || grad_dtype_ == DType::BFloat16, "data parallel: gradients travel in ",
+           "float32 or bfloat16, not ", dtype_name(grad_dtype_));
   const double limit = opt.bucket_mb * 1e6;
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor& p = *params_[k];
@@ -68,14 +76,18 @@ Tensors DataParallel::reduce_gradients() {
       if (gd.dtype() != p.dtype()) gd = gd.cast(p.dtype());
       flat.push_back(gd.reshape({p.numel()}));
     }
-    Tensor reduced = all_reduce_node(flat.size() == 1 ? flat[0] : Tensor::cat(flat, 0));
+    Tensor bucket = flat.size() == 1 ? flat[0] : Tensor::cat(flat, 0);
+    const bool narrowed = grad_dtype_ != b.dtype && is_float(b.dtype);
+    if (narrowed) bucket = bucket.cast(grad_dtype_);  // Note [bfloat16 gradients]
+    Tensor node = all_reduce_node(pg_, bucket);
+    Tensor reduced = narrowed ? node.cast(b.dtype) : node;
     int64_t off = 0;
     for (size_t k : b.params) {
       Tensor& p = *params_[k];
       if (p.grad()) p.set_grad(reduced.shrink({{off, off + p.numel()}}).reshape(p.shape()) * inv);
       off += p.numel();
     }
-    outs.push_back(reduced);
+    outs.push_back(node);
   }
   return outs;
 }

@@ -21,12 +21,16 @@ Tensor shard_batch(const Tensor& x, int rank, int world);
 
 struct DataParallelOptions {
   double bucket_mb = 25.0;  // bucket size in MB (1e6 bytes); a parameter larger than it is a bucket alone
+  // The dtype gradients travel in: float32, or bfloat16 (half the bytes; Note [bfloat16
+  // gradients]). Each bucket is cast before its all-reduce and back to the parameters' dtype
+  // after it, so the averaging and the update stay in float32.
+  DType grad_dtype = DType::Float32;
 };
 
 struct GradBucket {
   std::vector<size_t> params;  // indices into the parameter list
   int64_t numel = 0;
-  DType dtype = DType::Float32;
+  DType dtype = DType::Float32;  // the parameters' dtype (the bucket travels in the grad dtype)
 };
 
 class DataParallel {
@@ -49,6 +53,7 @@ class DataParallel {
   ProcessGroup& pg_;
   std::vector<Tensor*> params_;
   std::vector<GradBucket> buckets_;
+  DType grad_dtype_;
 };
 
 }  // namespace tg::dist

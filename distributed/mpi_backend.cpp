@@ -37,12 +37,39 @@ MPI_Datatype mpi_type(DType d) {
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int32: return MPI_INT32_T;
     case DType::Int64: return MPI_INT64_T;
+    case DType::Float16:
+    case DType::BFloat16: return MPI_UINT16_T;  // moved as 16-bit words, reduced by half_op()
     default: check_collective_dtype("mpi", d);
   }
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+// Note [half types over MPI]: MPI has no float16 or bfloat16. They travel as MPI_UINT16_T, and
+// reductions use user-defined ops (one per dtype and reduction) that widen to float32, combine
+// and round back (process_group.h's reduce_into), as NCCL does. MPI calls them on its own
+// threads' buffers, so they only touch their arguments.
+template <DType D, ReduceOp R>
+void half_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduce_into(inout, in, static_cast<size_t>(*len), D, R);
+}
+
+struct HalfOps {
+  MPI_Op ops[2][2] = {{MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}};  // [bf16?][max?]
+  HalfOps() {
+    MPI_Op_create(&half_reduce<DType::Float16, ReduceOp::Sum>, 1, &ops[0][0]);
+    MPI_Op_create(&half_reduce<DType::Float16, ReduceOp::Max>, 1, &ops[0][1]);
+    MPI_Op_create(&half_reduce<DType::BFloat16, ReduceOp::Sum>, 1, &ops[1][0]);
+    MPI_Op_create(&half_reduce<DType::BFloat16, ReduceOp::Max>, 1, &ops[1][1]);
+  }
+};
+
+MPI_Op mpi_op(ReduceOp op, DType d) {
+  if (is_half(d)) {
+    static HalfOps half;  // created after MPI_Init (the first group), freed by MPI_Finalize
+    return half.ops[d == DType::BFloat16][op == ReduceOp::Max];
+  }
+  return op == ReduceOp::Max ? MPI_MAX : MPI_SUM;
+}
 
 struct MpiRuntime {
   bool we_initialised = false;
@@ -117,12 +144,12 @@ class MpiGroup : public ProcessGroup {
 
   std::shared_ptr<Work> all_reduce(void* data, size_t count, DType dtype, ReduceOp op) override {
     return start("all_reduce", [&](MPI_Request* r) {
-      return MPI_Iallreduce(MPI_IN_PLACE, data, icount(count), mpi_type(dtype), mpi_op(op), comm_, r);
+      return MPI_Iallreduce(MPI_IN_PLACE, data, icount(count), mpi_type(dtype), mpi_op(op, dtype), comm_, r);
     }, avg_after(op, data, count, dtype));
   }
   std::shared_ptr<Work> reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) override {
     return start("reduce_scatter", [&](MPI_Request* r) {
-      return MPI_Ireduce_scatter_block(in, out, icount(count), mpi_type(dtype), mpi_op(op), comm_, r);
+      return MPI_Ireduce_scatter_block(in, out, icount(count), mpi_type(dtype), mpi_op(op, dtype), comm_, r);
     }, avg_after(op, out, count, dtype));
   }
   std::shared_ptr<Work> all_gather(const void* in, void* out, size_t count, DType dtype) override {

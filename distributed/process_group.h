@@ -40,7 +40,8 @@ class ProcessGroup {
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
 
-  // count elements of dtype (float32, float64, int32, int64) in host memory, in place.
+  // count elements of dtype (float32, float64, int32, int64, float16, bfloat16; the half types are
+  // reduced in float32 and rounded after each addition) in host memory, in place.
   virtual std::shared_ptr<Work> all_reduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
   // in: size() * count elements; out: count elements, this rank's block of the reduction.
   virtual std::shared_ptr<Work> reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) = 0;
@@ -53,6 +54,10 @@ class ProcessGroup {
   void set_timeout(Seconds t) { timeout_ = t; }
   // Collectives started so far (each one's sequence number is its position, from 0).
   uint64_t collectives_started() const { return seq_; }
+  // The id under which a CollectiveEngine runs this group's collective nodes (0: none); the
+  // engine sets it (collective_runner.h).
+  int64_t graph_id() const { return graph_id_; }
+  void set_graph_id(int64_t id) { graph_id_ = id; }
 
  protected:
   uint64_t next_seq() { return seq_++; }
@@ -60,6 +65,7 @@ class ProcessGroup {
 
  private:
   uint64_t seq_ = 0;
+  int64_t graph_id_ = 0;
 };
 
 // True when this process was started by mpirun (Open MPI's OMPI_COMM_WORLD_SIZE is set).

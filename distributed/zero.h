@@ -1,10 +1,12 @@
 // ZeRO-1: optimizer state sharded over the ranks. The parameters are seen as one flat vector
 // (zero-padded to a multiple of the world size); rank r owns block r of it and keeps optimizer
-// state for that block only. A step reduce-scatters the flat gradient (each rank gets the
-// average of its block), checks and clips with one all-reduce of [sum of squares, non-finite],
-// updates its block with an ordinary optimizer, and all-gathers the new parameter blocks.
-// Element-wise optimizers (SGD, Adam, AdamW) give exactly the data-parallel result; LAMB (which
-// needs per-parameter norms) is refused.
+// state for that block only. A step is built on the graph (Note [a ZeRO-1 step on the graph]):
+// a REDUCE_SCATTER of the flat gradient gives each rank the sum of its block, an ALLREDUCE of
+// [non-finite flag, sum of squares] decides the skip and the clipping norm on every rank alike,
+// this rank's block is updated by an ordinary optimizer, and an ALLGATHER of the new blocks gives
+// every rank the whole parameters. No host read, so TinyJit replays it. Element-wise optimizers
+// (SGD, Adam, AdamW) give exactly the data-parallel result; LAMB (which needs per-parameter
+// norms) is refused.
 #pragma once
 #include <functional>
 #include <memory>
@@ -20,11 +22,17 @@ using OptimizerFactory = std::function<std::unique_ptr<nn::Optimizer>(std::vecto
 
 class Zero1 {
  public:
-  // The parameters must be float32 and equal on every rank (broadcast them first).
-  Zero1(ProcessGroup& pg, std::vector<Tensor*> params, const OptimizerFactory& make_optimizer);
+  // The parameters must be float32 and equal on every rank (broadcast them first). A
+  // CollectiveEngine must serve pg. The gradient travels in grad_dtype (float32 or bfloat16, Note
+  // [bfloat16 gradients] in data_parallel.cpp).
+  Zero1(ProcessGroup& pg, std::vector<Tensor*> params, const OptimizerFactory& make_optimizer,
+        DType grad_dtype = DType::Float32);
 
-  // After backward (gradients local to this rank): realizes the gradients and `also_realize`
-  // (the loss) in one schedule, then reduce-scatter, decision, local update, all-gather.
+  // After backward (gradients local to this rank): the whole step as graph collectives and
+  // kernels, realized with `also_realize` (the loss) and, when the step checks or clips, the 0-d
+  // outcome (ok, global norm) that settle_step(shard_optimizer(), ...) reads afterwards.
+  LazyStepOutcome step_lazy(const Tensors& also_realize, const StepOptions& opt);
+  // step_lazy, then settle_step.
   StepOutcome step(const Tensors& also_realize, const StepOptions& opt);
 
   // Takes this rank's block from the parameters again (after they were loaded from a file).
@@ -35,9 +43,13 @@ class Zero1 {
   int64_t flat_size() const { return total_; }
 
  private:
+  Tensor averaged_block();                                    // reduce-scatter of the flat gradient, / N
+  void gather_parameters(const Tensors& also_realize);        // all-gather of the blocks into the parameters
+
   ProcessGroup& pg_;
   std::vector<Tensor*> params_;
   int64_t total_ = 0, shard_ = 0;
+  DType grad_dtype_;
   Tensor block_;  // this rank's block of the flat parameters
   std::unique_ptr<nn::Optimizer> optim_;
 };

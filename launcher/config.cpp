@@ -66,6 +66,8 @@ const std::vector<ConfigField>& config_schema() {
       {"train.init_weights", ValueType::String, std::string(""), "safetensors file to load model weights from"},
       {"train.overwrite", ValueType::Bool, false, "replace an existing run directory"},
       {"distributed.strategy", ValueType::String, std::string("none"), "none | ddp (data parallel over the mpirun ranks) | zero1 (ddp with sharded optimizer state)"},
+      {"distributed.backend", ValueType::String, std::string("auto"), "auto (nccl when train.device is CUDA, else mpi) | mpi | nccl: the process group's backend"},
+      {"distributed.grad_dtype", ValueType::String, std::string("fp32"), "fp32 | bf16: the dtype gradients are all-reduced in (averaged and applied in float32)"},
       {"distributed.bucket_mb", ValueType::Float, 25.0, "ddp: gradient bucket size in MB (one all-reduce per bucket)"},
       {"distributed.timeout_s", ValueType::Float, 300.0, "ddp: a collective not done in this many seconds ends the run"},
       {"distributed.skip_nonfinite", ValueType::Bool, true, "ddp: skip a step (on every rank) when a gradient is inf/NaN"},
@@ -302,6 +304,8 @@ void Config::validate() const {
   oneof("optim.name", {"sgd", "adam", "adamw", "lamb"});
   oneof("schedule.name", {"constant", "step", "cosine"});
   oneof("distributed.strategy", {"none", "ddp", "zero1"});
+  oneof("distributed.backend", {"auto", "mpi", "nccl"});
+  oneof("distributed.grad_dtype", {"fp32", "bf16"});
   oneof("train.precision", {"fp32", "bf16"});
   TG_CHECK(get_float("distributed.bucket_mb") > 0, "config: distributed.bucket_mb must be > 0, got ",
            format_float(get_float("distributed.bucket_mb")));

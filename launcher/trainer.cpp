@@ -108,26 +108,27 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
     dist::shard_range(cfg_.get_int("data.batch_size"), group_->rank(), group_->size());  // checks divisibility
     group_->set_timeout(dist::Seconds(cfg_.get_float("distributed.timeout_s")));
     engine_ = std::make_unique<dist::CollectiveEngine>(*group_);
-    dp_ = std::make_unique<dist::DataParallel>(*group_, model_->parameters(),
-                                               dist::DataParallelOptions{cfg_.get_float("distributed.bucket_mb")});
+    const DType grad_dtype = cfg_.get_string("distributed.grad_dtype") == "bf16" ? DType::BFloat16 : DType::Float32;
+    dp_ = std::make_unique<dist::DataParallel>(
+        *group_, model_->parameters(),
+        dist::DataParallelOptions{.bucket_mb = cfg_.get_float("distributed.bucket_mb"), .grad_dtype = grad_dtype});
     dp_->broadcast_parameters(0);
     if (zero1)
-      zero_ = std::make_unique<dist::Zero1>(*group_, model_->parameters(),
-                                            [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps)); });
+      zero_ = std::make_unique<dist::Zero1>(
+          *group_, model_->parameters(),
+          [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps)); }, grad_dtype);
   }
 }
 
 // Note [the trainer's step under TinyJit]: the whole step (forward, backward, gradient
-// all-reduces, optimizer update) is one function of the batch, wrapped in a TinyJit, so from the
-// third step on its kernels are replayed. The loss is realized in the update's schedule and
-// returned, so reading it at a log step costs no kernel. Gradient clipping in one process is
-// built on the device (clip_grad_norm_lazy). A ddp step with clipping or
-// distributed.skip_nonfinite decides on the device too (coordinated_step_lazy): it returns the
-// 0-d ok flag and the global norm as outputs after the loss, and fit() reads them after the step
-// (settle_step: an output of the step, read outside it, so the step still replays) to count and
-// log a skip and to take back the optimizer's count of the skipped step. zero1's steps decide on
-// the host (their shards are exchanged there) and cannot be replayed: the JIT finds that out
-// while capturing and runs every step normally (jit().disabled_reason(); DEBUG=1 prints it).
+// collectives, optimizer update) is one function of the batch, wrapped in a TinyJit, so from the
+// third step on its kernels and collectives are replayed. The loss is realized in the update's
+// schedule and returned, so reading it at a log step costs no kernel. Gradient clipping in one
+// process is built on the device (clip_grad_norm_lazy). A ddp or zero1 step with clipping or
+// distributed.skip_nonfinite decides on the device too (coordinated_step_lazy, Zero1::step_lazy):
+// it returns the 0-d ok flag and the global norm as outputs after the loss, and fit() reads them
+// after the step (settle_step: an output of the step, read outside it, so the step still
+// replays) to count and log a skip and to take back the optimizer's count of the skipped step.
 Tensors Trainer::train_step(const Tensors& batch) {
   Tensor x = batch[0], y = batch[1];
   if (dp_) {
@@ -140,14 +141,15 @@ Tensors Trainer::train_step(const Tensors& batch) {
   const double clip = cfg_.get_float("optim.clip_grad_norm");
   if (dp_) {
     dist::StepOptions so{.max_norm = clip, .skip_nonfinite = cfg_.get_bool("distributed.skip_nonfinite")};
+    dist::LazyStepOutcome lazy;
     if (zero_) {
-      step_outcome_ = zero_->step({loss}, so);
+      lazy = zero_->step_lazy({loss}, so);
     } else {
       Tensors first = dp_->reduce_gradients();
       first.push_back(loss);
-      dist::LazyStepOutcome lazy = dist::coordinated_step_lazy(*optim_, first, so);
-      if (lazy.ok) return {loss, *lazy.ok, *lazy.grad_norm};  // settled in fit()
+      lazy = dist::coordinated_step_lazy(*group_, *optim_, first, so);
     }
+    if (lazy.ok) return {loss, *lazy.ok, *lazy.grad_norm};  // settled in fit()
   } else {
     if (clip > 0) nn::clip_grad_norm_lazy(optim_->params(), clip);  // on the device: replayable
     optim_->step({loss});
@@ -195,10 +197,10 @@ TrainSummary Trainer::fit() {
       if (!b) break;
       double lr = schedule_->lr_at(step_);
       optimizer().lr = lr;
-      step_outcome_ = {};  // a zero1 step sets it (it is never replayed)
+      step_outcome_ = {};
       Tensors outs = (*jit_)({b->x, b->y});
       Tensor loss = outs[0];
-      if (outs.size() == 3) step_outcome_ = dist::settle_step(*optim_, {outs[1], outs[2]});  // ddp: ok, norm
+      if (outs.size() == 3) step_outcome_ = dist::settle_step(optimizer(), {outs[1], outs[2]});  // ok, norm
       bool skipped = step_outcome_.skipped;
       if (skipped) {
         skipped_++;

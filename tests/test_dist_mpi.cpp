@@ -203,3 +203,81 @@ TEST(Mpi, Zero1EqualsDataParallel) {
     EXPECT_LT(err, 1e-5) << (adam ? "adam" : "sgd");
   }
 }
+
+// float16 and bfloat16 travel as 16-bit words and are added in float32 by user-defined MPI ops:
+// small integers are exact in both, and Avg divides after the sum.
+TEST(Mpi, HalfDtypesReduceGatherAndBroadcast) {
+  ProcessGroup& pg = world();
+  const int n = pg.size(), r = pg.rank();
+  struct Half {
+    DType dtype;
+    uint16_t (*narrow)(float);
+    float (*widen)(uint16_t);
+  };
+  for (Half h : {Half{DType::BFloat16, float_to_bfloat, bfloat_to_float}, Half{DType::Float16, float_to_half, half_to_float}}) {
+    SCOPED_TRACE(dtype_name(h.dtype));
+    std::vector<uint16_t> v{h.narrow(float(r)), h.narrow(1.5f), h.narrow(float(-r))};
+    pg.all_reduce(v.data(), 3, h.dtype, ReduceOp::Sum)->wait();
+    EXPECT_EQ(h.widen(v[0]), n * (n - 1) / 2.0f);
+    EXPECT_EQ(h.widen(v[1]), 1.5f * n);
+    std::vector<uint16_t> m{h.narrow(float(r))};
+    pg.all_reduce(m.data(), 1, h.dtype, ReduceOp::Max)->wait();
+    EXPECT_EQ(h.widen(m[0]), float(n - 1));
+    std::vector<uint16_t> a{h.narrow(float(2 * r))};
+    pg.all_reduce(a.data(), 1, h.dtype, ReduceOp::Avg)->wait();
+    EXPECT_EQ(h.widen(a[0]), float(n - 1));
+    std::vector<uint16_t> in(n), out(1);
+    for (int b = 0; b < n; b++) in[b] = h.narrow(float(r + b));
+    pg.reduce_scatter(in.data(), out.data(), 1, h.dtype, ReduceOp::Sum)->wait();
+    EXPECT_EQ(h.widen(out[0]), n * (n - 1) / 2.0f + float(n * r));
+    std::vector<uint16_t> mine{h.narrow(float(r) + 0.5f)}, all(n);
+    pg.all_gather(mine.data(), all.data(), 1, h.dtype)->wait();
+    for (int k = 0; k < n; k++) EXPECT_EQ(h.widen(all[k]), float(k) + 0.5f);
+  }
+  EXPECT_HAS(testing_util::error_of([&] {
+               bool b = true;
+               pg.all_reduce(&b, 1, DType::Bool, ReduceOp::Sum);
+             }),
+             "dtype bool is not supported");
+}
+
+// REDUCE_SCATTER and ALLGATHER as graph nodes, run by the engine like ALLREDUCE, in float32 and
+// bfloat16.
+TEST(Mpi, ReduceScatterAndAllGatherNodes) {
+  ProcessGroup& pg = world();
+  const int n = pg.size(), r = pg.rank();
+  CollectiveEngine engine(pg);
+  std::vector<float> data(static_cast<size_t>(2 * n));
+  for (int i = 0; i < 2 * n; i++) data[i] = float(i + r);
+  for (DType dt : {DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = Tensor::from_vector(data, {2 * n}).cast(dt);
+    Tensor block = reduce_scatter_node(pg, x);
+    ASSERT_EQ(block.shape(), (Shape{2}));
+    Tensor gathered = all_gather_node(pg, block * 2.0);
+    ASSERT_EQ(gathered.shape(), (Shape{2 * n}));
+    std::vector<float> got = gathered.cast(DType::Float32).to_vector<float>();
+    const float ranks_sum = n * (n - 1) / 2.0f;
+    for (int i = 0; i < 2 * n; i++) EXPECT_EQ(got[i], 2 * (float(n * i) + ranks_sum)) << i;
+  }
+  EXPECT_HAS(testing_util::error_of([&] { reduce_scatter_node(pg, Tensor::zeros({2 * n + 1})); }),
+             "do not split into " + std::to_string(n) + " equal blocks");
+}
+
+// Ranks that schedule different collectives are told so, by rank, before any of them runs
+// (instead of a deadlock or MPI_ERR_TRUNCATE); an agreed sequence is compared only once.
+TEST(Mpi, CollectiveSequenceMismatchIsNamedByRank) {
+  ProcessGroup& pg = world();
+  if (pg.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  CollectiveEngine engine(pg);
+  Tensor same = Tensor::ones({5});
+  for (int i = 0; i < 3; i++) all_reduce_node(pg, same + float(i)).realize();
+  EXPECT_EQ(engine.sequences_checked(), 1u);
+  Tensor x = Tensor::ones({pg.rank() == 1 ? 6 : 4});
+  std::string msg = testing_util::error_of([&] { all_reduce_node(pg, x).realize(); });
+  EXPECT_HAS(msg, "the ranks run different collectives");
+  EXPECT_HAS(msg, "rank 0: all_reduce sum of float32[4]");
+  EXPECT_HAS(msg, "rank 1: all_reduce sum of float32[6]");
+  EXPECT_HAS(msg, "this is rank " + std::to_string(pg.rank()));
+  pg.barrier()->wait();
+}

@@ -284,3 +284,67 @@ TEST(DdpTrain, ReplayedStepWithNonFiniteGradientIsSkippedEverywhere) {
     EXPECT_EQ(on.state[i], off.state[i]) << "optimizer state after step " << i + 1;
   }
 }
+
+// zero1's step is built on the graph (reduce-scatter, decision, update, all-gather), so with the
+// default skip check and clipping the JIT captures it on the 2nd step and replays the rest,
+// bit-identical to JIT=0, and the result still equals ddp's.
+TEST(DdpTrain, Zero1StepsReplayBitIdenticalToJitOff) {
+  const std::vector<std::string> sgd{"optim.name=sgd", "optim.momentum=0.9", "optim.lr=0.05"};
+  auto with = [&](std::vector<std::string> o) {
+    o.insert(o.end(), sgd.begin(), sgd.end());
+    return o;
+  };
+  Config cfg = config(BASE + "_jit_zero1", with({"distributed.strategy=zero1"}));
+  Traced off = trace(cfg, 0), on = trace(cfg, 1);
+  Traced ddp = trace(config(BASE + "_jit_zero1_ddp", with({"distributed.strategy=ddp"})), 1);
+  EXPECT_EQ(on.disabled_reason, "");
+  EXPECT_EQ(on.captures, 1);
+  EXPECT_EQ(on.replays, 4);
+  ASSERT_EQ(on.scheduled.size(), 6u);
+  EXPECT_EQ(on.scheduled[4], on.scheduled[1]) << "a replayed zero1 step scheduled kernels";
+  EXPECT_EQ(on.run[4] - on.run[1], off.run[4] - off.run[1]);
+  EXPECT_EQ(on.optimizer_steps, 6);
+  for (size_t i = 0; i < 6; i++) {
+    EXPECT_EQ(on.params[i], off.params[i]) << "parameters after step " << i + 1;
+    EXPECT_EQ(on.state[i], off.state[i]) << "optimizer state after step " << i + 1;
+  }
+  double worst = 0;
+  for (size_t p = 0; p < ddp.params[5].size(); p++)
+    for (size_t j = 0; j < ddp.params[5][p].size(); j++)
+      worst = std::max(worst, std::abs(double(on.params[5][p][j]) - ddp.params[5][p][j]) /
+                                  (std::abs(double(ddp.params[5][p][j])) + 1e-2));
+  EXPECT_LT(worst, 1e-5) << "zero1 (replayed) vs ddp";
+}
+
+// A non-finite gradient on rank 1 in the first replayed zero1 step: every rank skips it.
+TEST(DdpTrain, ReplayedZero1StepWithNonFiniteGradientIsSkippedEverywhere) {
+  if (dist::env_world_size() < 2) GTEST_SKIP() << "needs a rank 1";
+  Config cfg = config(BASE + "_jit_zero1_nan", {"distributed.strategy=zero1", "model.name=nan_on_rank1"});
+  Traced on = trace(cfg, 1);
+  EXPECT_EQ(on.disabled_reason, "");
+  EXPECT_EQ(on.replays, 4);
+  EXPECT_EQ(on.summary.skipped_steps, 1);
+  EXPECT_EQ(on.optimizer_steps, 5);
+  ASSERT_EQ(on.params.size(), 6u);
+  EXPECT_EQ(on.params[2], on.params[1]) << "the skipped step changed a parameter";
+  EXPECT_EQ(on.state[2], on.state[1]) << "the skipped step changed the optimizer state";
+  EXPECT_NE(on.params[3], on.params[2]);
+}
+
+// distributed.grad_dtype=bf16: the buckets cross in bfloat16, so the result differs from the
+// float32 run by bfloat16 rounding of the gradients (relative 2^-8 per element), not more.
+TEST(DdpTrain, Bfloat16GradientsStayCloseToFloat32) {
+  for (const char* strategy : {"distributed.strategy=ddp", "distributed.strategy=zero1"}) {
+    SCOPED_TRACE(strategy);
+    Traced f32 = trace(config(BASE + "_grad_f32", {strategy}), 1);
+    Traced b16 = trace(config(BASE + "_grad_bf16", {strategy, "distributed.grad_dtype=bf16"}), 1);
+    EXPECT_EQ(b16.replays, 4);
+    double worst = 0;
+    for (size_t p = 0; p < f32.params[5].size(); p++)
+      for (size_t j = 0; j < f32.params[5][p].size(); j++)
+        worst = std::max(worst, std::abs(double(b16.params[5][p][j]) - f32.params[5][p][j]));
+    if (dist::env_rank() == 0) std::printf("%s: bf16 vs fp32 gradients, max |difference| %.3g\n", strategy, worst);
+    EXPECT_GT(worst, 0.0) << "bf16 gradients gave bit-identical parameters: were they cast?";
+    EXPECT_LT(worst, 2e-3);
+  }
+}

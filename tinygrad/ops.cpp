@@ -37,7 +37,8 @@ const char* op_name(Op op) {
       "BUFFER", "CONST", "COPY", "NEG", "EXP2", "LOG2", "SIN", "SQRT", "RECIP", "TRUNC", "CAST",
       "BITCAST", "ADD", "MUL", "IDIV", "MOD", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL",
       "SHR", "WHERE", "REDUCE_AXIS", "RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP",
-      "CONTIGUOUS", "DETACH", "CUSTOM_GRAD", "ALLREDUCE", "DEFINE_GLOBAL", "RANGE", "ENDRANGE", "SPECIAL", "LOAD",
+      "CONTIGUOUS", "DETACH", "CUSTOM_GRAD", "ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER",
+      "DEFINE_GLOBAL", "RANGE", "ENDRANGE", "SPECIAL", "LOAD",
       "STORE", "REDUCE", "DEFINE_ACC", "ASSIGN", "SINK", "WMMA"};
   return names[static_cast<int>(op)];
 }
@@ -50,7 +51,7 @@ OpGroup op_group(Op op) {
   if (op == Op::REDUCE_AXIS) return OpGroup::Reduce;
   if (op <= Op::FLIP) return OpGroup::Movement;
   if (op <= Op::CUSTOM_GRAD) return OpGroup::Marker;
-  if (op == Op::ALLREDUCE) return OpGroup::Collective;
+  if (op <= Op::ALLGATHER) return OpGroup::Collective;
   return OpGroup::Kernel;
 }
 
@@ -185,6 +186,31 @@ const std::shared_ptr<Buffer>& UOp::arg_buffer() const {
   TG_ASSERT(v, op_name(op), " has no buffer arg");
   return *v;
 }
+CollectiveArg UOp::arg_collective() const {
+  TG_ASSERT(op_group(op) == OpGroup::Collective, "arg_collective of ", op_name(op));
+  const auto& v = arg_ints();
+  TG_ASSERT(v.size() == 3, op_name(op), " arg is not {reduce, group, ranks}");
+  return CollectiveArg{static_cast<Op>(v[0]), v[1], v[2]};
+}
+
+UOpPtr make_collective(Op op, const UOpPtr& x, const CollectiveArg& a) {
+  TG_ASSERT(op_group(op) == OpGroup::Collective, "make_collective of ", op_name(op));
+  TG_ASSERT(a.ranks >= 1 && a.group > 0, "make_collective: group ", a.group, " of ", a.ranks, " ranks");
+  Shape shape = x->shape;
+  if (op != Op::ALLREDUCE) {
+    TG_CHECK(shape.size() == 1, op_name(op), ": takes a 1-d tensor, got ", shape_str(shape));
+    if (op == Op::REDUCE_SCATTER) {
+      TG_CHECK(shape[0] % a.ranks == 0, op_name(op), ": ", shape[0], " elements do not split into ", a.ranks,
+               " equal blocks");
+      shape[0] /= a.ranks;
+    } else {
+      shape[0] *= a.ranks;
+    }
+  }
+  Arg arg{std::vector<int64_t>{static_cast<int64_t>(a.reduce), a.group, a.ranks}};
+  return make_uop(op, x->dtype, {x}, std::move(arg), shape, x->device);
+}
+
 double UOp::const_value() const {
   TG_ASSERT(op == Op::CONST, "const_value of ", op_name(op));
   if (auto* d = std::get_if<double>(&arg)) return *d;

@@ -35,8 +35,8 @@ enum class Op : uint8_t {
   // graph markers; CUSTOM_GRAD: src[0] is the value, src[1..] the inputs that its gradient rule
   // (arg: {rule id, rule parameters...}, see gradient.h) differentiates
   CONTIGUOUS, DETACH, CUSTOM_GRAD,
-  // collective (implemented by distributed/ through an interface the core declares)
-  ALLREDUCE,
+  // collectives (run by distributed/ through an interface the core declares; arg: CollectiveArg)
+  ALLREDUCE, REDUCE_SCATTER, ALLGATHER,
   // kernel graph
   DEFINE_GLOBAL, RANGE, ENDRANGE, SPECIAL, LOAD, STORE, REDUCE, DEFINE_ACC, ASSIGN,
   // a kernel with several stores (after upcasting) is rooted at a SINK of them
@@ -58,6 +58,18 @@ struct ReduceArg {
   Op op;                      // ADD, MAX or MUL
   std::vector<int64_t> axes;  // sorted, unique
   bool operator==(const ReduceArg& o) const { return op == o.op && axes == o.axes; }
+};
+
+// Note [collective args]: a collective node names the group that runs it, so that several groups
+// (the ranks of a job, the devices of one process) can each have their own runner; the core
+// resolves the id through its registry (engine/realize.h). The reduction is ADD or MAX (ALLGATHER:
+// ADD, unused). `ranks` is the group's size, which fixes the shapes: REDUCE_SCATTER takes
+// [ranks * n] to this rank's block [n], ALLGATHER [n] to [ranks * n], ALLREDUCE keeps the shape.
+// Stored in the UOp as the int vector {reduce, group, ranks}.
+struct CollectiveArg {
+  Op reduce = Op::ADD;
+  int64_t group = 0;
+  int64_t ranks = 1;
 };
 
 // Constants keep their exact value: double for floats, int64 for integers and bool.
@@ -87,6 +99,7 @@ struct UOp {
   const std::vector<int64_t>& arg_ints() const;
   const ReduceArg& arg_reduce() const;
   const std::shared_ptr<Buffer>& arg_buffer() const;
+  CollectiveArg arg_collective() const;  // ALLREDUCE, REDUCE_SCATTER, ALLGATHER (Note [collective args])
   double const_value() const;  // CONST as double, whatever its dtype
   std::string str(int depth = 2) const;
 
@@ -104,6 +117,9 @@ struct UOp {
 UOpPtr make_uop(Op op, DType dtype, std::vector<UOpPtr> src = {}, Arg arg = {}, Shape shape = {},
                 std::string device = {});
 size_t live_uop_count();
+
+// A collective node of x (Note [collective args]); checks x's shape against the op.
+UOpPtr make_collective(Op op, const UOpPtr& x, const CollectiveArg& arg);
 
 // Kernel-graph constructors.
 UOpPtr kconst(DType dtype, double v);

@@ -41,7 +41,7 @@ int main() {
     double t_pg = seconds_per(iters, [&] { pg->all_reduce(buf.data(), n, DType::Float32, ReduceOp::Sum)->wait(); });
     Tensor x = Tensor::ones({int64_t(n)});
     x.realize();
-    double t_node = seconds_per(iters, [&] { all_reduce_node(x, ReduceOp::Sum).realize(); });
+    double t_node = seconds_per(iters, [&] { all_reduce_node(*pg, x, ReduceOp::Sum).realize(); });
     double bytes = double(n) * 4;
     if (pg->rank() == 0)
       std::printf("%10zu %12.3f %12.3f %12.3f %10.2f %10.2f\n", mb, bytes / t_mpi / 1e9, bytes / t_pg / 1e9,

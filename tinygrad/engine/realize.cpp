@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -28,9 +29,35 @@ void GlobalCounters::reset() { get() = GlobalCounters(); }
 
 namespace {
 
-CollectiveRunner& collective_runner() {
-  static CollectiveRunner r;
+struct CollectiveRunners {
+  std::mutex mu;
+  int64_t next_id = 1;
+  std::unordered_map<int64_t, CollectiveRunner*> by_group;
+};
+CollectiveRunners& collective_runners() {
+  static CollectiveRunners r;
   return r;
+}
+
+CollectiveRunner& runner_of(const ScheduleItem& item) {
+  int64_t group = item.ast->arg_collective().group;
+  auto& rs = collective_runners();
+  std::lock_guard<std::mutex> lock(rs.mu);
+  auto it = rs.by_group.find(group);
+  TG_CHECK(it != rs.by_group.end(), op_name(item.ast->op), ": collective group ", group,
+           " has no runner (the distributed engine that served it is gone, or none was created)");
+  return *it->second;
+}
+
+// Hands each group's runner the collective items of a list (CollectiveRunner::check_sequence).
+template <class Items, class ItemOf>
+void check_collective_sequences(const Items& items, ItemOf item_of) {
+  std::map<int64_t, std::vector<const ScheduleItem*>> by_group;
+  for (const auto& e : items) {
+    const ScheduleItem& item = item_of(e);
+    if (item.kind == ScheduleItem::Kind::Collective) by_group[item.ast->arg_collective().group].push_back(&item);
+  }
+  for (auto& [group, list] : by_group) runner_of(*list.front()).check_sequence(list);
 }
 
 struct CompiledKernel {
@@ -199,7 +226,20 @@ UOpPtr device_kernel_graph(const ScheduleItem& item, const std::vector<Opt>& opt
   return ast;
 }
 
-void set_collective_runner(CollectiveRunner runner) { collective_runner() = std::move(runner); }
+int64_t register_collective_runner(CollectiveRunner* runner) {
+  TG_ASSERT(runner, "register_collective_runner: null runner");
+  auto& rs = collective_runners();
+  std::lock_guard<std::mutex> lock(rs.mu);
+  int64_t id = rs.next_id++;
+  rs.by_group[id] = runner;
+  return id;
+}
+
+void unregister_collective_runner(int64_t group) {
+  auto& rs = collective_runners();
+  std::lock_guard<std::mutex> lock(rs.mu);
+  rs.by_group.erase(group);
+}
 
 namespace {
 
@@ -209,8 +249,7 @@ void run_item(const ScheduleItem& item, const KernelLaunch* launch, PendingColle
     case ScheduleItem::Kind::Kernel: run_kernel(item, *launch); break;
     case ScheduleItem::Kind::Copy: run_copy(item); break;
     case ScheduleItem::Kind::Collective:
-      TG_CHECK(collective_runner(), "a collective op was scheduled but no distributed backend is initialised");
-      pending.add(item, collective_runner()(item));
+      pending.add(item, runner_of(item).start(item));
       GlobalCounters::get().collectives++;
       break;
   }
@@ -235,6 +274,7 @@ void run_schedule(std::vector<ScheduleItem> schedule) {
     if (item.kind == ScheduleItem::Kind::Kernel) counters.kernels_scheduled++;
   if (knobs::DEBUG >= 1 && !schedule.empty())
     std::fprintf(stderr, "scheduled %zu items\n", schedule.size());
+  check_collective_sequences(schedule, [](const ScheduleItem& i) -> const ScheduleItem& { return i; });
   PendingCollectives pending;
   for (auto& item : schedule) {
     const KernelLaunch* launch = item.kind == ScheduleItem::Kind::Kernel ? &compiled(item).launch : nullptr;
@@ -246,6 +286,7 @@ void run_schedule(std::vector<ScheduleItem> schedule) {
 }
 
 void run_exec_items(const std::vector<ExecItem>& items) {
+  check_collective_sequences(items, [](const ExecItem& e) -> const ScheduleItem& { return e.item; });
   PendingCollectives pending;
   for (auto& e : items) run_item(e.item, &e.launch, pending);
   pending.wait_all();

@@ -24,13 +24,25 @@ struct GlobalCounters {
   static void reset();
 };
 
-// Collectives are run by the distributed layer: it registers a runner here. The runner may start
+// Collectives are run by the distributed layer: it registers a runner per group, and each
+// collective node carries its group's id (Note [collective args] in ops.h). start() may start
 // the collective and return a function that waits for it (or nothing when it is done already);
 // run_schedule calls that before the first later item that touches the collective's buffers,
 // and before it returns, so kernels between the two overlap the communication.
 using CollectiveWait = std::function<void()>;
-using CollectiveRunner = std::function<CollectiveWait(const ScheduleItem& item)>;
-void set_collective_runner(CollectiveRunner runner);
+class CollectiveRunner {
+ public:
+  virtual ~CollectiveRunner() = default;
+  // Called by run_schedule and run_exec_items with every collective item of this group that the
+  // list holds, in order, before the first of them starts: the runner may compare the sequence
+  // with the other ranks' (a mismatch would otherwise deadlock) and throw.
+  virtual void check_sequence(const std::vector<const ScheduleItem*>& /*items*/) {}
+  virtual CollectiveWait start(const ScheduleItem& item) = 0;
+};
+// Registers a runner and returns the group id that collective nodes carry (>= 1). The runner must
+// outlive its registration.
+int64_t register_collective_runner(CollectiveRunner* runner);
+void unregister_collective_runner(int64_t group);
 
 // Runs the items in order; intermediates are freed after their last reader (Note
 // [intermediates die after their last reader] in realize.cpp).

@@ -171,6 +171,8 @@ class Lowerer {
       }
       case Op::COPY:
       case Op::ALLREDUCE:
+      case Op::REDUCE_SCATTER:
+      case Op::ALLGATHER:
       case Op::BUFFER:
         TG_ASSERT(false, op_name(node->op), " reached a kernel unrealized");
       default:

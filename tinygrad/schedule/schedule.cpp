@@ -66,6 +66,7 @@ namespace tg {
 namespace {
 
 bool is_elementwise(const UOp& u) { return is_alu(u.op) || u.op == Op::DETACH || u.op == Op::CUSTOM_GRAD; }
+bool is_collective(const UOp& u) { return op_group(u.op) == OpGroup::Collective; }
 bool is_reordering_view(const UOp& u) { return u.op == Op::RESHAPE || u.op == Op::PERMUTE; }
 bool is_injective_view(const UOp& u) {
   return u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::SHRINK || u.op == Op::FLIP;
@@ -185,9 +186,9 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
   for (auto& u : order) {
     if (existing_buffer(u.get())) continue;
     if (output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
-        u->op == Op::ALLREDUCE || u->op == Op::CUSTOM_GRAD)
+        is_collective(*u) || u->op == Op::CUSTOM_GRAD)
       realize.insert(u.get());
-    if (u->op == Op::COPY || u->op == Op::ALLREDUCE)
+    if (u->op == Op::COPY || is_collective(*u))
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
   }
 
@@ -212,7 +213,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
 
   // 3. fuse a single-reader reduce into the elementwise kernel above it
   for (auto& u : order) {
-    if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || u->op == Op::ALLREDUCE) continue;
+    if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || is_collective(*u)) continue;
     std::vector<const UOp*> stack;
     auto push_value_srcs = [&](const UOp& n) {
       for (size_t i = 0; i < value_src_count(n); i++) stack.push_back(n.src[i].get());
@@ -249,7 +250,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
     auto out = std::make_shared<Buffer>(u->device, u->dtype, prod(u->shape));
     ScheduleItem item;
     item.device = u->device;
-    if (u->op == Op::COPY || u->op == Op::ALLREDUCE) {
+    if (u->op == Op::COPY || is_collective(*u)) {
       item.kind = u->op == Op::COPY ? ScheduleItem::Kind::Copy : ScheduleItem::Kind::Collective;
       item.ast = u;
       item.buffers = {out, input_of(u->src[0].get())};
