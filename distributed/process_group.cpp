@@ -8,6 +8,7 @@
 #ifdef TG_WITH_MPI
 #include "distributed/mpi_backend.h"
 #endif
+#include "tinygrad/device.h"
 
 namespace tg::dist {
 
@@ -64,6 +65,48 @@ std::unique_ptr<ProcessGroup> world_group() {
 #else
   throw Error("distributed: this build has no mpi backend (MPI was not found at configure time; install libopenmpi-dev)");
 #endif
+}
+
+std::vector<std::string> built_backends() {
+  std::vector<std::string> b{"local"};
+  if (built_with_mpi()) b.push_back("mpi");
+#ifdef TG_WITH_NCCL
+  b.push_back("nccl");
+#endif
+  return b;
+}
+
+#ifndef TG_WITH_NCCL
+std::string nccl_status() { return "not built (nccl.h was not found at configure time)"; }
+#endif
+
+std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device) {
+  const bool gpu = canonical_device(device).rfind("CUDA", 0) == 0;
+  const std::string chosen = backend == "auto" ? (gpu ? "nccl" : "mpi") : backend;
+  TG_CHECK(chosen == "mpi" || chosen == "nccl", "distributed.backend: '", backend, "' is not one of auto, mpi, nccl");
+  if (chosen == "nccl") {
+    // Note [the nccl backend so far]: libnccl is found and reported (nccl_status, tg info), but
+    // collectives on device buffers (a communication stream, events, graph capture) are not
+    // built yet, so a run that needs them stops here with the state of things.
+    TG_CHECK(false, "distributed.backend=nccl", backend == "auto" ? " (auto, for device " + device + ")" : "",
+             ": NCCL collectives on CUDA buffers are not built yet (", nccl_status(),
+             "); data-parallel runs use train.device=CPU with distributed.backend=mpi");
+  }
+  TG_CHECK(!gpu, "distributed.backend=mpi: the mpi backend runs collectives on host memory, not on ", device,
+           "; use train.device=CPU");
+  return world_group();
+}
+
+LocalRanks env_local_ranks() {
+  return LocalRanks{env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0), env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1)};
+}
+
+std::string rank_device(const std::string& device, LocalRanks local, int gpus_on_node) {
+  std::string d = canonical_device(device);
+  if (d != "CUDA" || device.find(':') != std::string::npos) return d;  // the CPU, or an index the user gave
+  TG_CHECK(local.size <= gpus_on_node, "train.device=", device, ": ", local.size, " ranks on this node but ",
+           gpus_on_node, " CUDA device(s); start at most one rank per GPU");
+  return local.rank == 0 ? d : d + ":" + std::to_string(local.rank);
 }
 
 bool built_with_mpi() {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tinygrad/dtype.h"
 
@@ -78,6 +79,25 @@ int env_world_size();
 // outside mpirun). An error naming the missing backend when the build has no MPI.
 std::unique_ptr<ProcessGroup> world_group();
 bool built_with_mpi();
+// The process-group backends this build has ("local", "mpi", "nccl").
+std::vector<std::string> built_backends();
+// "NCCL 2.28.9 (libnccl.so.2)", or why NCCL is unavailable here, or that the build has none.
+std::string nccl_status();
+// The world group for distributed.backend (auto | mpi | nccl) on the run's device: auto picks
+// nccl for CUDA devices and mpi otherwise. An error names what is missing.
+std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device);
+
+// Note [a rank's device]: under mpirun every rank of a node sees every GPU. A GPU device named
+// without an index (train.device=CUDA) means the GPU of the rank's local rank
+// (OMPI_COMM_WORLD_LOCAL_RANK), as torchrun's LOCAL_RANK convention; more ranks on a node than
+// GPUs is an error naming both numbers (NCCL refuses two ranks on one GPU). A device with an
+// index, and the CPU, are taken as given.
+struct LocalRanks {
+  int rank = 0;  // this process's rank among the node's
+  int size = 1;  // ranks on this node
+};
+LocalRanks env_local_ranks();  // OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE (0 and 1 outside mpirun)
+std::string rank_device(const std::string& device, LocalRanks local, int gpus_on_node);
 
 // Checks that dtype is one the collectives support; `what` names the collective.
 void check_collective_dtype(const char* what, DType dtype);

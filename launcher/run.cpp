@@ -126,7 +126,10 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   // distributed.strategy=ddp: every mpirun rank trains; rank 0 alone picks the run directory,
   // writes into it and prints.
   std::unique_ptr<dist::ProcessGroup> group;
-  if (cfg.get_string("distributed.strategy") != "none") group = dist::world_group();
+  if (cfg.get_string("distributed.strategy") != "none") {
+    const std::string& device = cfg.get_string("train.device");
+    group = dist::world_group_for(cfg.get_string("distributed.backend"), device.empty() ? default_device() : device);
+  }
   const bool lead = !group || group->rank() == 0;
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
   if (group) dir = broadcast_string(*group, dir);
@@ -191,6 +194,9 @@ std::string info_text() {
       os << ": unavailable (" << e.what() << ")\n";
     }
   }
+  os << "process-group backends:";
+  for (const auto& b : dist::built_backends()) os << " " << b;
+  os << "\nNCCL: " << dist::nccl_status() << "\n";
   os << "models:";
   for (const auto& n : model_registry().names()) os << " " << n;
   os << "\ndatasets:";

@@ -73,7 +73,8 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
            cfg_.get_string("distributed.strategy"), "'");
   TG_CHECK(group_ || cfg_.get_string("distributed.strategy") == "none", "trainer: distributed.strategy='",
            cfg_.get_string("distributed.strategy"), "' needs a process group");
-  const std::string& device = cfg_.get_string("train.device");
+  std::string device = cfg_.get_string("train.device");
+  if (group_ && !device.empty()) device = dist::rank_device(device, dist::env_local_ranks(), device_count("CUDA"));
   if (!device.empty()) {
     // The engine's tensors go to the default device, so train.device sets it (the DEVICE knob) for
     // the whole process. An unknown or unavailable device fails here, naming it.

@@ -2,7 +2,9 @@
 // collectives, a stuck rank (timeout naming it) and a dead rank (named at once).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -96,4 +98,41 @@ TEST(LocalBackend, UnsupportedDtypeIsAnError) {
     });
   });
   EXPECT_HAS(msg, "dtype uint8 is not supported");
+}
+
+// Note [a rank's device]: an unindexed GPU device is the local rank's GPU; too many ranks for the
+// node's GPUs is an error naming both numbers; the CPU and indexed devices are kept.
+TEST(RankDevice, UnindexedGpuIsTheLocalRanksGpu) {
+  using tg::dist::LocalRanks;
+  using tg::dist::rank_device;
+  EXPECT_EQ(rank_device("CUDA", LocalRanks{0, 2}, 2), "CUDA");
+  EXPECT_EQ(rank_device("cuda", LocalRanks{1, 2}, 2), "CUDA:1");
+  EXPECT_EQ(rank_device("CUDA:3", LocalRanks{1, 2}, 8), "CUDA:3");
+  EXPECT_EQ(rank_device("CPU", LocalRanks{3, 4}, 0), "CPU");
+  EXPECT_HAS(testing_util::error_of([] { rank_device("CUDA", LocalRanks{0, 4}, 1); }),
+             "4 ranks on this node but 1 CUDA device(s)");
+}
+
+// The built backends and NCCL's state are named; a backend that cannot serve the run's device is
+// refused with the reason.
+TEST(Backends, NcclStateIsNamedAndUnbuiltPathsAreRefused) {
+  auto built = tg::dist::built_backends();
+  ASSERT_FALSE(built.empty());
+  EXPECT_EQ(built.front(), "local");
+  std::string nccl = tg::dist::nccl_status();
+  const bool has_nccl = std::find(built.begin(), built.end(), "nccl") != built.end();
+  if (has_nccl) {
+    // "NCCL 2.28.9 (path)" or "unavailable: libnccl.so.2 not found (tried ...)"
+    std::regex ok(R"(NCCL \d+\.\d+\.\d+ \(.*libnccl\.so\.2\)|unavailable: .*libnccl\.so\.2.*)");
+    EXPECT_TRUE(std::regex_match(nccl, ok)) << nccl;
+  } else {
+    EXPECT_HAS(nccl, "not built");
+  }
+  std::printf("process-group backends: %zu; NCCL: %s\n", built.size(), nccl.c_str());
+  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("nccl", "CUDA"); }),
+             "NCCL collectives on CUDA buffers are not built yet");
+  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("auto", "CUDA:1"); }), "(auto, for device CUDA:1)");
+  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("mpi", "CUDA"); }),
+             "the mpi backend runs collectives on host memory, not on CUDA");
+  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("gloo", "CPU"); }), "'gloo' is not one of auto, mpi, nccl");
 }

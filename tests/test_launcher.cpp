@@ -166,6 +166,8 @@ TEST(LauncherConfig, BadValuesAreOneLineErrors) {
   EXPECT_EQ(err({"train.epochs=0"}), "config: train.epochs or train.steps must be > 0");
   EXPECT_EQ(err({"train.resume=true"}), "config: train.resume=true needs train.run_dir (the run to continue)");
   EXPECT_EQ(err({"train.precision=fp16"}), "config: train.precision='fp16' is not one of fp32, bf16 (did you mean 'fp32'?)");
+  EXPECT_EQ(err({"distributed.backend=gloo"}), "config: distributed.backend='gloo' is not one of auto, mpi, nccl");
+  EXPECT_EQ(err({"distributed.grad_dtype=fp16"}).rfind("config: distributed.grad_dtype='fp16' is not one of fp32, bf16", 0), 0u);
   EXPECT_EQ(err({"lr"}), "override 'lr' is not of the form key=value (e.g. optim.lr=0.01)");
   EXPECT_EQ(error_of([] { parse_config("data:\n  batch_size: [1, 2]\n", "c.yaml"); }),
             "c.yaml: data.batch_size must be an int, got a list");
@@ -300,7 +302,7 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
 
 TEST(LauncherInfo, NamesFeaturesDevicesAndKnobs) {
   std::string info = info_text();
-  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json"})
+  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: "})
     EXPECT_NE(info.find(want), std::string::npos) << want << "\n" << info;
 }
 

@@ -157,6 +157,9 @@ void register_device(const std::string& base_name, DeviceFactory factory);
 Device& get_device(const std::string& name);
 std::string canonical_device(const std::string& name);  // "cpu" -> "CPU", "CUDA:0" -> "CUDA"
 std::vector<std::string> registered_devices();
+// How many devices of a backend this machine has ("CUDA": its GPUs, 0 where CUDA is unavailable;
+// every other built backend: 1; an unknown one: 0).
+int device_count(const std::string& base_name);
 // Registers the backends this build has (runtime/register.cpp); called once, on first lookup.
 void register_builtin_devices();
 std::string default_device();  // DEVICE knob, else CPU

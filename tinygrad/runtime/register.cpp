@@ -20,4 +20,13 @@ void register_builtin_devices() {
 #endif
 }
 
+int device_count(const std::string& base_name) {
+#ifdef TG_WITH_CUDA
+  if (base_name == "CUDA") return cuda_device_count();
+#endif
+  for (const std::string& name : registered_devices())
+    if (name == base_name) return 1;
+  return 0;
+}
+
 }  // namespace tg
