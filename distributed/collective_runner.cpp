@@ -81,6 +81,7 @@ void CollectiveEngine::loop() {
 }
 
 void CollectiveEngine::check_sequence(const std::vector<const ScheduleItem*>& items) {
+  pg_.check_health();
   std::vector<CollectiveDesc> seq;
   seq.reserve(items.size());
   for (const ScheduleItem* item : items) seq.push_back(describe_item(*item));
@@ -92,10 +93,47 @@ void CollectiveEngine::check_sequence(const std::vector<const ScheduleItem*>& it
     std::fprintf(stderr, "*** comm   a sequence of %zu collectives agreed on by %d ranks\n", seq.size(), pg_.size());
 }
 
+// Note [collectives on a device's streams]: a group whose buffers live on a device (nccl) queues
+// each collective on the device's communication stream: it waits on an event recorded behind
+// the compute stream's work so far (the kernels that produce its input), runs, and records an
+// event that the compute stream waits on in the returned wait, which run_schedule calls before
+// the first item that reads the result. The host queues and returns at once; a collective that
+// never ends is the group's watchdog's to find (check_health). During a device-graph capture the
+// same calls are recorded into the graph: the fork onto the communication stream and the join
+// back are graph edges.
+CollectiveWait CollectiveEngine::start_on_device(const ScheduleItem& item) {
+  const Op kind = item.ast->op;
+  const CollectiveArg arg = item.ast->arg_collective();
+  auto out = item.buffers[0], in = item.buffers[1];
+  TG_CHECK(canonical_device(out->device()) == pg_.memory_device(), "collective runner: the ", pg_.backend(),
+           " group runs on ", pg_.memory_device(), "; the buffer is on ", out->device());
+  Device& dev = get_device(out->device());
+  void* dst = out->ensure_allocated();
+  const void* src = in->ensure_allocated();
+  const size_t n_in = static_cast<size_t>(in->numel()), n_out = static_cast<size_t>(out->numel());
+  const ReduceOp op = arg.reduce == Op::MAX ? ReduceOp::Max : ReduceOp::Sum;
+  if (knobs::DEBUG >= 1)
+    std::fprintf(stderr, "*** comm   %4llu %s %s of %zu %s (%.2f MB) on %s's communication stream%s\n",
+                 static_cast<unsigned long long>(count_), collective_name(kind),
+                 kind == Op::ALLGATHER ? "" : reduce_op_name(op), n_in, dtype_name(out->dtype()), in->nbytes() / 1e6,
+                 out->device().c_str(), dev.capturing() ? " (captured into the graph)" : "");
+  count_++;
+  if (auto ready = dev.record_event(StreamKind::Compute)) dev.wait_event(StreamKind::Comm, *ready);
+  switch (kind) {
+    case Op::ALLREDUCE: pg_.all_reduce_into(src, dst, n_out, out->dtype(), op); break;
+    case Op::REDUCE_SCATTER: pg_.reduce_scatter(src, dst, n_out, out->dtype(), op); break;
+    default: pg_.all_gather(src, dst, n_in, out->dtype()); break;
+  }
+  std::shared_ptr<DeviceEvent> done = dev.record_event(StreamKind::Comm);
+  if (!done) return nullptr;
+  return [&dev, done] { dev.wait_event(StreamKind::Compute, *done); };
+}
+
 CollectiveWait CollectiveEngine::start(const ScheduleItem& item) {
   const Op kind = item.ast->op;
   const CollectiveArg arg = item.ast->arg_collective();
   TG_ASSERT(arg.ranks == pg_.size(), "collective node for ", arg.ranks, " ranks run by a group of ", pg_.size());
+  if (!pg_.memory_device().empty()) return start_on_device(item);
   auto out = item.buffers[0], in = item.buffers[1];
   TG_CHECK(out->device().rfind("CPU", 0) == 0, "collective runner: the ", pg_.backend(),
            " backend runs collectives on host memory; the buffer is on ", out->device());

@@ -47,6 +47,7 @@ class CollectiveEngine : public CollectiveRunner {
 
  private:
   void loop();
+  CollectiveWait start_on_device(const ScheduleItem& item);  // Note [collectives on a device's streams]
 
   ProcessGroup& pg_;
   bool async_;

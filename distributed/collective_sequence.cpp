@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "distributed/host_exchange.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 
@@ -55,6 +56,12 @@ std::string mismatch_message(const std::vector<int64_t>& all, int ranks, int me)
   return os.str();
 }
 
+std::vector<int64_t> all_gather_words(ProcessGroup& pg, const std::vector<int64_t>& mine) {
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(pg.size()));
+  all_gather_host(pg, mine.data(), all.data(), mine.size(), DType::Int64);
+  return all;
+}
+
 }  // namespace
 
 std::string describe(const CollectiveDesc& d) {
@@ -77,14 +84,10 @@ uint64_t sequence_hash(const std::vector<CollectiveDesc>& seq) {
 }
 
 void agree_on_sequence(ProcessGroup& pg, const std::vector<CollectiveDesc>& seq, uint64_t hash) {
-  const int n = pg.size();
-  int64_t mine = static_cast<int64_t>(hash);
-  std::vector<int64_t> hashes(static_cast<size_t>(n));
-  pg.all_gather(&mine, hashes.data(), 1, DType::Int64)->wait();
+  const int64_t mine = static_cast<int64_t>(hash);
+  std::vector<int64_t> hashes = all_gather_words(pg, {mine});
   if (std::all_of(hashes.begin(), hashes.end(), [&](int64_t h) { return h == mine; })) return;
-  std::vector<int64_t> summary = summary_of(seq), all(SUMMARY_WORDS * static_cast<size_t>(n));
-  pg.all_gather(summary.data(), all.data(), SUMMARY_WORDS, DType::Int64)->wait();
-  throw Error(mismatch_message(all, n, pg.rank()));
+  throw Error(mismatch_message(all_gather_words(pg, summary_of(seq)), pg.size(), pg.rank()));
 }
 
 }  // namespace tg::dist

@@ -2,6 +2,7 @@
 #include "distributed/data_parallel.h"
 
 #include "distributed/collective_runner.h"
+#include "distributed/host_exchange.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/ops.h"
@@ -57,7 +58,7 @@ void DataParallel::broadcast_parameters(int root) {
     auto buf = v.uop()->op == Op::BUFFER ? v.uop()->arg_buffer() : v.uop()->realized;
     TG_ASSERT(buf, "broadcast_parameters: parameter not realized");
     if (!host.empty()) buf->copy_out(host.data(), host.size());
-    pg_.broadcast(host.data(), static_cast<size_t>(p->numel()), p->dtype(), root)->wait();
+    broadcast_host(pg_, host.data(), static_cast<size_t>(p->numel()), p->dtype(), root);
     if (pg_.rank() != root)
       p->assign(Tensor::from_data(host.data(), p->dtype(), p->shape(), {.dtype = p->dtype(), .device = p->device()}));
   }

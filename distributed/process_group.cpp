@@ -3,10 +3,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "tinygrad/error.h"
 #ifdef TG_WITH_MPI
 #include "distributed/mpi_backend.h"
+#endif
+#include "distributed/bootstrap.h"
+#ifdef TG_WITH_NCCL
+#include "distributed/nccl_backend.h"
 #endif
 #include "tinygrad/device.h"
 
@@ -80,21 +85,35 @@ std::vector<std::string> built_backends() {
 std::string nccl_status() { return "not built (nccl.h was not found at configure time)"; }
 #endif
 
-std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device) {
+std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device, Seconds timeout) {
   const bool gpu = canonical_device(device).rfind("CUDA", 0) == 0;
   const std::string chosen = backend == "auto" ? (gpu ? "nccl" : "mpi") : backend;
   TG_CHECK(chosen == "mpi" || chosen == "nccl", "distributed.backend: '", backend, "' is not one of auto, mpi, nccl");
   if (chosen == "nccl") {
-    // Note [the nccl backend so far]: libnccl is found and reported (nccl_status, tg info), but
-    // collectives on device buffers (a communication stream, events, graph capture) are not
-    // built yet, so a run that needs them stops here with the state of things.
-    TG_CHECK(false, "distributed.backend=nccl", backend == "auto" ? " (auto, for device " + device + ")" : "",
-             ": NCCL collectives on CUDA buffers are not built yet (", nccl_status(),
-             "); data-parallel runs use train.device=CPU with distributed.backend=mpi");
+    const std::string how = backend == "auto" ? " (auto, for device " + device + ")" : "";
+    TG_CHECK(gpu, "distributed.backend=nccl: nccl runs collectives on CUDA devices, not on ", device,
+             "; use distributed.backend=mpi");
+#ifdef TG_WITH_NCCL
+    std::string why = nccl_status();
+    TG_CHECK(why.rfind("unavailable: ", 0) != 0, "distributed.backend=nccl", how, ": NCCL is ", why);
+    try {
+      get_device(device);
+    } catch (const Error& e) {
+      throw Error("distributed.backend=nccl" + how + ": " + e.what());
+    }
+    auto host = world_group();  // carries the unique id, then goes
+    host->set_timeout(timeout);
+    auto boot = group_bootstrap(*host);
+    return nccl_group(*boot, device, timeout);
+#else
+    TG_CHECK(false, "distributed.backend=nccl", how, ": ", nccl_status());
+#endif
   }
   TG_CHECK(!gpu, "distributed.backend=mpi: the mpi backend runs collectives on host memory, not on ", device,
-           "; use train.device=CPU");
-  return world_group();
+           "; use train.device=CPU or distributed.backend=nccl");
+  auto g = world_group();
+  g->set_timeout(timeout);
+  return g;
 }
 
 LocalRanks env_local_ranks() {
@@ -127,6 +146,12 @@ const char* reduce_op_name(ReduceOp op) {
 }
 
 std::shared_ptr<Work> finished_work() { return std::make_shared<FinishedWork>(); }
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_into(const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
+  TG_ASSERT(memory_device().empty(), backend(), " must implement all_reduce_into for device memory");
+  if (in != out) std::memcpy(out, in, count * itemsize(dtype));
+  return all_reduce(out, count, dtype, op);
+}
 
 void check_collective_dtype(const char* what, DType dtype) {
   TG_CHECK(dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Int32 || dtype == DType::Int64 ||

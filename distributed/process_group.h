@@ -50,6 +50,17 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> all_gather(const void* in, void* out, size_t count, DType dtype) = 0;
   virtual std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
+  // Out of place: out = the reduction of every rank's in (count elements each). Host backends
+  // copy in to out and reduce in place.
+  virtual std::shared_ptr<Work> all_reduce_into(const void* in, void* out, size_t count, DType dtype, ReduceOp op);
+
+  // Where the buffers of this group's collectives live: "" for host memory (local, mpi), else the
+  // device ("CUDA:1" for nccl), whose communication stream runs them (Note [streams and events]
+  // in tinygrad/device.h).
+  virtual std::string memory_device() const { return ""; }
+  // Throws the error of a collective that failed or timed out while nobody waited for it (a
+  // watchdog found it); a no-op for backends whose collectives are always waited for.
+  virtual void check_health() {}
 
   Seconds timeout() const { return timeout_; }
   void set_timeout(Seconds t) { timeout_ = t; }
@@ -83,9 +94,11 @@ bool built_with_mpi();
 std::vector<std::string> built_backends();
 // "NCCL 2.28.9 (libnccl.so.2)", or why NCCL is unavailable here, or that the build has none.
 std::string nccl_status();
-// The world group for distributed.backend (auto | mpi | nccl) on the run's device: auto picks
-// nccl for CUDA devices and mpi otherwise. An error names what is missing.
-std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device);
+// The world group for distributed.backend (auto | mpi | nccl) on this rank's device (see
+// rank_device): auto picks nccl for CUDA devices and mpi otherwise; nccl's unique id travels
+// over MPI (its communicator joins within `timeout`). An error names what is missing.
+std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device,
+                                              Seconds timeout = Seconds(300));
 
 // Note [a rank's device]: under mpirun every rank of a node sees every GPU. A GPU device named
 // without an index (train.device=CUDA) means the GPU of the rank's local rank

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "distributed/host_exchange.h"
 #include "distributed/process_group.h"
 #include "launcher/observers.h"
 #include "launcher/registry.h"
@@ -83,10 +84,10 @@ std::vector<std::string> overrides_from(int argc, char** argv, int first) {
 // Rank 0's string on every rank.
 std::string broadcast_string(dist::ProcessGroup& g, const std::string& s) {
   int64_t n = static_cast<int64_t>(s.size());
-  g.broadcast(&n, 1, DType::Int64, 0)->wait();
+  dist::broadcast_host(g, &n, 1, DType::Int64, 0);
   std::vector<int32_t> chars(s.begin(), s.end());
   chars.resize(static_cast<size_t>(n));
-  g.broadcast(chars.data(), chars.size(), DType::Int32, 0)->wait();
+  dist::broadcast_host(g, chars.data(), chars.size(), DType::Int32, 0);
   return std::string(chars.begin(), chars.end());
 }
 
@@ -128,7 +129,10 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   std::unique_ptr<dist::ProcessGroup> group;
   if (cfg.get_string("distributed.strategy") != "none") {
     const std::string& device = cfg.get_string("train.device");
-    group = dist::world_group_for(cfg.get_string("distributed.backend"), device.empty() ? default_device() : device);
+    std::string mine = dist::rank_device(device.empty() ? default_device() : device, dist::env_local_ranks(),
+                                         device_count("CUDA"));
+    group = dist::world_group_for(cfg.get_string("distributed.backend"), mine,
+                                  dist::Seconds(cfg.get_float("distributed.timeout_s")));
   }
   const bool lead = !group || group->rank() == 0;
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;

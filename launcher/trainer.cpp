@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "distributed/coordinated_step.h"
+#include "distributed/host_exchange.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
@@ -74,7 +75,9 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   TG_CHECK(group_ || cfg_.get_string("distributed.strategy") == "none", "trainer: distributed.strategy='",
            cfg_.get_string("distributed.strategy"), "' needs a process group");
   std::string device = cfg_.get_string("train.device");
-  if (group_ && !device.empty()) device = dist::rank_device(device, dist::env_local_ranks(), device_count("CUDA"));
+  // Note [a rank's device] in distributed/process_group.h
+  if (group_) device = dist::rank_device(device.empty() ? default_device() : device, dist::env_local_ranks(),
+                                         device_count("CUDA"));
   if (!device.empty()) {
     // The engine's tensors go to the default device, so train.device sets it (the DEVICE knob) for
     // the whole process. An unknown or unavailable device fails here, naming it.
@@ -213,7 +216,7 @@ TrainSummary Trainer::fit() {
       bool last = step_ == total_steps_;
       if (step_ % log_every == 0 || last) {
         double loss_v = loss.item<float>();
-        if (group_) group_->all_reduce(&loss_v, 1, DType::Float64, dist::ReduceOp::Avg)->wait();  // the global batch's loss
+        if (group_) dist::all_reduce_host(*group_, &loss_v, 1, DType::Float64, dist::ReduceOp::Avg);  // the global batch's loss
         TG_CHECK(std::isfinite(loss_v) || (skipped && skip_nonfinite), "train: the loss is ", loss_v, " at step ", step_,
                  " (try a smaller optim.lr or optim.clip_grad_norm)");
         double dt = seconds_since(t_window);

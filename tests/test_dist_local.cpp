@@ -129,9 +129,14 @@ TEST(Backends, NcclStateIsNamedAndUnbuiltPathsAreRefused) {
     EXPECT_HAS(nccl, "not built");
   }
   std::printf("process-group backends: %zu; NCCL: %s\n", built.size(), nccl.c_str());
-  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("nccl", "CUDA"); }),
-             "NCCL collectives on CUDA buffers are not built yet");
-  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("auto", "CUDA:1"); }), "(auto, for device CUDA:1)");
+  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("nccl", "CPU"); }),
+             "nccl runs collectives on CUDA devices, not on CPU");
+  // no such GPU here: the error names the backend, how it was chosen and the device
+  std::string auto_gpu = testing_util::error_of([] { tg::dist::world_group_for("auto", "CUDA:99"); });
+  EXPECT_HAS(auto_gpu, has_nccl ? "distributed.backend=nccl (auto, for device CUDA:99)" : "not built");
+  if (has_nccl && nccl.rfind("NCCL ", 0) == 0) {
+    EXPECT_HAS(auto_gpu, "device 'CUDA:99'");
+  }
   EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("mpi", "CUDA"); }),
              "the mpi backend runs collectives on host memory, not on CUDA");
   EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("gloo", "CPU"); }), "'gloo' is not one of auto, mpi, nccl");

@@ -109,6 +109,8 @@ struct MatmulSpec {
 // (host memory, CUDA device pointers), so one allocation can hold several buffers (Buffer's view
 // constructor; Note [one arena for a captured step's intermediates] in engine/jit.cpp).
 // TensorCores: mma.sync tf32 products in generated kernels (codegen/tensor_core.h; CUDA sm_80 and up).
+// Streams: a compute and a communication stream with events between them (Note [streams and
+// events]).
 enum class Feature {
   HostMemory,
   Timing,
@@ -117,7 +119,26 @@ enum class Feature {
   NativeTranscendentals,
   MatmulLibrary,
   AddressableMemory,
-  TensorCores
+  TensorCores,
+  Streams
+};
+
+// Note [streams and events]: a device with Feature::Streams runs work on two queues, each in
+// order: the compute stream (kernels, copies, allocations) and the communication stream
+// (collectives, distributed/). An event recorded on one marks the work queued there so far; a
+// stream that waits on it runs nothing queued after the wait before that work is done. Neither
+// blocks the host. A collective waits on an event recorded behind the kernels that produce its
+// input, and the compute stream waits on the collective's event only before the first kernel
+// that reads the result. The memory pool stays ordered by the compute stream alone: a buffer
+// that a collective touches is freed only after the compute stream has waited on that
+// collective's event (run_schedule keeps it alive until then), so its block is never handed out
+// while the communication stream may still use it. Devices without streams run everything in
+// order on the host: record_event returns nullptr (already done) and waits are no-ops.
+enum class StreamKind { Compute, Comm };
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual bool done() = 0;  // the work before it has finished (queries; never blocks)
 };
 
 class Device {
@@ -130,6 +151,17 @@ class Device {
   virtual void synchronize() {}
   virtual bool supports(Feature f) const = 0;
   virtual std::string description() const { return name_; }
+  // Feature::Streams (Note [streams and events]); without it, nullptr (done), no-op, nullptr.
+  virtual std::shared_ptr<DeviceEvent> record_event(StreamKind /*stream*/) { return nullptr; }
+  virtual void wait_event(StreamKind /*stream*/, const DeviceEvent& /*event*/) {}
+  // The stream's handle for a library that queues work itself (a CUstream for NCCL).
+  virtual void* native_stream(StreamKind /*stream*/) { return nullptr; }
+  // True while the compute stream is being captured into a device graph (work queued then is
+  // recorded, not run).
+  virtual bool capturing() const { return false; }
+  // Makes the device current on this thread for libraries that use the current device (CUDA: its
+  // context); a no-op elsewhere.
+  virtual void make_current() {}
   MemoryPool& pool();
   // Compiles through the device compiler, cached by source.
   Program& get_program(const std::string& name, const std::string& source);

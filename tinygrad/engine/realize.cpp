@@ -292,6 +292,20 @@ void run_exec_items(const std::vector<ExecItem>& items) {
   pending.wait_all();
 }
 
+void check_collectives(const std::vector<ExecItem>& items) {
+  check_collective_sequences(items, [](const ExecItem& e) -> const ScheduleItem& { return e.item; });
+}
+
+void record_exec_items(const std::vector<ExecItem>& items, const std::function<void(const ExecItem&)>& launch) {
+  PendingCollectives pending;
+  for (auto& e : items) {
+    pending.wait_for(e.item);
+    if (e.item.kind == ScheduleItem::Kind::Collective) pending.add(e.item, runner_of(e.item).start(e.item));
+    else launch(e);
+  }
+  pending.wait_all();
+}
+
 std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device) {
   const Renderer& r = get_device(device).renderer();
   LinearKernel k = linearize(ast, param_dtypes);

@@ -71,6 +71,13 @@ ExecRecorder* set_exec_recorder(ExecRecorder* recorder);
 // waits, counters and DEBUG output as run_schedule; kernels_scheduled does not grow.
 void run_exec_items(const std::vector<ExecItem>& items);
 
+// For device graphs (engine/jit's ExecGraph): the collective sequence check of a captured list
+// (CollectiveRunner::check_sequence; run it before capturing, outside capture mode), and the
+// recording of a list into a graph: kernels through `launch`, collectives started through their
+// runner and waited for before their first reader and at the end, as run_exec_items orders them.
+void check_collectives(const std::vector<ExecItem>& items);
+void record_exec_items(const std::vector<ExecItem>& items, const std::function<void(const ExecItem&)>& launch);
+
 // The kernel graph item's device compiles: item.ast with opts applied, and transcendental
 // functions in plain arithmetic where the device has no fast ones.
 UOpPtr device_kernel_graph(const ScheduleItem& item, const std::vector<Opt>& opts);

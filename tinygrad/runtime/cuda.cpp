@@ -149,6 +149,32 @@ class CudaCompiler : public Compiler {
   int cc_;
 };
 
+// An event recorded on one of the device's streams (Note [streams and events] in device.h).
+class CudaEvent : public DeviceEvent {
+ public:
+  CudaEvent(const CudaContext& c, CUstream stream) : c_(c) {
+    c_.current();
+    TG_CU(where(), cuEventCreate, &ev_, CU_EVENT_DISABLE_TIMING);
+    TG_CU(where(), cuEventRecord, ev_, stream);
+  }
+  ~CudaEvent() override { driver().cuEventDestroy(ev_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  bool done() override {
+    c_.current();
+    CUresult r = driver().cuEventQuery(ev_);
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    cuda::check_cu(r, "cuEventQuery", where());
+    return true;
+  }
+  CUevent handle() const { return ev_; }
+
+ private:
+  std::string where() const { return "device " + c_.name + ", stream event"; }
+  const CudaContext& c_;
+  CUevent ev_ = nullptr;
+};
+
 class CudaDevice : public Device {
  public:
   CudaDevice(const std::string& name, int ordinal) : Device(name) {
@@ -192,8 +218,24 @@ class CudaDevice : public Device {
     if (f == Feature::MatmulLibrary) return cublaslt_available();
     if (f == Feature::TensorCores) return cc_ >= 80;
     return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals ||
-           f == Feature::AddressableMemory;
+           f == Feature::AddressableMemory || f == Feature::Streams;
   }
+  std::shared_ptr<DeviceEvent> record_event(StreamKind s) override {
+    return std::make_shared<CudaEvent>(c_, stream(s));
+  }
+  void wait_event(StreamKind s, const DeviceEvent& e) override {
+    c_.current();
+    TG_CU("device " + name() + ", stream wait", cuStreamWaitEvent, stream(s),
+          static_cast<const CudaEvent&>(e).handle(), 0);
+  }
+  void* native_stream(StreamKind s) override { return stream(s); }
+  bool capturing() const override {
+    c_.current();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    TG_CU("device " + name(), cuStreamIsCapturing, c_.stream, &status);
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  void make_current() override { c_.current(); }
   std::string description() const override { return desc_; }
   const CudaContext& context() const { return c_; }
 
@@ -201,12 +243,23 @@ class CudaDevice : public Device {
   std::unique_ptr<Program> make_matmul_program(const MatmulSpec& spec) override { return lt_->matmul(spec); }
 
  private:
+  // The communication stream is made on first use: a device that runs no collective has one stream.
+  CUstream stream(StreamKind s) {
+    if (s == StreamKind::Compute) return c_.stream;
+    std::call_once(comm_once_, [this] {
+      c_.current();
+      TG_CU("device " + name(), cuStreamCreate, &comm_stream_, CU_STREAM_NON_BLOCKING);
+    });
+    return comm_stream_;
+  }
   int attribute(CUdevice_attribute a) const {
     int v = 0;
     TG_CU("device " + name(), cuDeviceGetAttribute, &v, a, dev_);
     return v;
   }
   CudaContext c_;
+  CUstream comm_stream_ = nullptr;
+  std::once_flag comm_once_;
   CUdevice dev_ = 0;
   int cc_ = 0;
   std::string desc_;

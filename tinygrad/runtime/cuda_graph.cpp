@@ -34,15 +34,23 @@ namespace {
 // came from which item, which stream capture of library calls does not tell; the update from a
 // fresh capture covers every kind of node. DEBUG=1 prints each graph launch with what it cost.
 //
-// What is not graphed: a list with copies (host memory in between) or collectives, or items on
-// more than one device: the factory declines and replays go item by item (DEBUG=1 says why). A
+// Collectives are recorded too (Note [collectives on a device's streams] in distributed/
+// collective_runner.cpp): their runner forks onto the communication stream and joins back with
+// events, which the capture turns into graph edges, so a replayed step is one launch with its
+// NCCL work inside. The ranks' collective sequences are compared before the first capture
+// (check_collectives), outside capture mode. A graph that holds collectives is instantiated anew
+// when the addresses change, never updated in place: NCCL's captured kernels carry state of
+// their own that an update does not rewrite.
+//
+// What is not graphed: a list with copies (host memory in between), or items on more than one
+// device: the factory declines and replays go item by item (DEBUG=1 says why). A
 // capture the driver rejects (a program queued work that cannot be captured) is reported at
 // DEBUG=1 and that capture replays item by item from then on. At DEBUG>=2 replays go item by item
 // too, so that each kernel's GPU time is measured.
 class CudaGraph : public ExecGraph {
  public:
-  CudaGraph(const Context& c, size_t max_instances, size_t kernels)
-      : c_(c), max_instances_(max_instances), kernels_(kernels) {}
+  CudaGraph(const Context& c, size_t max_instances, size_t kernels, size_t collectives)
+      : c_(c), max_instances_(max_instances), kernels_(kernels), collectives_(collectives) {}
   ~CudaGraph() override {
     for (auto& i : instances_) driver().cuGraphExecDestroy(i.exec);  // nothing to report at teardown
   }
@@ -51,6 +59,7 @@ class CudaGraph : public ExecGraph {
 
   void run(const std::vector<ExecItem>& items) override {
     if (!broken_.empty() || knobs::DEBUG >= 2) return run_exec_items(items);
+    if (collectives_) check_collectives(items);
     std::vector<void*> addrs;
     for (auto& e : items)
       for (auto& b : e.item.buffers) addrs.push_back(b->ensure_allocated());
@@ -74,7 +83,10 @@ class CudaGraph : public ExecGraph {
       } destroy{graph};
       inst = slot_for_new();
       how = "instantiated";
-      if (inst->exec) {
+      if (inst->exec && collectives_) {  // never updated in place (see the Note)
+        driver().cuGraphExecDestroy(inst->exec);
+        inst->exec = nullptr;
+      } else if (inst->exec) {
         CUgraphExecUpdateResultInfo info{};
         if (driver().cuGraphExecUpdate(inst->exec, graph, &info) == CUDA_SUCCESS) {
           how = "updated";
@@ -94,8 +106,10 @@ class CudaGraph : public ExecGraph {
     c_.current();
     TG_CU(where(), cuGraphLaunch, inst->exec, c_.stream);
     GlobalCounters::get().kernels_run += kernels_;
+    GlobalCounters::get().collectives += collectives_;
     if (knobs::DEBUG >= 1)
-      std::fprintf(stderr, "*** %-6s graph of %zu kernels (%s)\n", c_.name.c_str(), kernels_, how.c_str());
+      std::fprintf(stderr, "*** %-6s graph of %zu kernels and %zu collectives (%s)\n", c_.name.c_str(), kernels_,
+                   collectives_, how.c_str());
   }
 
  private:
@@ -127,11 +141,11 @@ class CudaGraph : public ExecGraph {
     TG_CU(where(), cuStreamBeginCapture, c_.stream, CU_STREAM_CAPTURE_MODE_RELAXED);
     try {
       std::vector<void*> ptrs;
-      for (auto& e : items) {
+      record_exec_items(items, [&](const ExecItem& e) {
         ptrs.clear();
         for (auto& b : e.item.buffers) ptrs.push_back(b->ptr());
         e.launch.program->launch(ptrs, e.launch.global_size, e.launch.local_size, false);
-      }
+      });
     } catch (...) {
       CUgraph partial = nullptr;
       driver().cuStreamEndCapture(c_.stream,
@@ -146,7 +160,7 @@ class CudaGraph : public ExecGraph {
 
   const Context& c_;
   size_t max_instances_;
-  size_t kernels_;
+  size_t kernels_, collectives_;
   std::vector<Instance> instances_;
   uint64_t clock_ = 0;
   std::string broken_;  // why capturing failed; replays then go item by item
@@ -158,7 +172,6 @@ std::string not_graphable(const std::vector<ExecItem>& items) {
   for (auto& e : items) {
     if (e.item.kind == ScheduleItem::Kind::Copy)
       return "it copies " + e.item.ast->src[0]->device + " -> " + e.item.device;
-    if (e.item.kind == ScheduleItem::Kind::Collective) return "it runs a collective";
     if (e.item.device != items[0].item.device)
       return "it runs on " + items[0].item.device + " and " + e.item.device;
   }
@@ -176,8 +189,10 @@ void register_cuda_graphs() {
         std::fprintf(stderr, "*** CUDA graph: not used for this capture: %s\n", why.c_str());
       return nullptr;
     }
+    size_t collectives = 0;
+    for (auto& e : items) collectives += e.item.kind == ScheduleItem::Kind::Collective;
     return std::make_unique<CudaGraph>(context_of(items[0].item.device), static_cast<size_t>(instances),
-                                       items.size());
+                                       items.size() - collectives, collectives);
   });
 }
 
