@@ -49,6 +49,12 @@ ncclDataType_t nccl_type(DType d) {
   return ncclFloat32;
 }
 
+std::string seconds_text(Seconds s) {
+  std::ostringstream os;
+  os << s.count();
+  return os.str();
+}
+
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Max ? ncclMax : op == ReduceOp::Avg ? ncclAvg : ncclSum; }
 
 // One collective as the watchdog and the errors describe it.
@@ -150,7 +156,7 @@ class NcclGroup : public ProcessGroup {
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
     while (r == ncclInProgress && comm_) {
       if (Clock::now() > deadline) {
-        abort_locked(std::string(call) + " (" + what + ") did not finish within " + std::to_string(timeout_.count()) +
+        abort_locked(std::string(call) + " (" + what + ") did not finish within " + seconds_text(timeout_) +
                      " s (a rank that never joined, or a network that does not connect them)");
         check_health();
       }
@@ -167,7 +173,7 @@ class NcclGroup : public ProcessGroup {
     while (!(done ? done->done() : true)) {
       check_health();
       if (Clock::now() > deadline) {
-        fault(what + " timed out after " + std::to_string(limit.count()) + " s");
+        fault(what + " timed out after " + seconds_text(limit) + " s");
         check_health();
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -230,7 +236,7 @@ class NcclGroup : public ProcessGroup {
         why = (pending_.empty() ? std::string("a collective") : pending_.front().what) + " failed: " +
               nccl::error_name(async);
       else if (!pending_.empty() && Clock::now() > pending_.front().deadline)
-        why = pending_.front().what + " timed out after " + std::to_string(timeout_.count()) + " s";
+        why = pending_.front().what + " timed out after " + seconds_text(timeout_) + " s";
       if (why.empty()) continue;
       lock.unlock();
       fault(why);
