@@ -1,0 +1,67 @@
+// One fault of rank 1 under mpirun, for tests/scripts/dist_fault.sh, which times the job and
+// checks its output: after three all-reduces, rank 1 stops itself (SIGSTOP), kills itself
+// (SIGKILL) or sleeps past the timeout, either before all-reduce #3 or right after starting it
+// (its arrival notice sent: the case that looks as if it had arrived). Rank 0's all-reduce #3
+// must end in an error naming rank 1, and the job must end (Note [a failed collective ends
+// the job] in distributed/mpi_backend.cpp). Usage: dist_faults stop|kill|sleep before|started TIMEOUT_S
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "distributed/mpi_backend.h"
+#include "tinygrad/error.h"
+
+namespace {
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Rank 1's fault; prints when it happens (the driver measures from there).
+void fault(const std::string& mode, double timeout_s) {
+  std::printf("rank 1 faults (%s) at %.3f\n", mode.c_str(), unix_seconds());
+  std::fflush(stdout);
+  if (mode == "stop") std::raise(SIGSTOP);
+  else if (mode == "kill") std::raise(SIGKILL);
+  else std::this_thread::sleep_for(std::chrono::duration<double>(timeout_s + 10));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tg::dist;
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: dist_faults stop|kill|sleep before|started TIMEOUT_S\n");
+    return 2;
+  }
+  const std::string mode = argv[1], where = argv[2];
+  const double timeout_s = std::atof(argv[3]);
+  try {
+    auto pg = mpi_world_group();
+    pg->set_timeout(Seconds(timeout_s));
+    std::printf("rank %d pid %d\n", pg->rank(), static_cast<int>(getpid()));
+    std::fflush(stdout);
+    // 4 MB: past the eager limit, so the all-reduce cannot finish without every rank's progress
+    std::vector<float> grad(1 << 20, 1.0f);
+    for (int step = 0; step < 3; step++) pg->all_reduce(grad.data(), grad.size(), tg::DType::Float32, ReduceOp::Sum)->wait();
+    if (pg->rank() == 1) {
+      std::shared_ptr<Work> started;
+      if (where == "started") started = pg->all_reduce(grad.data(), grad.size(), tg::DType::Float32, ReduceOp::Sum);
+      fault(mode, timeout_s);
+    }
+    // training goes on: a rank whose #3 could finish without rank 1 waits in #4 or #5
+    for (int step = 3; step < 6; step++) pg->all_reduce(grad.data(), grad.size(), tg::DType::Float32, ReduceOp::Sum)->wait();
+    std::printf("rank %d: all-reduces #3-#5 finished despite rank 1\n", pg->rank());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
