@@ -20,7 +20,8 @@
 // Note [a failed collective ends the job]: after a timeout or an MPI error the communicator
 // holds a collective that will never finish, and MPI_Finalize (at exit) would wait for it for
 // good. As NCCL's watchdog does, the first failure marks the job failed: collectives started or
-// waited on after it throw at once (so the communication thread ends too), the error unwinds to
+// waited on after it throw at once, repeating the first failure's message (so the communication
+// thread ends too, and whichever thread reports names the culprits), the error unwinds to
 // main, which reports it (stderr, train.log), and at exit the runtime calls MPI_Abort instead of
 // MPI_Finalize; Open MPI's mpirun then kills every rank, a stopped one included, and returns the
 // error code. Rank 0 aborts as soon as it exits; the other ranks first wait until kAbortGrace
@@ -133,6 +134,34 @@ bool mark_job_failed() {
   g_failed_at_ns.store(now_ns());
   start_backstop();
   return true;
+}
+
+// The first failure's message, for the errors of the collectives abandoned after it (another
+// thread may be waiting on one and report it instead). Never destroyed: read until exit.
+std::mutex& first_failure_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::string& first_failure_text() {
+  static auto* s = new std::string;
+  return *s;
+}
+
+void record_first_failure(const std::string& message) {
+  std::lock_guard<std::mutex> lock(first_failure_mutex());
+  first_failure_text() = message;
+}
+
+// The first failure's message, waiting up to a second while its culprits are being probed.
+std::string first_failure() {
+  auto until = Clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(first_failure_mutex());
+      if (!first_failure_text().empty() || Clock::now() > until) return first_failure_text();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 // At exit after a failure: rank 0 at once, the others after the grace.
@@ -251,8 +280,9 @@ class MpiGroup : public ProcessGroup {
     bool first = mark_job_failed();
     std::ostringstream os;
     os << "mpi: " << what << " #" << seq << " " << how << " on rank " << rank_ << " of " << size_;
-    if (first) os << "; " << culprits(seq);
-    else os << " (an earlier collective failed; see its error)";
+    if (!first) return os.str() + " after an earlier failure: " + first_failure();
+    os << "; " << culprits(seq);
+    record_first_failure(os.str());
     return os.str();
   }
 
@@ -272,10 +302,10 @@ class MpiGroup : public ProcessGroup {
     uint64_t seq = 0;
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_SUCCESS;
+    // outside the lock: a failing thread may hold it while it probes the peers
+    TG_CHECK(!job_failed(), "mpi: ", what, " not started on rank ", rank_, " after an earlier failure: ", first_failure());
     {
       std::lock_guard<std::mutex> lock(mu_);
-      TG_CHECK(!job_failed(), "mpi: ", what, " not started on rank ", rank_,
-               ": an earlier collective failed and the job is ending (see its error)");
       seq = next_seq();
       started_ = static_cast<int64_t>(seq);
       announce(seq);

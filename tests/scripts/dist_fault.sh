@@ -24,7 +24,7 @@ fi
 wait "$job"
 rc=$?
 cat "$out"
-fault_at=$(sed -n 's/^rank 1 faults ([a-z]*) at \([0-9.]*\)$/\1/p' "$out")
+fault_at=$(sed -n 's/^rank 1 faults ([a-z-]*) at \([0-9.]*\)$/\1/p' "$out")
 [ -n "$fault_at" ] || { echo "FAIL: rank 1 never reached its fault"; exit 1; }
 after=$(awk -v a="$fault_at" -v b="$ended" 'BEGIN { printf "%.2f", b - a }')
 alive=""
