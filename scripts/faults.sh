@@ -141,7 +141,7 @@ part_a() {
   fin=$(count "$WORK/kill.tally" finished-before-kill)
   say "(a) kill -9 during checkpointing: $KILL_TRIALS trials: $same resumed bit-identical, $none refused with" \
       "\"no checkpoint yet\", $diff resumed with different parameters, $bad resumes failed otherwise" \
-      "($fin runs had finished before the kill)"
+      "(runs that had finished before the kill: $fin)"
   for f in "$WORK"/kill/*.outcome; do
     grep -qx "different\|resume-failed" "$f" && { say "  trial $(basename "$f" .outcome):"; tail -3 "${f%.outcome}.resume"; }
   done
