@@ -221,10 +221,10 @@ part_b() {
 
 # ---- (c) a stopped or killed rank under mpirun ----
 
-# pid of rank R among the children of mpirun PID
+# pid of rank R among the children of mpirun PID (from /proc: no procps needed)
 rank_pid() {
   local p
-  for p in $(pgrep -P "$1"); do
+  for p in $(awk -v parent="$1" '$4 == parent { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
     grep -qz "^OMPI_COMM_WORLD_RANK=$2\$" "/proc/$p/environ" 2>/dev/null && { echo "$p"; return; }
   done
 }
