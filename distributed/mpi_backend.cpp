@@ -5,13 +5,42 @@
 // communicator (tiny eager messages). A rank whose wait times out reads the notices it has and
 // names the peers whose latest notice is older than s: those never reached the collective
 // (dead or stuck). The cost is size()-1 small sends per collective, few next to gradient buckets.
+//
+// Note [liveness probe]: a notice says a peer *started* collective #s, not that it is still
+// there: a rank stopped (SIGSTOP) or killed right after starting #s looks as if it had arrived.
+// So before it reports, a rank whose collective timed out or failed pings every peer on the
+// notice communicator and waits kProbeSeconds for the answers. Each group runs a responder
+// thread that answers pings (with the latest collective its rank started) every
+// kResponderPeriod, whatever the rank's main and communication threads are doing, so a rank that
+// computes or waits answers and one that is stopped or dead does not. The report then names the
+// peers that did not answer ("not answering (stopped or dead?)") and the answering peers that
+// never reached the collective ("never reached it (stuck or slow?)"); only when every peer
+// answered and reached it does it suspect the network or a slow collective.
+//
+// Note [a failed collective ends the job]: after a timeout or an MPI error the communicator
+// holds a collective that will never finish, and MPI_Finalize (at exit) would wait for it for
+// good. As NCCL's watchdog does, the first failure marks the job failed: collectives started or
+// waited on after it throw at once, repeating the first failure's message (so the communication
+// thread ends too, and whichever thread reports names the culprits), the error unwinds to
+// main, which reports it (stderr, train.log), and at exit the runtime calls MPI_Abort instead of
+// MPI_Finalize; Open MPI's mpirun then kills every rank, a stopped one included, and returns the
+// error code. Rank 0 aborts as soon as it exits; the other ranks first wait until kAbortGrace
+// after their failure, so that rank 0, which timed out at about the same moment, has written its
+// report before the job is killed. A backstop thread aborts kBackstop after the failure in case
+// the process has not reached exit by then (a thread that does not return, a caller that
+// catches the error and goes on): a failed job never outlives its failure by more than that.
 #include "distributed/mpi_backend.h"
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -23,12 +52,22 @@ namespace tg::dist {
 
 namespace {
 
-void mpi_check(int rc, const char* call, int rank) {
-  if (rc == MPI_SUCCESS) return;
+std::string mpi_error_text(int rc) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw Error(std::string("mpi: ") + call + " failed on rank " + std::to_string(rank) + ": " + std::string(msg, len));
+  return std::string(msg, len);
+}
+
+void mpi_check(int rc, const char* call, int rank) {
+  if (rc == MPI_SUCCESS) return;
+  throw Error(std::string("mpi: ") + call + " failed on rank " + std::to_string(rank) + ": " + mpi_error_text(rc));
+}
+
+std::string timed_out_text(Seconds limit) {
+  std::ostringstream os;
+  os << "timed out after " << limit.count() << " s";
+  return os.str();
 }
 
 MPI_Datatype mpi_type(DType d) {
@@ -71,6 +110,95 @@ MPI_Op mpi_op(ReduceOp op, DType d) {
   return op == ReduceOp::Max ? MPI_MAX : MPI_SUM;
 }
 
+// ---- the failed job (Note [a failed collective ends the job]) ----
+
+constexpr Seconds kAbortGrace{1.0};  // ranks other than 0 abort this long after their failure
+constexpr Seconds kBackstop{1.6};    // any rank aborts this long after its failure
+
+using Clock = std::chrono::steady_clock;
+
+// Process-wide and trivially destructible: the backstop thread may read them during exit.
+std::atomic<bool> g_job_failed{false};
+std::atomic<int64_t> g_failed_at_ns{0};
+std::atomic<bool> g_aborting{false};
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+bool job_failed() { return g_job_failed.load(); }
+
+void sleep_until_after_failure(Seconds delay) {
+  auto due = Clock::time_point(std::chrono::nanoseconds(g_failed_at_ns.load())) +
+             std::chrono::duration_cast<Clock::duration>(delay);
+  std::this_thread::sleep_until(due);
+}
+
+// Flushes what this rank has written and ends the whole job through mpirun.
+[[noreturn]] void abort_failed_job(const char* who) {
+  if (g_aborting.exchange(true)) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the other caller aborts
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::cout.flush();
+  std::fflush(nullptr);
+  std::fprintf(stderr, "mpi: rank %d ends the job (MPI_Abort, %s) after a failed collective\n", rank, who);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; should it, the exit status still says failure
+}
+
+void start_backstop() {
+  std::thread([] {
+    sleep_until_after_failure(kBackstop);
+    abort_failed_job("the process had not exited");
+  }).detach();
+}
+
+// Marks the job failed; true for the first failure in this process, which records when and
+// starts the backstop.
+bool mark_job_failed() {
+  if (g_job_failed.exchange(true)) return false;
+  g_failed_at_ns.store(now_ns());
+  start_backstop();
+  return true;
+}
+
+// The first failure's message, for the errors of the collectives abandoned after it (another
+// thread may be waiting on one and report it instead). Never destroyed: read until exit.
+std::mutex& first_failure_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::string& first_failure_text() {
+  static auto* s = new std::string;
+  return *s;
+}
+
+void record_first_failure(const std::string& message) {
+  std::lock_guard<std::mutex> lock(first_failure_mutex());
+  first_failure_text() = message;
+}
+
+// The first failure's message, waiting up to a second while its culprits are being probed.
+std::string first_failure() {
+  auto until = Clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(first_failure_mutex());
+      if (!first_failure_text().empty() || Clock::now() > until) return first_failure_text();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// At exit after a failure: rank 0 at once, the others after the grace.
+[[noreturn]] void end_failed_job_at_exit() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) sleep_until_after_failure(kAbortGrace);
+  abort_failed_job("at exit");
+}
+
 struct MpiRuntime {
   bool we_initialised = false;
   MpiRuntime() {
@@ -89,7 +217,9 @@ struct MpiRuntime {
   ~MpiRuntime() {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (we_initialised && !fin) MPI_Finalize();
+    if (fin) return;
+    if (job_failed()) end_failed_job_at_exit();  // MPI_Finalize would wait for the failed collective
+    if (we_initialised) MPI_Finalize();
   }
 };
 
@@ -127,13 +257,18 @@ class MpiGroup : public ProcessGroup {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     last_seen_.assign(size_, -1);
+    probe_answers_.assign(size_, -1);
+    responder_ = std::thread([this] { answer_pings(); });
   }
   ~MpiGroup() override {
+    stop_responder_ = true;
+    responder_.join();
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : sends_) MPI_Request_free(&s.req);
+    for (auto& s : pongs_) MPI_Request_free(&s.req);
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) {
+    if (!fin && !job_failed()) {  // a failed collective may still hold them (the job is aborting)
       MPI_Comm_free(&comm_);
       MPI_Comm_free(&notify_);
     }
@@ -166,20 +301,15 @@ class MpiGroup : public ProcessGroup {
     return start("barrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, nullptr);
   }
 
-  // The error for a collective that did not finish in time (see Note [arrival notices]).
-  std::string timeout_message(const std::string& what, uint64_t seq, Seconds timeout) {
-    std::lock_guard<std::mutex> lock(mu_);
-    drain_notices();
+  // The error for a collective that timed out or failed (`how`: "timed out after 5 s"): marks
+  // the job failed and names the culprits (Notes [arrival notices], [liveness probe]).
+  std::string failure_message(const std::string& what, uint64_t seq, const std::string& how) {
+    bool first = mark_job_failed();
     std::ostringstream os;
-    os << "mpi: " << what << " #" << seq << " timed out after " << timeout.count() << " s on rank " << rank_ << " of "
-       << size_;
-    std::string missing;
-    for (int r = 0; r < size_; r++)
-      if (r != rank_ && last_seen_[r] < static_cast<int64_t>(seq))
-        missing += (missing.empty() ? "" : ", ") + std::to_string(r) + " (last seen at collective #" +
-                   std::to_string(last_seen_[r]) + ")";
-    if (!missing.empty()) os << "; rank(s) that never reached it (dead or stuck): " << missing;
-    else os << "; every rank reached it (the network or a slow rank?)";
+    os << "mpi: " << what << " #" << seq << " " << how << " on rank " << rank_ << " of " << size_;
+    if (!first) return os.str() + " after an earlier failure: " + first_failure();
+    os << "; " << culprits(seq);
+    record_first_failure(os.str());
     return os.str();
   }
 
@@ -196,26 +326,28 @@ class MpiGroup : public ProcessGroup {
 
   template <class F>
   std::shared_ptr<Work> start(const char* what, F&& call, std::function<void()> on_done) {
-    std::lock_guard<std::mutex> lock(mu_);
-    uint64_t seq = next_seq();
-    announce(seq);
-    MPI_Request req;
-    mpi_check(call(&req), what, rank_);
+    uint64_t seq = 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_SUCCESS;
+    // outside the lock: a failing thread may hold it while it probes the peers
+    TG_CHECK(!job_failed(), "mpi: ", what, " not started on rank ", rank_, " after an earlier failure: ", first_failure());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seq = next_seq();
+      started_ = static_cast<int64_t>(seq);
+      announce(seq);
+      rc = call(&req);
+    }
+    if (rc != MPI_SUCCESS) throw Error(failure_message(what, seq, "failed to start (" + mpi_error_text(rc) + ")"));
     return std::make_shared<MpiWork>(this, req, what, seq, std::move(on_done));
   }
 
   void announce(uint64_t seq) {
-    // finished notices are dropped; the rest stay until MPI is done with their buffer
-    while (!sends_.empty()) {
-      int flag = 0;
-      MPI_Test(&sends_.front().req, &flag, MPI_STATUS_IGNORE);
-      if (!flag) break;
-      sends_.pop_front();
-    }
+    forget_finished(sends_);  // the rest stay until MPI is done with their buffer
     for (int r = 0; r < size_; r++) {
       if (r == rank_) continue;
       sends_.push_back(Send{static_cast<int64_t>(seq), MPI_REQUEST_NULL});
-      MPI_Isend(&sends_.back().seq, 1, MPI_INT64_T, r, 0, notify_, &sends_.back().req);
+      MPI_Isend(&sends_.back().seq, 1, MPI_INT64_T, r, kNoticeTag, notify_, &sends_.back().req);
     }
     drain_notices();
   }
@@ -224,29 +356,129 @@ class MpiGroup : public ProcessGroup {
     for (;;) {
       int flag = 0;
       MPI_Status st;
-      MPI_Iprobe(MPI_ANY_SOURCE, 0, notify_, &flag, &st);
+      MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, notify_, &flag, &st);
       if (!flag) return;
       int64_t s = -1;
-      MPI_Recv(&s, 1, MPI_INT64_T, st.MPI_SOURCE, 0, notify_, MPI_STATUS_IGNORE);
+      MPI_Recv(&s, 1, MPI_INT64_T, st.MPI_SOURCE, kNoticeTag, notify_, MPI_STATUS_IGNORE);
       if (s > last_seen_[st.MPI_SOURCE]) last_seen_[st.MPI_SOURCE] = s;
     }
+  }
+
+  // ---- liveness (Note [liveness probe]) ----
+  static constexpr int kNoticeTag = 0, kPingTag = 1, kPongTag = 2;
+  static constexpr Seconds kProbeSeconds{0.5};
+  static constexpr std::chrono::milliseconds kResponderPeriod{10};
+
+  // The responder thread: answers each ping with the latest collective this rank started.
+  void answer_pings() {
+    while (!stop_responder_) {
+      forget_finished(pongs_);
+      for (;;) {
+        int flag = 0;
+        MPI_Message msg;
+        MPI_Status st;
+        if (MPI_Improbe(MPI_ANY_SOURCE, kPingTag, notify_, &flag, &msg, &st) != MPI_SUCCESS || !flag) break;
+        int64_t ping = 0;
+        MPI_Mrecv(&ping, 1, MPI_INT64_T, &msg, MPI_STATUS_IGNORE);
+        pongs_.push_back(Send{started_.load(), MPI_REQUEST_NULL});
+        MPI_Isend(&pongs_.back().seq, 1, MPI_INT64_T, st.MPI_SOURCE, kPongTag, notify_, &pongs_.back().req);
+      }
+      std::this_thread::sleep_for(kResponderPeriod);
+    }
+  }
+
+  // Pings every peer and waits up to kProbeSeconds: true for the peers that answered, whose
+  // latest started collective then updates last_seen_. Called once, after the first failure.
+  std::vector<bool> probe_peers() {
+    std::vector<MPI_Request> answers(size_, MPI_REQUEST_NULL);
+    for (int r = 0; r < size_; r++) {
+      if (r == rank_) continue;
+      MPI_Irecv(&probe_answers_[r], 1, MPI_INT64_T, r, kPongTag, notify_, &answers[r]);
+      MPI_Request ping = MPI_REQUEST_NULL;
+      if (MPI_Isend(&ping_, 1, MPI_INT64_T, r, kPingTag, notify_, &ping) == MPI_SUCCESS) MPI_Request_free(&ping);
+    }
+    std::vector<bool> answered(size_, false);
+    answered[rank_] = true;
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(kProbeSeconds);
+    int pending = size_ - 1;
+    while (pending > 0 && Clock::now() < deadline) {
+      for (int r = 0; r < size_; r++) {
+        int flag = 0;
+        if (answered[r] || MPI_Test(&answers[r], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) continue;
+        answered[r] = true;
+        pending--;
+        last_seen_[r] = std::max(last_seen_[r], probe_answers_[r]);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int r = 0; r < size_; r++) {
+      if (answered[r]) continue;
+      MPI_Cancel(&answers[r]);
+      MPI_Request_free(&answers[r]);  // probe_answers_ outlives the request
+    }
+    return answered;
+  }
+
+  // "ranks 1 (last seen at collective #7), 3 (...)" for the listed peers.
+  std::string rank_list(const std::vector<int>& ranks) const {
+    std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); i++)
+      out += (i ? ", " : "") + std::to_string(ranks[i]) + " (last seen at collective #" +
+             std::to_string(last_seen_[ranks[i]]) + ")";
+    return out;
+  }
+
+  // Who is to blame for collective #seq: the peers not answering, then those that answer but
+  // never reached it; the network only when every peer answers and reached it.
+  std::string culprits(uint64_t seq) {
+    std::lock_guard<std::mutex> lock(mu_);
+    drain_notices();
+    std::vector<bool> answered = probe_peers();
+    drain_notices();
+    std::vector<int> silent, absent;
+    for (int r = 0; r < size_; r++) {
+      if (!answered[r]) silent.push_back(r);
+      else if (r != rank_ && last_seen_[r] < static_cast<int64_t>(seq)) absent.push_back(r);
+    }
+    std::string out;
+    if (!silent.empty()) out += "not answering (stopped or dead?): " + rank_list(silent);
+    if (!absent.empty()) out += (out.empty() ? "" : "; ") + std::string("never reached it (stuck or slow?): ") + rank_list(absent);
+    if (out.empty()) out = "every rank reached it and answers (a slow collective or the network?)";
+    return out;
   }
 
   struct Send {
     int64_t seq;
     MPI_Request req;
   };
+  // Drops the sends at the front that MPI has finished with.
+  static void forget_finished(std::deque<Send>& sends) {
+    while (!sends.empty()) {
+      int flag = 0;
+      MPI_Test(&sends.front().req, &flag, MPI_STATUS_IGNORE);
+      if (!flag) break;
+      sends.pop_front();
+    }
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL, notify_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   std::mutex mu_;
   std::deque<Send> sends_;  // deque: buffers keep their address while MPI sends them
   std::vector<int64_t> last_seen_;
+  std::atomic<int64_t> started_{-1};     // the latest collective this rank started
+  std::deque<Send> pongs_;               // the responder thread's answers in flight
+  std::vector<int64_t> probe_answers_;   // receive buffers of the probe, one per peer
+  int64_t ping_ = 0;
+  std::atomic<bool> stop_responder_{false};
+  std::thread responder_;
 };
 
 bool MpiWork::test() {
   if (done_) return true;
   int flag = 0;
-  mpi_check(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), what_.c_str(), g_->rank());
+  int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) throw Error(g_->failure_message(what_, seq_, "failed (" + mpi_error_text(rc) + ")"));
   if (!flag) return false;
   done_ = true;
   if (on_done_) on_done_();
@@ -260,7 +492,8 @@ void MpiWork::wait(std::optional<Seconds> timeout) {
   auto start = std::chrono::steady_clock::now();
   while (!test()) {
     auto waited = std::chrono::steady_clock::now() - start;
-    if (waited > limit) throw Error(g_->timeout_message(what_, seq_, limit));
+    if (waited > limit) throw Error(g_->failure_message(what_, seq_, timed_out_text(limit)));
+    if (job_failed()) throw Error(g_->failure_message(what_, seq_, "abandoned"));
     if (waited < std::chrono::milliseconds(20)) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

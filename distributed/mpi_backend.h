@@ -1,8 +1,11 @@
 // The mpi backend: Open MPI on host memory. MPI is initialised at MPI_THREAD_MULTIPLE (the
 // communication thread and the main thread both call it). Collectives are MPI's nonblocking
 // ones; Work::wait polls MPI_Test against a deadline, so a dead or stuck peer ends in a tg::Error
-// naming the collective, its sequence number and the ranks that never announced it (see Note
-// [arrival notices] in mpi_backend.cpp), never in a hang.
+// naming the collective, its sequence number and the ranks that stopped answering or never
+// announced it (Notes [arrival notices], [liveness probe] in mpi_backend.cpp), never in a hang.
+// A timed-out or failed collective ends the job: later collectives throw at once and the process
+// calls MPI_Abort instead of MPI_Finalize at exit, or 1.6 s after the failure at the latest (Note
+// [a failed collective ends the job]).
 #pragma once
 #include <memory>
 

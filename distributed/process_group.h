@@ -28,6 +28,7 @@ class Work {
   // True once the collective has finished (throws when it failed).
   virtual bool test() = 0;
   // Blocks until finished; throws tg::Error once `timeout` (default: the group's) has passed.
+  // On the mpi backend a timeout or failure also ends the job (see mpi_backend.h).
   virtual void wait(std::optional<Seconds> timeout = std::nullopt) = 0;
 };
 
