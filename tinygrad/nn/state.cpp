@@ -1,7 +1,8 @@
 // safetensors reader and writer. Layout of a file:
 //   u64 little-endian N | N bytes of JSON header (space padded) | data section
 // The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
-// relative to the data section) and may hold "__metadata__": {string: string}.
+// relative to the data section) and may hold "__metadata__": {string: string}, where safe_save
+// also records a CRC-32 per tensor that loading verifies (Note [checksums]).
 #include "tinygrad/nn/state.h"
 
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <bit>
 #include <charconv>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
