@@ -20,6 +20,8 @@ class InputFile {
   InputFile(const InputFile&) = delete;
   InputFile& operator=(const InputFile&) = delete;
 
+  const std::string& path() const { return path_; }
+
   // Replaces the file's content with the input; aborts when it cannot (that is no finding).
   const std::string& write(const uint8_t* data, size_t size) {
     FILE* f = std::fopen(path_.c_str(), "wb");
