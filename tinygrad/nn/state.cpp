@@ -38,11 +38,12 @@ namespace {
 using json = nlohmann::json;
 
 constexpr uint64_t MAX_HEADER_BYTES = 100ull * 1000 * 1000;  // as the Rust safetensors crate
-// Note [header nesting]: nlohmann's dump(), comparisons and (in the Debian 12 release) its
-// destructor recurse once per level of nesting, so a header value nested some 70,000 deep (a
-// 140 KB file) overflows the stack as soon as it is parsed and then dumped into an error message.
-// A valid header nests 3 deep (header -> entry -> shape), so the text is scanned for its bracket
-// depth before json::parse sees it, and anything past MAX_HEADER_DEPTH is refused unparsed.
+// Note [header nesting]: nlohmann's dump() and comparisons (and, in some releases, its
+// destructor) recurse once per level of nesting, so a header value nested some 70,000 deep (a
+// 140 KB file) overflowed the stack once parsed and dumped into an error message. A valid header
+// nests 3 deep (header -> entry -> shape), so the text is scanned for its bracket depth before
+// json::parse sees it, and anything past MAX_HEADER_DEPTH is refused unparsed. The scan lexes
+// strings as JSON does, so wherever the parser gets, the scan has counted the same depth.
 constexpr int MAX_HEADER_DEPTH = 16;
 // At most this many characters of a header value are quoted in an error message.
 constexpr size_t MAX_QUOTED_CHARS = 120;
@@ -137,7 +138,6 @@ std::map<std::string, uint32_t> parse_checksums(const std::string& path, const H
   }
   return out;
 }
-
 
 // a * b, or nullopt on overflow.
 std::optional<uint64_t> mul_checked(uint64_t a, uint64_t b) {
