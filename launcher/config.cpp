@@ -56,6 +56,7 @@ const std::vector<ConfigField>& config_schema() {
       {"train.steps", ValueType::Int, int64_t{0}, "total optimizer steps (0: train.epochs full epochs)"},
       {"train.eval_every", ValueType::Int, int64_t{0}, "evaluate every this many steps (0: each epoch end)"},
       {"train.checkpoint_every", ValueType::Int, int64_t{0}, "checkpoint every this many steps (0: at the end only)"},
+      {"train.keep_checkpoints", ValueType::Int, int64_t{0}, "keep only the newest N complete checkpoints (0: keep all)"},
       {"train.log_every", ValueType::Int, int64_t{10}, "metrics record every this many steps"},
       {"train.print_every", ValueType::Int, int64_t{100}, "plain progress line every this many steps (not a terminal)"},
       {"train.seed", ValueType::Int, int64_t{0}, "model initialisation seed"},
@@ -335,6 +336,7 @@ void Config::validate() const {
   TG_CHECK(get_int("train.epochs") > 0 || get_int("train.steps") > 0, "config: train.epochs or train.steps must be > 0");
   nonneg_int("train.eval_every");
   nonneg_int("train.checkpoint_every");
+  nonneg_int("train.keep_checkpoints");
   positive("train.log_every");
   positive("train.print_every");
   nonneg_int("train.seed");

@@ -138,8 +138,12 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
   if (group) dir = broadcast_string(*group, dir);
   if (cfg.get_bool("train.resume")) {
-    resume_from = latest_checkpoint(dir);
-    TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'");
+    std::vector<std::string> passed_over;
+    resume_from = latest_checkpoint(dir, &passed_over);
+    if (lead)
+      for (const auto& why : passed_over) std::cerr << "resume: passing over " << why << "\n";
+    TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'",
+             passed_over.empty() ? "" : " (" + std::to_string(passed_over.size()) + " passed over, reasons above)");
   }
   Trainer trainer(cfg, dir, group.get());  // loads the data and builds the model: fails before anything is written
   if (!init.empty()) trainer.load_weights(init);

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "distributed/coordinated_step.h"
 #include "distributed/host_exchange.h"
@@ -25,14 +27,103 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// "step_120.safetensors" -> 120; -1 for anything else.
-int64_t checkpoint_step(const fs::path& p) {
+// A whole string of decimal digits as an int64; nullopt for anything else ("", "12x8", "-3",
+// " 7", or past INT64_MAX).
+std::optional<int64_t> parse_count(const std::string& s) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// A non-negative integer of a checkpoint's metadata; an error names the file, the key and the value.
+int64_t metadata_int(const nn::Metadata& meta, const std::string& key, const std::string& path) {
+  auto it = meta.find(key);
+  TG_CHECK(it != meta.end(), "checkpoint '", path, "' has no \"", key, "\" in its metadata");
+  auto v = parse_count(it->second);
+  TG_CHECK(v, "checkpoint '", path, "': metadata ", key, "=\"", it->second, "\" is not a non-negative integer");
+  return *v;
+}
+
+// "step_120.safetensors" -> 120; nullopt for any other file. A name of that form whose number is
+// no valid step (past INT64_MAX) gives nullopt too, with the reason in `why`.
+std::optional<int64_t> checkpoint_step(const fs::path& p, std::string* why) {
   std::string n = p.filename().string();
   const std::string pre = "step_", suf = ".safetensors";
-  if (n.size() <= pre.size() + suf.size() || n.rfind(pre, 0) != 0 || n.substr(n.size() - suf.size()) != suf) return -1;
+  if (n.size() <= pre.size() + suf.size() || n.rfind(pre, 0) != 0 || n.substr(n.size() - suf.size()) != suf)
+    return std::nullopt;
   std::string digits = n.substr(pre.size(), n.size() - pre.size() - suf.size());
-  if (digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(digits);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;  // e.g. a zero1 shard
+  auto step = parse_count(digits);
+  if (!step && why) *why = "'" + digits + "' is not a valid step number (more than 2^63-1); not a checkpoint of tg train";
+  return step;
+}
+
+// The checkpoints of run_dir/checkpoints by name, newest first; names that look like checkpoints
+// but are none go to `passed_over` ("<path>: <why>").
+std::vector<std::pair<int64_t, std::string>> checkpoint_files(const fs::path& dir, std::vector<std::string>* passed_over) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  if (!fs::is_directory(dir)) return found;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::string why;
+    if (auto s = checkpoint_step(e.path(), &why)) found.emplace_back(*s, e.path().string());
+    else if (!why.empty() && passed_over) passed_over->push_back(e.path().string() + ": " + why);
+  }
+  std::sort(found.rbegin(), found.rend());
+  return found;
+}
+
+// Why the checkpoint at `path`, named for `step`, is not complete: empty when its header and
+// metadata are sound and, for zero1, every rank's shard file is there. With `verify_data`, every
+// tensor of the file and its shards is read and checked against its checksum too.
+std::string incomplete_because(const std::string& path, int64_t step, bool verify_data) {
+  try {
+    if (verify_data) nn::safe_verify(path);
+    nn::Metadata meta = nn::safe_metadata(path);
+    TG_CHECK(meta.count("format") && meta.at("format") == CHECKPOINT_FORMAT, "it has no trainer metadata (not written by tg train)");
+    int64_t saved = metadata_int(meta, "step", path);
+    TG_CHECK(saved == step, "its metadata says step ", saved);
+    if (meta.count("zero1_ranks")) {
+      int64_t ranks = metadata_int(meta, "zero1_ranks", path);
+      for (int64_t r = 0; r < ranks; r++) {
+        std::string shard = shard_path(path, static_cast<int>(r));
+        TG_CHECK(fs::is_regular_file(shard), "the optimizer shard of rank ", r, " of ", ranks, " ('", shard, "') is missing");
+        if (verify_data) nn::safe_verify(shard);
+        else nn::safe_header(shard);
+      }
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Note [keeping checkpoints]: with train.keep_checkpoints=N, once rank 0 has written a checkpoint
+// (and, for zero1, every shard is on disk), the checkpoints before the N newest complete ones
+// (as latest_checkpoint would take them, short of reading the data) are deleted, shards
+// included, the main file first so that a checkpoint is never seen complete without its shards.
+// Only checkpoints up to the one just written count: a resumed run that passed over a damaged
+// newer checkpoint keeps its older good ones until it has written N of its own.
+void delete_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  fs::remove(path, ec);
+  const std::string stem = path.filename().string().substr(0, path.filename().string().size() - std::string(".safetensors").size());
+  for (const auto& e : fs::directory_iterator(path.parent_path(), ec)) {
+    std::string n = e.path().filename().string();
+    if (n.rfind(stem + ".zero1-rank", 0) == 0) fs::remove(e.path(), ec);
+  }
+}
+
+void prune_checkpoints(const fs::path& dir, int64_t newest_step, int64_t keep) {
+  if (keep <= 0) return;
+  int64_t kept = 0;
+  for (const auto& [step, path] : checkpoint_files(dir, nullptr)) {
+    if (step > newest_step) continue;
+    if (kept >= keep) delete_checkpoint(path);
+    else if (incomplete_because(path, step, /*verify_data=*/false).empty()) kept++;
+  }
 }
 
 }  // namespace
@@ -264,7 +355,10 @@ std::string Trainer::save_checkpoint() {
     nn::safe_save(shard, shard_path(path, rank()), {{"format", CHECKPOINT_FORMAT}, {"step", std::to_string(step_)}});
     group_->barrier()->wait();  // every shard is on disk before the main file names the step complete
   }
-  if (rank() == 0) nn::safe_save(sd, path, meta);
+  if (rank() == 0) {
+    nn::safe_save(sd, path, meta);
+    prune_checkpoints(dir, step_, cfg_.get_int("train.keep_checkpoints"));  // Note [keeping checkpoints]
+  }
   last_checkpoint_ = path;
   CheckpointEvent ev{step_, epoch(), path};
   emit([&](TrainObserver& o) { o.on_checkpoint(*this, ev); });
@@ -275,7 +369,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   nn::Metadata meta = nn::safe_metadata(path);
   TG_CHECK(meta.count("format") && meta.at("format") == CHECKPOINT_FORMAT && meta.count("step"), "checkpoint '", path,
            "' has no trainer metadata (not written by tg train)");
-  int64_t saved_bs = meta.count("batch_size") ? std::stoll(meta.at("batch_size")) : 0;
+  int64_t saved_bs = meta.count("batch_size") ? metadata_int(meta, "batch_size", path) : 0;
   TG_CHECK(saved_bs == cfg_.get_int("data.batch_size"), "checkpoint '", path, "' was written with data.batch_size=",
            saved_bs, ", the config has ", cfg_.get_int("data.batch_size"), " (a resumed run must keep it)");
   nn::StateDict all = nn::safe_load(path), model_sd, optim_sd;
@@ -285,7 +379,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   }
   model_->load_state_dict(model_sd);
   if (zero_) {
-    TG_CHECK(meta.count("zero1_ranks") && meta.at("zero1_ranks") == std::to_string(world_size()), "checkpoint '", path,
+    TG_CHECK(meta.count("zero1_ranks") && metadata_int(meta, "zero1_ranks", path) == world_size(), "checkpoint '", path,
              "' was not written by a zero1 run of ", world_size(), " ranks (its optimizer state is sharded differently)");
     optim_sd.clear();
     for (auto& [k, v] : nn::safe_load(shard_path(path, rank())))
@@ -295,7 +389,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   }
   optimizer().load_state_dict(optim_sd);
   if (zero_) zero_->reload_parameters();
-  step_ = std::stoll(meta.at("step"));
+  step_ = metadata_int(meta, "step", path);
   TG_CHECK(step_ >= 0 && step_ <= total_steps_, "checkpoint '", path, "' is at step ", step_,
            ", beyond this run's total of ", total_steps_, " steps (raise train.steps or train.epochs)");
   last_checkpoint_ = path;
@@ -319,25 +413,11 @@ std::string shard_path(const std::string& checkpoint, int rank) {
   return base + ".zero1-rank" + std::to_string(rank) + ".safetensors";
 }
 
-std::string latest_checkpoint(const std::string& run_dir) {
-  fs::path dir = fs::path(run_dir) / "checkpoints";
-  if (!fs::is_directory(dir)) return "";
-  std::vector<std::pair<int64_t, std::string>> found;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (int64_t s = checkpoint_step(e.path()); s >= 0 && e.is_regular_file()) found.emplace_back(s, e.path().string());
-  std::sort(found.rbegin(), found.rend());
-  for (const auto& [s, p] : found) {
-    try {
-      nn::safe_header(p);  // validates the header against the file size
-      auto meta = nn::safe_metadata(p);
-      if (!meta.count("step") || std::stoll(meta.at("step")) != s) continue;
-      bool shards = true;
-      if (meta.count("zero1_ranks"))
-        for (int r = 0; r < std::stoi(meta.at("zero1_ranks")); r++) shards = shards && fs::exists(shard_path(p, r));
-      if (shards) return p;
-    } catch (const std::exception&) {
-      // a damaged file: take the previous one
-    }
+std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over) {
+  for (const auto& [step, path] : checkpoint_files(fs::path(run_dir) / "checkpoints", passed_over)) {
+    std::string why = incomplete_because(path, step, /*verify_data=*/true);
+    if (why.empty()) return path;
+    if (passed_over) passed_over->push_back(path + ": " + why);
   }
   return "";
 }

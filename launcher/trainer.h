@@ -148,10 +148,12 @@ class Trainer {
   std::string last_checkpoint_;
 };
 
-// The newest complete checkpoint in run_dir/checkpoints (a readable step_<N>.safetensors with
-// trainer metadata and, for zero1, every rank's shard file; leftover .tmp files and damaged
-// files are passed over); empty when none.
-std::string latest_checkpoint(const std::string& run_dir);
+// The newest complete checkpoint in run_dir/checkpoints (a step_<N>.safetensors with trainer
+// metadata whose tensors all match their checksums and, for zero1, every rank's shard file, as
+// sound); empty when none. Leftover .tmp files are ignored; damaged or incomplete checkpoints
+// and names that are no valid step are passed over, each noted in `passed_over` as
+// "<path>: <why>".
+std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over = nullptr);
 // The optimizer shard file of `rank` next to a zero1 checkpoint.
 std::string shard_path(const std::string& checkpoint, int rank);
 

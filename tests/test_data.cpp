@@ -147,6 +147,15 @@ TEST_F(DataTest, RefusesCorruptIdx) {
   EXPECT_HAS(error_of([&] { read_idx(path("missing")); }), "no such file");
 }
 
+// dims [2^32-1, 2^32-1, 0] hold no byte, but their running product passes INT64_MAX and used to
+// overflow tg::prod (IdxArray::numel) after the unsigned size checks let them through.
+TEST_F(DataTest, RefusesDimsThatOverflowWithAZeroAmongThem) {
+  std::string p = path("overflow");
+  write_plain(p, std::string("\0\0\x08\x03\xff\xff\xff\xff\xff\xff\xff\xff\0\0\0\0", 16));
+  std::string m = error_of([&] { read_idx(p); });
+  EXPECT_HAS(m, "read_idx: '" + p + "': shape [4294967295,4294967295,0]: its dimensions multiply past");
+}
+
 // ---- Fashion-MNIST ----
 
 TEST_F(DataTest, FashionMnistFromTheDebianPackage) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <unistd.h>
 
 #include "launcher/config.h"
@@ -168,6 +169,8 @@ TEST(LauncherConfig, BadValuesAreOneLineErrors) {
   EXPECT_EQ(err({"train.precision=fp16"}), "config: train.precision='fp16' is not one of fp32, bf16 (did you mean 'fp32'?)");
   EXPECT_EQ(err({"distributed.backend=gloo"}), "config: distributed.backend='gloo' is not one of auto, mpi, nccl");
   EXPECT_EQ(err({"distributed.grad_dtype=fp16"}).rfind("config: distributed.grad_dtype='fp16' is not one of fp32, bf16", 0), 0u);
+  EXPECT_EQ(err({"train.keep_checkpoints=-1"}), "config: train.keep_checkpoints must be >= 0, got -1");
+  EXPECT_EQ(err({"train.keep_checkpoints=2.5"}), "override: train.keep_checkpoints must be an int, got '2.5'");
   EXPECT_EQ(err({"lr"}), "override 'lr' is not of the form key=value (e.g. optim.lr=0.01)");
   EXPECT_EQ(error_of([] { parse_config("data:\n  batch_size: [1, 2]\n", "c.yaml"); }),
             "c.yaml: data.batch_size must be an int, got a list");
@@ -242,6 +245,62 @@ TEST(LauncherRunDir, LatestCompleteCheckpoint) {
   std::ofstream(dir / "checkpoints" / "step_30.safetensors.tmp") << "partial";
   EXPECT_EQ(latest_checkpoint(dir.string()), (dir / "checkpoints" / "step_10.safetensors").string());
   fs::remove_all(dir);
+}
+
+// Resume used to take a checkpoint with flipped bits in its data, and a file named
+// step_<20 digits>.safetensors stopped it with a bare "error: stoll".
+TEST(LauncherRunDir, ResumePassesOverDamagedCheckpointsAndSaysWhy) {
+  fs::path dir = temp_dir("ckpt_damaged"), ck = dir / "checkpoints";
+  fs::create_directories(ck);
+  auto save = [&](const std::string& name, int64_t step, nn::Metadata extra = {}) {
+    extra["format"] = "tg-checkpoint-1";
+    extra["step"] = std::to_string(step);
+    nn::safe_save({{"model.w", Tensor::ones({4})}}, (ck / name).string(), extra);
+    return (ck / name).string();
+  };
+  auto flip_last_byte = [](const std::string& p) {
+    std::fstream f(p, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekg(-1, std::ios::end);
+    char c = 0;
+    f.get(c);
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x10));
+  };
+  std::string good = save("step_5.safetensors", 5);
+  std::string flipped = save("step_10.safetensors", 10);
+  flip_last_byte(flipped);
+  // zero1: rank 1's shard missing at step 12; rank 0's shard damaged at step 14
+  std::string no_shard = save("step_12.safetensors", 12, {{"zero1_ranks", "2"}});
+  save("step_12.zero1-rank0.safetensors", 12);
+  std::string bad_shard = save("step_14.safetensors", 14, {{"zero1_ranks", "2"}});
+  save("step_14.zero1-rank1.safetensors", 14);
+  flip_last_byte(save("step_14.zero1-rank0.safetensors", 14));
+  std::string wrong_step = save("step_16.safetensors", 15);
+  std::string bad_int = save("step_18.safetensors", 18, {{"zero1_ranks", "2x"}});
+  std::string huge = (ck / "step_99999999999999999999.safetensors").string();
+  save("step_99999999999999999999.safetensors", 1);
+
+  std::vector<std::string> why;
+  EXPECT_EQ(latest_checkpoint(dir.string(), &why), good);
+  std::string all;
+  for (const auto& w : why) all += w + "\n";
+  ASSERT_EQ(why.size(), 6u) << all;
+  EXPECT_EQ(why[0], huge + ": '99999999999999999999' is not a valid step number (more than 2^63-1); not a checkpoint of tg train");
+  EXPECT_EQ(why[1], bad_int + ": checkpoint '" + bad_int + "': metadata zero1_ranks=\"2x\" is not a non-negative integer");
+  EXPECT_EQ(why[2], wrong_step + ": its metadata says step 15");
+  EXPECT_NE(why[3].find(bad_shard + ": safetensors file '" + (ck / "step_14.zero1-rank0.safetensors").string() +
+                        "': tensor 'model.w' is damaged"), std::string::npos) << why[3];
+  EXPECT_EQ(why[4], no_shard + ": the optimizer shard of rank 1 of 2 ('" + (ck / "step_12.zero1-rank1.safetensors").string() +
+                        "') is missing");
+  EXPECT_NE(why[5].find(flipped + ": safetensors file '" + flipped + "': tensor 'model.w' is damaged"), std::string::npos)
+      << why[5];
+  // The same file through train.init_weights is refused, naming the tensor.
+  fs::path init = temp_dir("ckpt_damaged_init");
+  std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "train.steps=1",
+                                "train.run_dir=" + init.string(), "train.init_weights=" + flipped};
+  std::string m = error_of([&] { run_train(parse_config("", "synth.yaml", o), {.progress = false}); });
+  EXPECT_NE(m.find("safetensors file '" + flipped + "': tensor 'model.w' is damaged"), std::string::npos) << m;
+  for (const auto& p : {dir, init}) fs::remove_all(p);
 }
 
 TEST(LauncherRegistry, BuiltinsAndUserRegistrations) {
@@ -357,6 +416,42 @@ TEST(LauncherTrainer, RecordsCheckpointsAndResumes) {
                                 "train.run_dir=" + init.string(), "train.init_weights=" + ckpt};
   EXPECT_EQ(run_train(parse_config("", "synth.yaml", i), {.progress = false}).accuracy, s.accuracy);
   for (const auto& p : {dir, copy, init}) fs::remove_all(p);
+}
+
+// Checkpoint metadata is parsed strictly: batch_size "12x8" used to be read as 12.
+TEST(LauncherTrainer, CheckpointMetadataNumbersAreStrict) {
+  fs::path dir = temp_dir("strict_meta");
+  fs::create_directories(dir / "checkpoints");
+  std::string p = (dir / "checkpoints" / "step_3.safetensors").string();
+  nn::safe_save({{"model.fc.weight", Tensor::zeros({3, 4})}}, p,
+                {{"format", "tg-checkpoint-1"}, {"step", "3"}, {"batch_size", "8x1"}});
+  std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8", "train.steps=9",
+                                "train.run_dir=" + dir.string(), "train.resume=true"};
+  EXPECT_EQ(error_of([&] { run_train(parse_config("", "synth.yaml", o), {.progress = false}); }),
+            "checkpoint '" + p + "': metadata batch_size=\"8x1\" is not a non-negative integer");
+  fs::remove_all(dir);
+}
+
+// train.keep_checkpoints=N keeps the newest N complete checkpoints, zero1 shards going with theirs.
+TEST(LauncherTrainer, KeepCheckpointsDeletesTheOlderOnes) {
+  fs::path dir = temp_dir("keep"), ck = dir / "checkpoints";
+  std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8", "train.steps=4",
+                                "train.checkpoint_every=2", "train.run_dir=" + dir.string()};
+  run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  auto names = [&] {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(ck)) out.insert(e.path().filename().string());
+    return out;
+  };
+  EXPECT_EQ(names(), (std::set<std::string>{"step_2.safetensors", "step_4.safetensors"}));
+  std::ofstream(ck / "step_2.zero1-rank0.safetensors") << "a shard";
+  std::ofstream(ck / "step_99.safetensors") << "damaged, newer than the run";
+  o[3] = "train.steps=8";
+  o.push_back("train.resume=true");
+  o.push_back("train.keep_checkpoints=2");
+  run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  EXPECT_EQ(names(), (std::set<std::string>{"step_6.safetensors", "step_8.safetensors", "step_99.safetensors"}));
+  fs::remove_all(dir);
 }
 
 // train.precision=bf16 (Note [compute dtype] in tinygrad/nn/layers.cpp): an MLP learns as it does

@@ -86,7 +86,9 @@ TEST_F(StateTest, RoundTripEveryDtype) {
   EXPECT_EQ(got["view.permuted"].to_vector<float>(), (std::vector<float>{0.f, 3.4e38f, 1.5f, 1e-38f, -2.25f, 0.1f}));
   EXPECT_EQ(got["f16"].to_vector<float>()[2], -2.5f);
   EXPECT_EQ(got["bf16"].to_vector<float>()[2], -3.140625f);
-  EXPECT_EQ(safe_metadata(p), (Metadata{{"format", "tinygrad++"}, {"step", "12"}}));
+  Metadata want{{"format", "tinygrad++"}, {"step", "12"}};
+  for (auto& [name, t] : sd) want[checksum_key(name)] = safe_metadata(p).at(checksum_key(name));  // and a checksum each
+  EXPECT_EQ(safe_metadata(p), want);
 
   // int64 must survive bit-exactly (a detour through double would turn 2^53+1 into 2^53): the
   // file holds the original bytes, and saving what was loaded gives the same file.
@@ -216,7 +218,7 @@ TEST_F(StateTest, RefusesMalformedFiles) {
   EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[8,0]}})", std::string(8, '\0'))), "data_offsets begin 8 > end 0");
   EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,8]}})", std::string(4, '\0'))), "reach beyond the data section (4 bytes)");
   EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,12]}})", std::string(12, '\0'))), "byte size 12 (data_offsets [0, 12]) does not match shape [2] of F32 (8 bytes)");
-  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"F16","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", std::string(8, '\0'))), "does not match shape");
+  EXPECT_HAS(refuse(file_of(R"({"a":{"dtype":"F16","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", std::string(8, '\0'))), "shape [4294967296,4294967296]: its dimensions multiply past");
   EXPECT_HAS(refuse(file_of("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,8]},"b":{)" + f32x2 + R"(,"data_offsets":[4,12]}})",
                             std::string(12, '\0'))),
              "entry 'b' data_offsets [4, 12] overlap entry 'a'");
@@ -232,6 +234,91 @@ TEST_F(StateTest, RefusesMalformedFiles) {
   std::string missing = path("nope.safetensors");
   EXPECT_HAS(error_of([&] { safe_load(missing); }), "safetensors file '" + missing + "': no such file");
   EXPECT_HAS(error_of([&] { safe_metadata(missing); }), "no such file");
+}
+
+// A header value nested 70,000 deep (a 140 KB file) used to overflow the stack in nlohmann's
+// recursive dump() while the error message was built (Note [header nesting] in state.cpp).
+TEST_F(StateTest, RefusesDeeplyNestedHeadersWithoutRecursing) {
+  std::string p = path("deep.safetensors");
+  const int depth = 70000;
+  std::string shape = std::string(depth, '[') + std::string(depth, ']');
+  write_bytes(p, file_of(R"({"a":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,0]}})", ""));
+  for (auto* reader : {+[](const std::string& f) { safe_load(f); }, +[](const std::string& f) { safe_metadata(f); }}) {
+    std::string m = error_of([&] { reader(p); });
+    EXPECT_HAS(m, p);
+    EXPECT_HAS(m, "header nests arrays and objects more than 16 deep");
+  }
+  // Brackets inside strings do not count; 16 levels are still parsed (and refused as a shape).
+  write_bytes(p, file_of(R"({"__metadata__":{"k":")" + std::string(100, '[') + R"("}})", ""));
+  EXPECT_EQ(safe_metadata(p).at("k"), std::string(100, '['));
+  write_bytes(p, file_of(R"({"a":{"dtype":"F32","shape":)" + std::string(14, '[') + std::string(14, ']') +
+                             R"(,"data_offsets":[0,0]}})", ""));
+  EXPECT_HAS(error_of([&] { safe_load(p); }), "shape[0] must be a non-negative integer, got [[[[");
+}
+
+// [4294967295, 4294967295, 0] holds no element, but its running product passes INT64_MAX and
+// used to overflow tg::prod once Tensor::from_data saw it (Note [shape products] in ops.cpp).
+TEST_F(StateTest, RefusesShapesWhoseDimensionsOverflow) {
+  std::string p = path("overflow.safetensors");
+  write_bytes(p, file_of(R"({"a":{"dtype":"F32","shape":[4294967295,4294967295,0],"data_offsets":[0,0]}})", ""));
+  std::string m = error_of([&] { safe_load(p); });
+  EXPECT_HAS(m, p);
+  EXPECT_HAS(m, "entry 'a': shape [4294967295,4294967295,0]: its dimensions multiply past the largest element count");
+  EXPECT_HAS(error_of([&] { Tensor::from_data(nullptr, DType::Float32, {4294967295, 4294967295, 0}); }),
+             "shape [4294967295,4294967295,0]: its dimensions multiply past");
+  EXPECT_EQ(tg::prod({4294967295, 0, 4294967295 / 2}), 0);
+  EXPECT_EQ(tg::prod({3037000499, 3037000499}), 3037000499ll * 3037000499ll);
+  EXPECT_HAS(error_of([&] { tg::prod({3037000500, 3037000500}); }), "multiply past");
+}
+
+// Bit rot in the tensor data used to load without a word (Note [checksums] in state.cpp).
+TEST_F(StateTest, ChecksumsCatchEveryFlippedBitAndNameTheTensor) {
+  std::string p = path("sum.safetensors");
+  StateDict sd{{"a", Tensor::from_vector(std::vector<float>{1.f, 2.f, 3.f}, {3})},
+               {"b", Tensor::from_vector(std::vector<int32_t>{7, -7}, {2})},
+               {"empty", Tensor::zeros({0})}};
+  safe_save(sd, p, {{"step", "3"}});
+  Metadata meta = safe_metadata(p);
+  EXPECT_EQ(meta.at("step"), "3");
+  EXPECT_EQ(meta.at(checksum_key("a")), "b20e96b1");  // zlib.crc32(struct.pack('<3f', 1, 2, 3))
+  EXPECT_EQ(meta.at(checksum_key("empty")), "00000000");
+  EXPECT_EQ(safe_verify(p), 3u);
+  const std::string good = read_bytes(p);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | static_cast<unsigned char>(good[i]);
+  const size_t data_start = 8 + n;
+  ASSERT_EQ(good.size(), data_start + 12 + 8);
+  std::string bad = path("flipped.safetensors");
+  for (size_t at = data_start; at < good.size(); at++) {
+    std::string bytes = good;
+    bytes[at] = static_cast<char>(bytes[at] ^ (1 << (at % 8)));
+    write_bytes(bad, bytes);
+    const std::string tensor = at < data_start + 12 ? "a" : "b";
+    for (auto* reader : {+[](const std::string& f) { safe_load(f); }, +[](const std::string& f) { safe_verify(f); }}) {
+      std::string m = error_of([&] { reader(bad); });
+      EXPECT_HAS(m, "safetensors file '" + bad + "': tensor '" + tensor + "' is damaged: the CRC-32 of its");
+    }
+  }
+  // Re-saving a loaded file's metadata writes its checksums afresh, byte for byte the same.
+  safe_save(safe_load(p), bad, safe_metadata(p));
+  EXPECT_EQ(read_bytes(bad), good);
+}
+
+TEST_F(StateTest, FilesWithoutChecksumsStillLoadAndBadChecksumsAreRefused) {
+  std::string p = path("plain.safetensors");
+  const std::string entry = R"("a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]})";
+  write_bytes(p, file_of("{" + entry + "}", "\x01\x02"));
+  EXPECT_EQ(safe_load(p).at("a").to_vector<uint8_t>(), (std::vector<uint8_t>{1, 2}));
+  EXPECT_EQ(safe_verify(p), 0u);
+  auto with_sum = [&](const std::string& key, const std::string& value) {
+    write_bytes(p, file_of(R"({"__metadata__":{")" + key + R"(":")" + value + R"("},)" + entry + "}", "\x01\x02"));
+    return error_of([&] { safe_load(p); });
+  };
+  EXPECT_HAS(with_sum("tg.crc32.a", "12345"), "value of 'tg.crc32.a' must be 8 hex digits (a CRC-32), got \"12345\"");
+  EXPECT_HAS(with_sum("tg.crc32.a", "-1234567"), "must be 8 hex digits");
+  EXPECT_HAS(with_sum("tg.crc32.a", "0000000g"), "must be 8 hex digits");
+  EXPECT_HAS(with_sum("tg.crc32.zz", "00000000"), "holds a checksum for tensor 'zz', which the file does not hold");
+  EXPECT_HAS(with_sum("tg.crc32.a", "00000000"), "tensor 'a' is damaged");
 }
 
 TEST_F(StateTest, RefusesTruncatedSavedFiles) {

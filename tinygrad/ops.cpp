@@ -26,10 +26,22 @@ std::string shape_str(const Shape& s) {
   return os.str();
 }
 
+// Note [shape products]: a shape is only valid when the product of its non-zero dimensions fits
+// an int64. A zero among huge dimensions (say [2^32-1, 2^32-1, 0]) makes the element count 0, yet
+// running products, strides and views of the shape still multiply the others together and
+// overflow; such a shape is refused here, in the one place every element count goes through.
 int64_t prod(const Shape& s) {
-  int64_t p = 1;
-  for (auto v : s) p *= v;
-  return p;
+  int64_t nonzero = 1;
+  bool has_zero = false;
+  for (auto v : s) {
+    if (v == 0) {
+      has_zero = true;
+      continue;
+    }
+    TG_CHECK(!__builtin_mul_overflow(nonzero, v, &nonzero), "shape ", shape_str(s),
+             ": its dimensions multiply past the largest element count (2^63-1)");
+  }
+  return has_zero ? 0 : nonzero;
 }
 
 const char* op_name(Op op) {

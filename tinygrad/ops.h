@@ -17,6 +17,8 @@ namespace tg {
 
 using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);
+// The element count of a shape; throws tg::Error naming the shape when its non-zero dimensions
+// multiply past INT64_MAX (Note [shape products] in ops.cpp).
 int64_t prod(const Shape& s);
 
 enum class Op : uint8_t {

@@ -117,20 +117,24 @@ IdxArray read_idx(const std::string& path) {
   TG_CHECK(got == dim_bytes.size(), "read_idx: '", path, "': header is truncated (", ndim,
            " dimensions need ", dim_bytes.size(), " bytes after the magic, file has ", got, ")");
   IdxArray out;
-  uint64_t numel = 1;
   for (int i = 0; i < ndim; i++) {
     const unsigned char* b = &dim_bytes[4 * i];
-    uint64_t d = (uint64_t{b[0]} << 24) | (uint64_t{b[1]} << 16) | (uint64_t{b[2]} << 8) | b[3];
-    out.dims.push_back(static_cast<int64_t>(d));
-    TG_CHECK(!__builtin_mul_overflow(numel, d, &numel), "read_idx: '", path, "': dims ", dims_str(out.dims),
-             " overflow");
+    out.dims.push_back((int64_t{b[0]} << 24) | (int64_t{b[1]} << 16) | (int64_t{b[2]} << 8) | b[3]);
+  }
+  uint64_t numel = 0;
+  try {
+    numel = static_cast<uint64_t>(tg::prod(out.dims));
+  } catch (const Error& e) {
+    throw Error("read_idx: '" + path + "': " + e.what());
   }
   TG_CHECK(numel < (uint64_t{1} << 48), "read_idx: '", path, "': dims ", dims_str(out.dims), " are absurd");
 
-  // Grow as the data arrives, so a corrupt header cannot make us allocate terabytes up front.
-  constexpr size_t CHUNK = size_t{1} << 24;
+  // Grow as the data arrives (doubling from 64 KiB, at most 16 MiB a step), so a corrupt header
+  // cannot make us allocate terabytes, or even megabytes for a tiny file, up front.
+  constexpr size_t MIN_CHUNK = size_t{1} << 16, MAX_CHUNK = size_t{1} << 24;
   while (out.data.size() < numel) {
-    size_t old = out.data.size(), want = std::min<size_t>(CHUNK, numel - old);
+    size_t old = out.data.size();
+    size_t want = std::min<size_t>(std::clamp(old, MIN_CHUNK, MAX_CHUNK), numel - old);
     out.data.resize(old + want);
     got = gz_read(g.f, out.data.data() + old, want, path);
     TG_CHECK(got == want, "read_idx: '", path, "': data is truncated: dims ", dims_str(out.dims), " need ", numel,

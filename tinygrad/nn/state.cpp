@@ -1,15 +1,20 @@
 // safetensors reader and writer. Layout of a file:
 //   u64 little-endian N | N bytes of JSON header (space padded) | data section
 // The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
-// relative to the data section) and may hold "__metadata__": {string: string}.
+// relative to the data section) and may hold "__metadata__": {string: string}, where safe_save
+// also records a CRC-32 per tensor that loading verifies (Note [checksums]).
 #include "tinygrad/nn/state.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +38,16 @@ namespace {
 using json = nlohmann::json;
 
 constexpr uint64_t MAX_HEADER_BYTES = 100ull * 1000 * 1000;  // as the Rust safetensors crate
+// Note [header nesting]: nlohmann's dump() and comparisons (and, in some releases, its
+// destructor) recurse once per level of nesting, so a header value nested some 70,000 deep (a
+// 140 KB file) overflowed the stack once parsed and dumped into an error message. A valid header
+// nests 3 deep (header -> entry -> shape), so the text is scanned for its bracket depth before
+// json::parse sees it, and anything past MAX_HEADER_DEPTH is refused unparsed. The scan lexes
+// strings as JSON does, so wherever the parser gets, the scan has counted the same depth.
+constexpr int MAX_HEADER_DEPTH = 16;
+// At most this many characters of a header value are quoted in an error message.
+constexpr size_t MAX_QUOTED_CHARS = 120;
+constexpr const char* CHECKSUM_PREFIX = "tg.crc32.";  // Note [checksums]
 
 struct DTypeCode {
   const char* code;
@@ -54,12 +69,75 @@ std::string supported_codes() {
 
 std::string where(const std::string& path) { return "safetensors file '" + path + "': "; }
 
+// A header value as JSON text for an error message, cut short when long.
+std::string quoted(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > MAX_QUOTED_CHARS) s = s.substr(0, MAX_QUOTED_CHARS) + "...";
+  return s;
+}
+
+// Refuses header text whose arrays and objects nest deeper than MAX_HEADER_DEPTH (Note [header
+// nesting]); brackets inside strings do not count.
+void check_nesting(const std::string& path, const std::string& text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); i++) {
+    char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      TG_CHECK(++depth <= MAX_HEADER_DEPTH, where(path), "header nests arrays and objects more than ",
+               MAX_HEADER_DEPTH, " deep (at byte ", 8 + i, "); a safetensors header nests 3 deep");
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+}
+
 struct Header {
   std::map<std::string, SafeTensorInfo> entries;
   Metadata metadata;
+  std::map<std::string, uint32_t> checksums;  // tensor name -> CRC-32 of its bytes (Note [checksums])
   uint64_t data_start = 0;  // file offset of the data section
   uint64_t data_size = 0;
 };
+
+// Note [checksums]: every file safe_save writes carries the CRC-32 (zlib's) of each tensor's
+// bytes in "__metadata__", as "tg.crc32.<tensor name>": "<8 lowercase hex digits>". Metadata
+// values are strings, so the Python library still reads these files. Loading verifies every
+// checksum present; files without them (older ones, other writers) load as before. A checksum
+// names a tensor of the file and is well formed, or the header is refused.
+uint32_t crc32_of(const void* data, size_t n) {
+  return static_cast<uint32_t>(crc32_z(crc32_z(0, nullptr, 0), static_cast<const Bytef*>(data), n));
+}
+
+std::string hex8(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// The checksums of the metadata (Note [checksums]), checked against the header's entries.
+std::map<std::string, uint32_t> parse_checksums(const std::string& path, const Header& h) {
+  std::map<std::string, uint32_t> out;
+  const std::string prefix = CHECKSUM_PREFIX;
+  for (auto it = h.metadata.lower_bound(prefix); it != h.metadata.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+    const std::string name = it->first.substr(prefix.size());
+    const std::string& v = it->second;
+    uint32_t crc = 0;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), crc, 16);
+    TG_CHECK(v.size() == 8 && ec == std::errc() && end == v.data() + v.size(), where(path), "\"__metadata__\" value of '",
+             it->first, "' must be 8 hex digits (a CRC-32), got \"", v.substr(0, MAX_QUOTED_CHARS), "\"");
+    TG_CHECK(h.entries.count(name), where(path), "\"__metadata__\" holds a checksum for tensor '", name,
+             "', which the file does not hold");
+    out[name] = crc;
+  }
+  return out;
+}
 
 // a * b, or nullopt on overflow.
 std::optional<uint64_t> mul_checked(uint64_t a, uint64_t b) {
@@ -75,18 +153,18 @@ SafeTensorInfo parse_entry(const std::string& path, const std::string& name, con
     TG_CHECK(e.contains(key), at, "missing \"", key, "\"");
   SafeTensorInfo info;
   const json& dt = e["dtype"];
-  TG_CHECK(dt.is_string(), at, "\"dtype\" must be a string, got ", dt.dump());
+  TG_CHECK(dt.is_string(), at, "\"dtype\" must be a string, got ", quoted(dt));
   try {
     info.dtype = dtype_from_safetensors(dt.get<std::string>());
   } catch (const Error& err) {
     throw Error(at + err.what());
   }
   const json& sh = e["shape"];
-  TG_CHECK(sh.is_array(), at, "\"shape\" must be an array of integers, got ", sh.dump());
+  TG_CHECK(sh.is_array(), at, "\"shape\" must be an array of integers, got ", quoted(sh));
   uint64_t numel = 1;
   bool overflow = false;
   for (size_t i = 0; i < sh.size(); i++) {
-    TG_CHECK(sh[i].is_number_unsigned(), at, "shape[", i, "] must be a non-negative integer, got ", sh[i].dump());
+    TG_CHECK(sh[i].is_number_unsigned(), at, "shape[", i, "] must be a non-negative integer, got ", quoted(sh[i]));
     uint64_t d = sh[i].get<uint64_t>();
     TG_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), at, "shape[", i, "]=", d, " is too large");
     info.shape.push_back(static_cast<int64_t>(d));
@@ -94,9 +172,14 @@ SafeTensorInfo parse_entry(const std::string& path, const std::string& name, con
     if (!n) overflow = true;
     else numel = *n;
   }
+  try {
+    tg::prod(info.shape);  // Note [shape products] in tinygrad/ops.cpp
+  } catch (const Error& err) {
+    throw Error(at + err.what());
+  }
   const json& off = e["data_offsets"];
   TG_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), at,
-           "\"data_offsets\" must be [begin, end] with non-negative integers, got ", off.dump());
+           "\"data_offsets\" must be [begin, end] with non-negative integers, got ", quoted(off));
   info.begin = off[0].get<uint64_t>();
   info.end = off[1].get<uint64_t>();
   TG_CHECK(info.begin <= info.end, at, "data_offsets begin ", info.begin, " > end ", info.end);
@@ -140,6 +223,7 @@ Header read_header(const std::string& path, std::ifstream& f) {
       duplicate = parsed.get<std::string>();
     return true;
   };
+  check_nesting(path, text);
   json h;
   try {
     h = json::parse(text, cb);
@@ -157,7 +241,7 @@ Header read_header(const std::string& path, std::ifstream& f) {
       TG_CHECK(it->is_object(), where(path), "\"__metadata__\" must be an object of strings, got ", it->type_name());
       for (auto m = it->begin(); m != it->end(); ++m) {
         TG_CHECK(m->is_string(), where(path), "\"__metadata__\" value of '", m.key(), "' must be a string, got ",
-                 m->dump());
+                 quoted(*m));
         out.metadata[m.key()] = m->get<std::string>();
       }
       continue;
@@ -187,7 +271,31 @@ Header read_header(const std::string& path, std::ifstream& f) {
   }
   TG_CHECK(pos == out.data_size, where(path), "hole in the data section: bytes [", pos, ", ", out.data_size,
            ") at the end belong to no tensor");
+  out.checksums = parse_checksums(path, out);
   return out;
+}
+
+// Reads the data of every entry in file order (so the disk sees one forward pass), verifies its
+// checksum where the file has one, and hands it to `use(name, info, bytes)`.
+template <class F>
+void read_entries(const std::string& path, std::ifstream& f, const Header& h, F use) {
+  std::vector<const std::pair<const std::string, SafeTensorInfo>*> order;
+  for (auto& e : h.entries) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->second.begin < b->second.begin; });
+  std::vector<char> bytes;
+  for (auto* e : order) {
+    const SafeTensorInfo& info = e->second;
+    bytes.resize(info.end - info.begin);
+    f.seekg(static_cast<std::streamoff>(h.data_start + info.begin));
+    f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    TG_CHECK(f, where(path), "cannot read the data of entry '", e->first, "' (file changed while reading?)");
+    if (auto c = h.checksums.find(e->first); c != h.checksums.end()) {
+      uint32_t actual = crc32_of(bytes.data(), bytes.size());
+      TG_CHECK(actual == c->second, where(path), "tensor '", e->first, "' is damaged: the CRC-32 of its ", bytes.size(),
+               " bytes is ", hex8(actual), ", the file recorded ", hex8(c->second), " when it was written");
+    }
+    use(e->first, info, bytes);
+  }
 }
 
 // The tensor's elements in row-major order as raw host bytes, exactly (no conversion).
@@ -234,6 +342,18 @@ class AtomicFile {
       n -= static_cast<size_t>(w);
     }
   }
+  // Writes over bytes already written, at `offset` from the start of the file.
+  void write_at(uint64_t offset, const void* data, size_t n) {
+    auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      ssize_t w = ::pwrite(fd_, p, std::min<size_t>(n, 1 << 30), static_cast<off_t>(offset));
+      if (w < 0 && errno == EINTR) continue;
+      TG_CHECK(w > 0, "safe_save: cannot write '", tmp_, "': ", std::strerror(errno));
+      p += w;
+      offset += static_cast<uint64_t>(w);
+      n -= static_cast<size_t>(w);
+    }
+  }
   void commit() {
     TG_CHECK(::fsync(fd_) == 0, "safe_save: cannot flush '", tmp_, "': ", std::strerror(errno));
     int rc = ::close(fd_);
@@ -276,12 +396,14 @@ DType dtype_from_safetensors(const std::string& code) {
   return DType::Float32;  // unreachable
 }
 
-void safe_save(const StateDict& tensors, const std::string& path, const Metadata& metadata) {
-  TG_CHECK(!path.empty(), "safe_save: empty path");
+namespace {
+
+// The header text of `tensors` (in name order, contiguous from offset 0) and `metadata`, padded
+// with spaces to a multiple of 8 bytes.
+std::string header_text(const StateDict& tensors, const Metadata& metadata, const std::string& path) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  Tensors all;
   for (auto& [name, t] : tensors) {
     TG_CHECK(name != "__metadata__", "safe_save '", path, "': '__metadata__' is reserved and cannot name a tensor");
     uint64_t nbytes = static_cast<uint64_t>(t.numel()) * itemsize(t.dtype());
@@ -289,7 +411,6 @@ void safe_save(const StateDict& tensors, const std::string& path, const Metadata
                     {"shape", t.shape()},
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
-    all.push_back(t);
   }
   std::string text;
   try {
@@ -298,6 +419,23 @@ void safe_save(const StateDict& tensors, const std::string& path, const Metadata
     throw Error("safe_save '" + path + "': a tensor name or metadata string is not valid UTF-8 (" + e.what() + ")");
   }
   text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+}  // namespace
+
+// Note [writing checksums]: a tensor's bytes are only on the host while it is written, so the
+// header goes out first with a placeholder checksum of the same width for every tensor, and is
+// written again over itself once the data is out and every checksum is known.
+void safe_save(const StateDict& tensors, const std::string& path, const Metadata& metadata) {
+  TG_CHECK(!path.empty(), "safe_save: empty path");
+  Metadata meta;
+  for (auto& [k, v] : metadata)
+    if (k.rfind(CHECKSUM_PREFIX, 0) != 0) meta[k] = v;  // a loaded file's checksums are written afresh
+  for (auto& [name, t] : tensors) meta[checksum_key(name)] = hex8(0);
+  std::string text = header_text(tensors, meta, path);
+  Tensors all;
+  for (auto& [name, t] : tensors) all.push_back(t);
   // Compute everything before the file exists, in one schedule.
   Tensor::realize_all(all);
 
@@ -309,8 +447,12 @@ void safe_save(const StateDict& tensors, const std::string& path, const Metadata
   file.write(text.data(), text.size());
   for (auto& [name, t] : tensors) {
     auto bytes = host_bytes(t);
+    meta[checksum_key(name)] = hex8(crc32_of(bytes.data(), bytes.size()));
     file.write(bytes.data(), bytes.size());
   }
+  std::string final_text = header_text(tensors, meta, path);
+  TG_ASSERT(final_text.size() == text.size(), "safe_save: the header changed size with its checksums");
+  file.write_at(8, final_text.data(), final_text.size());
   file.commit();
 }
 
@@ -327,23 +469,22 @@ Metadata safe_metadata(const std::string& path) {
 StateDict safe_load(const std::string& path, const std::string& device) {
   std::ifstream f;
   Header h = read_header(path, f);
-  // Read in file order so the disk sees one forward pass.
-  std::vector<const std::pair<const std::string, SafeTensorInfo>*> order;
-  for (auto& e : h.entries) order.push_back(&e);
-  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->second.begin < b->second.begin; });
   StateDict out;
-  std::vector<char> bytes;
-  for (auto* e : order) {
-    const SafeTensorInfo& info = e->second;
-    bytes.resize(info.end - info.begin);
-    f.seekg(static_cast<std::streamoff>(h.data_start + info.begin));
-    f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    TG_CHECK(f, where(path), "cannot read the data of entry '", e->first, "' (file changed while reading?)");
+  read_entries(path, f, h, [&](const std::string& name, const SafeTensorInfo& info, std::vector<char>& bytes) {
     if (info.dtype == DType::Bool)
       for (auto& b : bytes) b = b != 0;  // the engine's bools are 0 or 1
-    out.emplace(e->first, Tensor::from_data(bytes.data(), info.dtype, info.shape, {.device = device}));
-  }
+    out.emplace(name, Tensor::from_data(bytes.data(), info.dtype, info.shape, {.device = device}));
+  });
   return out;
 }
+
+size_t safe_verify(const std::string& path) {
+  std::ifstream f;
+  Header h = read_header(path, f);
+  read_entries(path, f, h, [](const std::string&, const SafeTensorInfo&, std::vector<char>&) {});
+  return h.checksums.size();
+}
+
+std::string checksum_key(const std::string& tensor) { return CHECKSUM_PREFIX + tensor; }
 
 }  // namespace tg::nn
