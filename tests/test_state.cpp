@@ -88,6 +88,8 @@ TEST_F(StateTest, RoundTripEveryDtype) {
   EXPECT_EQ(got["bf16"].to_vector<float>()[2], -3.140625f);
   Metadata want{{"format", "tinygrad++"}, {"step", "12"}};
   for (auto& [name, t] : sd) want[checksum_key(name)] = safe_metadata(p).at(checksum_key(name));  // and a checksum each
+  want["tg.header_crc32"] = safe_metadata(p).at("tg.header_crc32");  // and one of the header
+  EXPECT_EQ(want["tg.header_crc32"].size(), 8u);
   EXPECT_EQ(safe_metadata(p), want);
 
   // int64 must survive bit-exactly (a detour through double would turn 2^53+1 into 2^53): the
@@ -314,11 +316,37 @@ TEST_F(StateTest, FilesWithoutChecksumsStillLoadAndBadChecksumsAreRefused) {
     write_bytes(p, file_of(R"({"__metadata__":{")" + key + R"(":")" + value + R"("},)" + entry + "}", "\x01\x02"));
     return error_of([&] { safe_load(p); });
   };
-  EXPECT_HAS(with_sum("tg.crc32.a", "12345"), "value of 'tg.crc32.a' must be 8 hex digits (a CRC-32), got \"12345\"");
-  EXPECT_HAS(with_sum("tg.crc32.a", "-1234567"), "must be 8 hex digits");
-  EXPECT_HAS(with_sum("tg.crc32.a", "0000000g"), "must be 8 hex digits");
+  EXPECT_HAS(with_sum("tg.crc32.a", "12345"), "value of 'tg.crc32.a' must be 8 lowercase hex digits (a CRC-32), got \"12345\"");
+  EXPECT_HAS(with_sum("tg.crc32.a", "-1234567"), "must be 8 lowercase hex digits");
+  EXPECT_HAS(with_sum("tg.crc32.a", "0000000g"), "must be 8 lowercase hex digits");
+  EXPECT_HAS(with_sum("tg.crc32.a", "0000000A"), "must be 8 lowercase hex digits");
   EXPECT_HAS(with_sum("tg.crc32.zz", "00000000"), "holds a checksum for tensor 'zz', which the file does not hold");
-  EXPECT_HAS(with_sum("tg.crc32.a", "00000000"), "tensor 'a' is damaged");
+  EXPECT_HAS(with_sum("tg.crc32.a", "00000000"), "the header holds tensor checksums but no \"tg.header_crc32\"");
+}
+
+// Note [header checksum]: a flipped bit anywhere in a saved file's length or header (a metadata
+// key, a checksum's key, the padding) is refused; before it, flips that renamed a key loaded.
+TEST_F(StateTest, EveryFlippedHeaderBitIsRefused) {
+  std::string p = path("h.safetensors"), bad = path("h_bad.safetensors");
+  safe_save({{"a", Tensor::ones({3})}, {"b", Tensor::zeros({2, 2})}}, p, {{"optimizer", "SGD"}, {"step", "4"}});
+  const std::string good = read_bytes(p);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | static_cast<unsigned char>(good[i]);
+  int loaded = 0, flips = 0;
+  for (size_t at = 0; at < 8 + n; at++)
+    for (int bit = 0; bit < 8; bit++, flips++) {
+      std::string bytes = good;
+      bytes[at] = static_cast<char>(bytes[at] ^ (1 << bit));
+      write_bytes(bad, bytes);
+      try {
+        safe_load(bad);
+        loaded++;
+        ADD_FAILURE() << "a flip of bit " << bit << " of byte " << at << " loaded";
+      } catch (const Error&) {
+      }
+    }
+  EXPECT_EQ(loaded, 0) << "of " << flips << " flips";
+  EXPECT_GT(flips, 8 * 100);
 }
 
 TEST_F(StateTest, RefusesTruncatedSavedFiles) {

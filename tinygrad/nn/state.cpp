@@ -48,6 +48,7 @@ constexpr int MAX_HEADER_DEPTH = 16;
 // At most this many characters of a header value are quoted in an error message.
 constexpr size_t MAX_QUOTED_CHARS = 120;
 constexpr const char* CHECKSUM_PREFIX = "tg.crc32.";  // Note [checksums]
+constexpr const char* HEADER_CHECKSUM_KEY = "tg.header_crc32";  // Note [header checksum]
 
 struct DTypeCode {
   const char* code;
@@ -121,6 +122,37 @@ std::string hex8(uint32_t v) {
   return buf;
 }
 
+// Note [header checksum]: the tensors' checksums do not cover the header itself, and a flipped
+// bit there can rename a metadata key (or a checksum's key, leaving its tensor unchecked). So a
+// file safe_save writes also carries "tg.header_crc32": the CRC-32 of the whole header text as
+// written, with that value's own 8 digits as "00000000". Loading finds the value's text, puts
+// the zeros back and compares. Files with tensor checksums always have it, so a file that has
+// the one without the other, or a tensor without a checksum among checksummed ones, was damaged.
+void verify_header_checksum(const std::string& path, const std::string& text, const Header& h) {
+  auto it = h.metadata.find(HEADER_CHECKSUM_KEY);
+  if (it == h.metadata.end()) {
+    TG_CHECK(h.checksums.empty(), where(path), "the header holds tensor checksums but no \"", HEADER_CHECKSUM_KEY,
+             "\" (the header is damaged)");
+    return;
+  }
+  const std::string field = std::string("\"") + HEADER_CHECKSUM_KEY + "\":\"" + it->second + "\"";
+  size_t at = text.find(field);
+  TG_CHECK(it->second.size() == 8 && at != std::string::npos && text.find(field, at + 1) == std::string::npos,
+           where(path), "\"", HEADER_CHECKSUM_KEY, "\" is not one 8-digit value in the header (the header is damaged)");
+  uint32_t recorded = 0;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + 8, recorded, 16);
+  TG_CHECK(ec == std::errc() && end == it->second.data() + 8 && it->second == hex8(recorded), where(path), "\"",
+           HEADER_CHECKSUM_KEY, "\" must be 8 lowercase hex digits, got \"", it->second, "\"");
+  std::string zeroed = text;
+  zeroed.replace(at + field.size() - 9, 8, "00000000");
+  uint32_t actual = crc32_of(zeroed.data(), zeroed.size());
+  TG_CHECK(actual == recorded, where(path), "the header is damaged: its CRC-32 is ", hex8(actual), ", the file recorded ",
+           hex8(recorded), " when it was written");
+  for (auto& [name, info] : h.entries)
+    TG_CHECK(h.checksums.count(name), where(path), "tensor '", name, "' has no checksum while the file's others do ",
+             "(the header is damaged)");
+}
+
 // The checksums of the metadata (Note [checksums]), checked against the header's entries.
 std::map<std::string, uint32_t> parse_checksums(const std::string& path, const Header& h) {
   std::map<std::string, uint32_t> out;
@@ -130,8 +162,9 @@ std::map<std::string, uint32_t> parse_checksums(const std::string& path, const H
     const std::string& v = it->second;
     uint32_t crc = 0;
     auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), crc, 16);
-    TG_CHECK(v.size() == 8 && ec == std::errc() && end == v.data() + v.size(), where(path), "\"__metadata__\" value of '",
-             it->first, "' must be 8 hex digits (a CRC-32), got \"", v.substr(0, MAX_QUOTED_CHARS), "\"");
+    TG_CHECK(v.size() == 8 && ec == std::errc() && end == v.data() + v.size() && v == hex8(crc), where(path),
+             "\"__metadata__\" value of '", it->first, "' must be 8 lowercase hex digits (a CRC-32), got \"",
+             v.substr(0, MAX_QUOTED_CHARS), "\"");
     TG_CHECK(h.entries.count(name), where(path), "\"__metadata__\" holds a checksum for tensor '", name,
              "', which the file does not hold");
     out[name] = crc;
@@ -272,6 +305,7 @@ Header read_header(const std::string& path, std::ifstream& f) {
   TG_CHECK(pos == out.data_size, where(path), "hole in the data section: bytes [", pos, ", ", out.data_size,
            ") at the end belong to no tensor");
   out.checksums = parse_checksums(path, out);
+  verify_header_checksum(path, text, out);
   return out;
 }
 
@@ -430,9 +464,10 @@ std::string header_text(const StateDict& tensors, const Metadata& metadata, cons
 void safe_save(const StateDict& tensors, const std::string& path, const Metadata& metadata) {
   TG_CHECK(!path.empty(), "safe_save: empty path");
   Metadata meta;
-  for (auto& [k, v] : metadata)
-    if (k.rfind(CHECKSUM_PREFIX, 0) != 0) meta[k] = v;  // a loaded file's checksums are written afresh
+  for (auto& [k, v] : metadata)  // a loaded file's checksums are written afresh
+    if (k.rfind(CHECKSUM_PREFIX, 0) != 0 && k != HEADER_CHECKSUM_KEY) meta[k] = v;
   for (auto& [name, t] : tensors) meta[checksum_key(name)] = hex8(0);
+  meta[HEADER_CHECKSUM_KEY] = hex8(0);  // Note [header checksum]
   std::string text = header_text(tensors, meta, path);
   Tensors all;
   for (auto& [name, t] : tensors) all.push_back(t);
@@ -451,6 +486,8 @@ void safe_save(const StateDict& tensors, const std::string& path, const Metadata
     file.write(bytes.data(), bytes.size());
   }
   std::string final_text = header_text(tensors, meta, path);
+  meta[HEADER_CHECKSUM_KEY] = hex8(crc32_of(final_text.data(), final_text.size()));
+  final_text = header_text(tensors, meta, path);
   TG_ASSERT(final_text.size() == text.size(), "safe_save: the header changed size with its checksums");
   file.write_at(8, final_text.data(), final_text.size());
   file.commit();
