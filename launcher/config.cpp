@@ -14,6 +14,8 @@
 #include "tinygrad/error.h"
 #include "tinygrad/nn/data.h"
 
+namespace fs = std::filesystem;
+
 namespace tg::launcher {
 
 const char* value_type_name(ValueType t) {
@@ -370,17 +372,43 @@ std::string Config::to_yaml() const {
   return std::string(out.c_str()) + "\n";
 }
 
+namespace {
+
+// Note [duplicate keys]: YAML says the keys of a map are unique, but yaml-cpp keeps every pair
+// of a map with a repeated key, in file order, so a second `lr:` in a section silently replaced
+// the first. The config's maps are two levels deep (sections, then keys; deeper values are
+// refused by convert), so both levels remember where each key first appeared and a repeat is
+// an error naming the key and both lines.
+class KeyLines {
+ public:
+  KeyLines(std::string origin, std::string what) : origin_(std::move(origin)), what_(std::move(what)) {}
+  void add(const std::string& key, const YAML::Node& key_node) {
+    int line = key_node.Mark().line + 1;
+    auto [it, fresh] = first_line_.emplace(key, line);
+    TG_CHECK(fresh, origin_, ": duplicate ", what_, " '", key, "' at line ", line, " (first at line ", it->second, ")");
+  }
+
+ private:
+  std::string origin_, what_;
+  std::map<std::string, int> first_line_;
+};
+
+}  // namespace
+
 Config parse_config(const std::string& yaml_text, const std::string& origin, const std::vector<std::string>& overrides) {
   Config cfg;
   YAML::Node root = parse_yaml(yaml_text, origin);
   if (root && !root.IsNull()) {
     TG_CHECK(root.IsMap(), origin, ": a config is a map of sections (model, data, optim, schedule, train, distributed)");
+    KeyLines sections(origin, "section"), keys(origin, "key");  // Note [duplicate keys]
     for (const auto& sec : root) {
       std::string name = sec.first.Scalar();
       // "lr: 0.01" at the top level: say where it belongs.
       TG_CHECK(sec.second.IsMap(), origin, ": '", name, "' is not a section with keys", suggestion(name));
+      sections.add(name, sec.first);
       for (const auto& kv : sec.second) {
         std::string key = name + "." + kv.first.Scalar();
+        keys.add(key, kv.first);
         const ConfigField* f = find_field(key);
         TG_CHECK(f, origin, ": unknown config key '", key, "'", suggestion(key));
         cfg.set(key, convert(*f, kv.second, origin));
@@ -392,13 +420,32 @@ Config parse_config(const std::string& yaml_text, const std::string& origin, con
   return cfg;
 }
 
+namespace {
+
+// Note [config files are regular files]: an ifstream opens a directory without complaint (and
+// reads nothing, so `tg train /tmp` trained the defaults), and opening a FIFO blocks until a
+// writer comes. The path's type is therefore checked before it is opened; a symbolic link is
+// followed, so a link to a file is fine.
+void check_regular_file(const std::string& path) {
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  TG_CHECK(fs::exists(st), "cannot read config file '", path, "'");
+  TG_CHECK(!fs::is_directory(st), "config file '", path, "' is a directory (give a YAML file, e.g. configs/fmnist_mlp.yaml)");
+  const char* kind = fs::is_fifo(st) ? "a FIFO" : fs::is_socket(st) ? "a socket"
+                     : fs::is_block_file(st) || fs::is_character_file(st) ? "a device" : "not a regular file";
+  TG_CHECK(fs::is_regular_file(st), "config file '", path, "' is ", kind, " (a config must be a regular YAML file)");
+}
+
+}  // namespace
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  check_regular_file(path);  // Note [config files are regular files]
   std::ifstream in(path);
   TG_CHECK(in, "cannot read config file '", path, "'");
   std::stringstream ss;
   ss << in.rdbuf();
   Config cfg = parse_config(ss.str(), path, overrides);
-  cfg.name = std::filesystem::path(path).stem().string();
+  cfg.name = fs::path(path).stem().string();
   return cfg;
 }
 

@@ -3,9 +3,15 @@
 // command's error path.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
+#include <future>
+#include <new>
 
 #include "launcher/config.h"
 #include "launcher/registry.h"
@@ -385,3 +391,101 @@ TEST(LauncherTrainer, Bf16PrecisionTrainsLikeFloat32) {
   EXPECT_LT(b16.back().second, 0.6 * b16.front().second);
   EXPECT_NEAR(b16.back().second, f32.back().second, 0.1 * f32.back().second + 0.02);
 }
+
+namespace {
+
+// tg_main on args: its exit status and what it printed to stderr.
+std::pair<int, std::string> tg_cli(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStderr();
+  testing::internal::CaptureStdout();
+  int rc = tg_main(static_cast<int>(argv.size()), argv.data());
+  testing::internal::GetCapturedStdout();
+  return {rc, testing::internal::GetCapturedStderr()};
+}
+
+}  // namespace
+
+// A directory used to open as an empty config (`tg train /tmp` trained the defaults); a FIFO
+// blocked in open() until a writer came. Both are refused before they are opened.
+TEST(LauncherConfigFile, DirectoryAndFifoAreRefusedByName) {
+  fs::path dir = temp_dir("config_dir");
+  fs::create_directories(dir);
+  EXPECT_EQ(error_of([&] { load_config(dir.string()); }),
+            "config file '" + dir.string() + "' is a directory (give a YAML file, e.g. configs/fmnist_mlp.yaml)");
+  auto [rc, err] = tg_cli({"tg", "train", dir.string(), "train.run_dir=" + (dir / "run").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(err, "error: config file '" + dir.string() + "' is a directory (give a YAML file, e.g. configs/fmnist_mlp.yaml)\n");
+  EXPECT_FALSE(fs::exists(dir / "run"));
+
+  fs::path fifo = dir / "config.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto result = std::async(std::launch::async, [&] { return error_of([&] { load_config(fifo.string()); }); });
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // lets the blocked reader go
+    ADD_FAILURE() << "load_config blocked on a FIFO";
+    if (fd >= 0) ::close(fd);
+  }
+  EXPECT_EQ(result.get(), "config file '" + fifo.string() + "' is a FIFO (a config must be a regular YAML file)");
+  // A symbolic link to a regular file is followed.
+  fs::create_symlink(std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", dir / "link.yaml");
+  EXPECT_EQ(load_config((dir / "link.yaml").string()).get_string("model.name"), "mlp");
+  fs::remove_all(dir);
+}
+
+// yaml-cpp keeps every pair of a map whose key repeats (Note [duplicate keys] in config.cpp); the
+// last one used to win silently.
+TEST(LauncherConfig, DuplicateKeysNameTheKeyAndLines) {
+  EXPECT_EQ(error_of([] { parse_config("optim:\n  lr: 0.1\n  b1: 0.5\n  lr: 0.2\n", "c.yaml"); }),
+            "c.yaml: duplicate key 'optim.lr' at line 4 (first at line 2)");
+  EXPECT_EQ(error_of([] { parse_config("model: {name: mlp, name: cnn}\n", "c.yaml"); }),
+            "c.yaml: duplicate key 'model.name' at line 1 (first at line 1)");
+  EXPECT_EQ(error_of([] { parse_config("optim:\n  lr: 0.1\ndata:\n  seed: 1\noptim:\n  b1: 0.5\n", "c.yaml"); }),
+            "c.yaml: duplicate section 'optim' at line 5 (first at line 1)");
+  // The same leaf in two sections is no duplicate; an override still replaces a file's value.
+  Config c = parse_config("data:\n  seed: 1\ntrain:\n  seed: 2\n", "c.yaml", {"data.seed=3"});
+  EXPECT_EQ(c.get_int("data.seed"), 3);
+  EXPECT_EQ(c.get_int("train.seed"), 2);
+}
+
+// `error: stoi` for --reps=abc; `error: std::bad_alloc` for a huge model.hidden; tg_main printed
+// only the first line of a message (load_state_dict's missing and unexpected keys were dropped).
+TEST(LauncherCli, ErrorsNameTheArgumentAndKeepEveryLine) {
+  for (const char* reps : {"abc", "", "0", "-3", "1.5", "99999999999"})
+    EXPECT_EQ(tg_cli({"tg", "bench", std::string("--reps=") + reps, "copy"}).second,
+              std::string("error: tg bench: --reps must be a whole number from 1 to 1000000, got '") + reps + "'\n");
+
+  std::string huge = error_of([] { make_model(parse_config("", "c.yaml", {"model.hidden=[1000000000]"})); });
+  EXPECT_EQ(huge.rfind("model.hidden=[1000000000] makes an MLP of 795000000010 parameters, 2.9 TiB as float32, more than "
+                       "this machine's ", 0), 0u) << huge;
+  std::string overflow = error_of([] {
+    make_model(parse_config("", "c.yaml", {"model.hidden=[9223372036854775807, 9223372036854775807]"}));
+  });
+  EXPECT_NE(overflow.find("makes an MLP of 8.51e+37 parameters"), std::string::npos) << overflow;
+  auto [rc, err] = tg_cli({"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", "data.name=test_synth",
+                           "data.batch_size=8", "model.hidden=[1000000000]", "train.run_dir=" + temp_dir("huge").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(err.rfind("error: model.hidden=[1000000000] makes an MLP of ", 0), 0u) << err;
+  EXPECT_FALSE(fs::exists(temp_dir("huge")));
+
+  fs::path dir = temp_dir("whole_message"), weights = temp_dir("whole_message_weights");
+  fs::create_directories(weights);
+  nn::safe_save({{"bogus", Tensor::ones({2})}}, (weights / "w.safetensors").string());
+  auto [rc2, err2] = tg_cli({"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", "data.name=test_synth",
+                             "data.batch_size=8", "model.name=test_mlp", "train.run_dir=" + dir.string(),
+                             "train.init_weights=" + (weights / "w.safetensors").string()});
+  EXPECT_EQ(rc2, 1);
+  EXPECT_EQ(err2.rfind("error: load_state_dict: cannot load into Sequential:\n  missing keys: '1.weight', ", 0), 0u) << err2;
+  EXPECT_NE(err2.find("\n  unexpected keys: 'bogus'\n"), std::string::npos) << err2;
+  fs::remove_all(dir);
+  fs::remove_all(weights);
+}
+
+TG_REGISTER_MODEL("test_out_of_memory", [](const Config&) -> std::unique_ptr<nn::Module> { throw std::bad_alloc(); });
+
+TEST(LauncherRegistry, OutOfMemoryWhileBuildingNamesTheModel) {
+  EXPECT_EQ(error_of([] { make_model(parse_config("", "c.yaml", {"model.name=test_out_of_memory"})); }),
+            "model 'test_out_of_memory' (model.hidden=[256]) does not fit in memory: building it failed");
+}
+
