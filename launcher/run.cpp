@@ -17,6 +17,7 @@
 
 #include "distributed/process_group.h"
 #include "launcher/observers.h"
+#include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -136,7 +137,11 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   // distributed.strategy=ddp: every mpirun rank trains; rank 0 alone picks the run directory,
   // writes into it and prints.
   std::unique_ptr<dist::ProcessGroup> group;
-  if (cfg.get_string("distributed.strategy") != "none") group = dist::world_group();
+  if (cfg.get_string("distributed.strategy") != "none") {
+    group = dist::world_group();
+    group->set_timeout(dist::Seconds(cfg.get_float("distributed.timeout_s")));
+    check_ranks_agree(*group, "config", config_agreement_text(cfg, *group));  // before anything else is exchanged
+  }
   const bool lead = !group || group->rank() == 0;
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
   if (group) dir = broadcast_string(*group, dir);

@@ -13,7 +13,9 @@
 #include <future>
 #include <new>
 
+#include "distributed/local_backend.h"
 #include "launcher/config.h"
+#include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
 #include "launcher/trainer.h"
@@ -489,3 +491,57 @@ TEST(LauncherRegistry, OutOfMemoryWhileBuildingNamesTheModel) {
             "model 'test_out_of_memory' (model.hidden=[256]) does not fit in memory: building it failed");
 }
 
+// Note [ranks agree before they train] in rank_agreement.cpp: the canonical texts of two ranks'
+// configs and models, and the differences named between them.
+TEST(LauncherRankAgreement, TextsNameTheFirstDifferences) {
+  auto world = dist::make_local_world(2);
+  auto group = dist::local_group(world, 0);
+  Config a = parse_config("", "c.yaml"), b = parse_config("", "c.yaml", {"model.hidden=[128]", "optim.lr=0.0010000001"});
+  std::string ta = config_agreement_text(a, *group), tb = config_agreement_text(b, *group);
+  EXPECT_NE(ta.find("model.hidden = [256]\n"), std::string::npos) << ta;
+  EXPECT_NE(ta.find("world size = 2\n"), std::string::npos) << ta;
+  EXPECT_EQ(text_differences(ta, tb, 1), (std::vector<std::string>{"model.hidden: [128] on rank 1, [256] on rank 0",
+                                                                     "optim.lr: 0.0010000001 on rank 1, 0.001 on rank 0"}));
+  // The keys only rank 0 uses, and each rank's own device, are left out (Note [keys that may differ per rank]).
+  Config c = parse_config("", "c.yaml", {"train.run_dir=/elsewhere", "train.overwrite=true", "train.device=CPU"});
+  EXPECT_EQ(config_agreement_text(c, *group), ta);
+  EXPECT_EQ(digest64(ta), digest64(config_agreement_text(a, *group)));
+  EXPECT_NE(digest64(ta), digest64(tb));
+
+  std::string wide = model_agreement_text(*make_mlp({256})), narrow = model_agreement_text(*make_mlp({128}));
+  EXPECT_EQ(wide, "parameter 1.bias = float32[256]\nparameter 1.weight = float32[256,784]\n"
+                  "parameter 3.bias = float32[10]\nparameter 3.weight = float32[10,256]\n");
+  EXPECT_EQ(text_differences(wide, narrow, 1)[1], "parameter 1.weight: float32[128,784] on rank 1, float32[256,784] on rank 0");
+  auto vs_cnn = text_differences(wide, model_agreement_text(*make_mnist_cnn()), 1, 2);
+  EXPECT_EQ(vs_cnn, (std::vector<std::string>{"parameter 1.bias: missing on rank 1, float32[256] on rank 0",
+                                              "parameter 1.weight: missing on rank 1, float32[256,784] on rank 0",
+                                              "(and 22 more differences)"}));
+}
+
+TEST(LauncherRankAgreement, EveryRankThrowsNamingTheRanksAndKeys) {
+  // texts[r] is rank r's; the messages each rank got ("" when it passed).
+  auto check = [](std::vector<std::string> texts) {
+    std::vector<std::string> messages(texts.size());
+    dist::run_local(static_cast<int>(texts.size()), [&](dist::ProcessGroup& g) {
+      try {
+        check_ranks_agree(g, "config", texts[static_cast<size_t>(g.rank())]);
+      } catch (const Error& e) {
+        messages[static_cast<size_t>(g.rank())] = e.what();
+      }
+    });
+    return messages;
+  };
+  EXPECT_EQ(check({"a = 1\nb = 2\n", "a = 1\nb = 2\n", "a = 1\nb = 2\n"}), (std::vector<std::string>(3, "")));
+  auto m = check({"a = 1\nb = 2\n", "a = 1\nb = 2\n", "a = 1\nb = 3\n"});
+  for (int r = 0; r < 3; r++)
+    EXPECT_EQ(m[static_cast<size_t>(r)],
+              "the ranks disagree on the config before training: rank 2 differs from rank 0 (this is rank " + std::to_string(r) +
+                  " of 3)\n  b: 3 on rank 2, 2 on rank 0\nevery rank must train the same config and model (only "
+                  "train.run_dir, train.overwrite, train.device may differ)");
+  // Two ranks differ: every rank names the lower one's differences; the other adds its own.
+  m = check({"a = 1\nb = 2\n", "a = 5\nb = 2\n", "a = 1\nb = 2\nc = 4\n"});
+  for (const auto& msg : m) EXPECT_NE(msg.find("ranks 1, 2 differ from rank 0"), std::string::npos) << msg;
+  for (const auto& msg : m) EXPECT_NE(msg.find("\n  a: 5 on rank 1, 1 on rank 0\n"), std::string::npos) << msg;
+  EXPECT_NE(m[2].find("\n  and on this rank:\n  c: 4 on rank 2, missing on rank 0\n"), std::string::npos) << m[2];
+  EXPECT_EQ(m[1].find("and on this rank"), std::string::npos) << m[1];
+}
