@@ -471,6 +471,12 @@ TEST(LauncherCli, ErrorsNameTheArgumentAndKeepEveryLine) {
   EXPECT_EQ(err.rfind("error: model.hidden=[1000000000] makes an MLP of ", 0), 0u) << err;
   EXPECT_FALSE(fs::exists(temp_dir("huge")));
 
+  // A device index past int: named (not `stoi`), whether or not this build has OpenCL.
+  auto [rc_cl, err_cl] = tg_cli({"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", "data.name=test_synth",
+                                 "data.batch_size=8", "train.device=CL:99999999999", "train.run_dir=" + temp_dir("cl").string()});
+  EXPECT_EQ(rc_cl, 1);
+  EXPECT_NE(err_cl.find("device 'CL:99999999999'"), std::string::npos) << err_cl;
+
   fs::path dir = temp_dir("whole_message"), weights = temp_dir("whole_message_weights");
   fs::create_directories(weights);
   nn::safe_save({{"bogus", Tensor::ones({2})}}, (weights / "w.safetensors").string());
