@@ -12,10 +12,12 @@ set -euo pipefail
 REQUIRED=(build-essential cmake ninja-build pkg-config git python3
           libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev)
 # Features that switch off (or tests that skip) when absent. libgmock-dev: GoogleMock, next to GoogleTest.
+# clang and libclang-rt-14-dev (libFuzzer): the fuzz targets (scripts/fuzz.sh).
 OPTIONAL=(libgmock-dev
           libopenmpi-dev openmpi-bin iproute2
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
           libboost-dev
+          clang libclang-rt-14-dev
           dataset-fashion-mnist)
 # First one the apt sources have wins. LLVM is optional: without it the CPU backend uses the C compiler.
 LLVM_CHOICES=(llvm-19-dev llvm-16-dev)
