@@ -134,6 +134,30 @@ bool parse_bool(const std::string& s, bool& out) {
   return false;
 }
 
+// Note [config strings are UTF-8]: YAML text is Unicode, and yaml-cpp's emitter writes a byte
+// that is not part of valid UTF-8 as U+FFFD, so a string value with such bytes (a Latin-1 path,
+// say) would come back changed from the resolved config.yaml that a run directory keeps. Such a
+// value is refused, naming the key and the offset of the first bad byte, in files and overrides.
+// Returns the offset of the first byte that does not belong to a well-formed UTF-8 sequence
+// (overlong forms, surrogates and code points past U+10FFFF included), or npos.
+size_t first_invalid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return i;
+    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
+    for (size_t k = 1; k < len; k++) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 std::string shown(const YAML::Node& n) {
   if (n.IsScalar()) return "'" + n.Scalar() + "'";
   if (n.IsSequence()) return "a list";
@@ -180,7 +204,12 @@ Value convert(const ConfigField& f, const YAML::Node& n, const std::string& orig
       if (!parse_bool(s, v)) throw bad();
       return v;
     }
-    default: return s;
+    default: {
+      // Note [config strings are UTF-8]
+      size_t bad = first_invalid_utf8(s);
+      TG_CHECK(bad == std::string::npos, origin, ": ", f.key, " must be UTF-8 text, got an invalid byte at offset ", bad);
+      return s;
+    }
   }
 }
 

@@ -451,6 +451,20 @@ TEST(LauncherConfig, DuplicateKeysNameTheKeyAndLines) {
   EXPECT_EQ(c.get_int("train.seed"), 2);
 }
 
+// yaml-cpp writes bytes that are not UTF-8 as U+FFFD, so such a string came back changed from the
+// resolved config.yaml (found by tests/fuzz/fuzz_config); it is refused by key (Note [config
+// strings are UTF-8] in config.cpp), and UTF-8 text round-trips.
+TEST(LauncherConfig, StringsMustBeUtf8AndRoundTrip) {
+  EXPECT_EQ(error_of([] { parse_config("", "c.yaml", {"data.root=/data/caf\xe9"}); }),
+            "override: data.root must be UTF-8 text, got an invalid byte at offset 9");
+  EXPECT_EQ(error_of([] { parse_config("train:\n  run_dir: \"runs/\xc0\xaf\"\n", "c.yaml"); }),  // overlong '/'
+            "c.yaml: train.run_dir must be UTF-8 text, got an invalid byte at offset 5");
+  EXPECT_EQ(error_of([] { parse_config("", "c.yaml", {"train.device=CUDA\xed\xa0\x80"}); }),  // a surrogate
+            "override: train.device must be UTF-8 text, got an invalid byte at offset 4");
+  Config c = parse_config("", "c.yaml", {"data.root=/data/café ☕ 𝄞", "train.run_dir=tab\there"});
+  EXPECT_EQ(parse_config(c.to_yaml(), "resolved.yaml").values(), c.values());
+}
+
 // `error: stoi` for --reps=abc; `error: std::bad_alloc` for a huge model.hidden; tg_main printed
 // only the first line of a message (load_state_dict's missing and unexpected keys were dropped).
 TEST(LauncherCli, ErrorsNameTheArgumentAndKeepEveryLine) {
