@@ -14,6 +14,8 @@
 #include "tinygrad/error.h"
 #include "tinygrad/nn/data.h"
 
+namespace fs = std::filesystem;
+
 namespace tg::launcher {
 
 const char* value_type_name(ValueType t) {
@@ -135,6 +137,30 @@ bool parse_bool(const std::string& s, bool& out) {
   return false;
 }
 
+// Note [config strings are UTF-8]: YAML text is Unicode, and yaml-cpp's emitter writes a byte
+// that is not part of valid UTF-8 as U+FFFD, so a string value with such bytes (a Latin-1 path,
+// say) would come back changed from the resolved config.yaml that a run directory keeps. Such a
+// value is refused, naming the key and the offset of the first bad byte, in files and overrides.
+// Returns the offset of the first byte that does not belong to a well-formed UTF-8 sequence
+// (overlong forms, surrogates and code points past U+10FFFF included), or npos.
+size_t first_invalid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return i;
+    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
+    for (size_t k = 1; k < len; k++) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 std::string shown(const YAML::Node& n) {
   if (n.IsScalar()) return "'" + n.Scalar() + "'";
   if (n.IsSequence()) return "a list";
@@ -181,7 +207,12 @@ Value convert(const ConfigField& f, const YAML::Node& n, const std::string& orig
       if (!parse_bool(s, v)) throw bad();
       return v;
     }
-    default: return s;
+    default: {
+      // Note [config strings are UTF-8]
+      size_t bad = first_invalid_utf8(s);
+      TG_CHECK(bad == std::string::npos, origin, ": ", f.key, " must be UTF-8 text, got an invalid byte at offset ", bad);
+      return s;
+    }
   }
 }
 
@@ -376,17 +407,43 @@ std::string Config::to_yaml() const {
   return std::string(out.c_str()) + "\n";
 }
 
+namespace {
+
+// Note [duplicate keys]: YAML says the keys of a map are unique, but yaml-cpp keeps every pair
+// of a map with a repeated key, in file order, so a second `lr:` in a section silently replaced
+// the first. The config's maps are two levels deep (sections, then keys; deeper values are
+// refused by convert), so both levels remember where each key first appeared and a repeat is
+// an error naming the key and both lines.
+class KeyLines {
+ public:
+  KeyLines(std::string origin, std::string what) : origin_(std::move(origin)), what_(std::move(what)) {}
+  void add(const std::string& key, const YAML::Node& key_node) {
+    int line = key_node.Mark().line + 1;
+    auto [it, fresh] = first_line_.emplace(key, line);
+    TG_CHECK(fresh, origin_, ": duplicate ", what_, " '", key, "' at line ", line, " (first at line ", it->second, ")");
+  }
+
+ private:
+  std::string origin_, what_;
+  std::map<std::string, int> first_line_;
+};
+
+}  // namespace
+
 Config parse_config(const std::string& yaml_text, const std::string& origin, const std::vector<std::string>& overrides) {
   Config cfg;
   YAML::Node root = parse_yaml(yaml_text, origin);
   if (root && !root.IsNull()) {
     TG_CHECK(root.IsMap(), origin, ": a config is a map of sections (model, data, optim, schedule, train, distributed)");
+    KeyLines sections(origin, "section"), keys(origin, "key");  // Note [duplicate keys]
     for (const auto& sec : root) {
       std::string name = sec.first.Scalar();
       // "lr: 0.01" at the top level: say where it belongs.
       TG_CHECK(sec.second.IsMap(), origin, ": '", name, "' is not a section with keys", suggestion(name));
+      sections.add(name, sec.first);
       for (const auto& kv : sec.second) {
         std::string key = name + "." + kv.first.Scalar();
+        keys.add(key, kv.first);
         const ConfigField* f = find_field(key);
         TG_CHECK(f, origin, ": unknown config key '", key, "'", suggestion(key));
         cfg.set(key, convert(*f, kv.second, origin));
@@ -398,13 +455,32 @@ Config parse_config(const std::string& yaml_text, const std::string& origin, con
   return cfg;
 }
 
+namespace {
+
+// Note [config files are regular files]: an ifstream opens a directory without complaint (and
+// reads nothing, so `tg train /tmp` trained the defaults), and opening a FIFO blocks until a
+// writer comes. The path's type is therefore checked before it is opened; a symbolic link is
+// followed, so a link to a file is fine.
+void check_regular_file(const std::string& path) {
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  TG_CHECK(fs::exists(st), "cannot read config file '", path, "'");
+  TG_CHECK(!fs::is_directory(st), "config file '", path, "' is a directory (give a YAML file, e.g. configs/fmnist_mlp.yaml)");
+  const char* kind = fs::is_fifo(st) ? "a FIFO" : fs::is_socket(st) ? "a socket"
+                     : fs::is_block_file(st) || fs::is_character_file(st) ? "a device" : "not a regular file";
+  TG_CHECK(fs::is_regular_file(st), "config file '", path, "' is ", kind, " (a config must be a regular YAML file)");
+}
+
+}  // namespace
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  check_regular_file(path);  // Note [config files are regular files]
   std::ifstream in(path);
   TG_CHECK(in, "cannot read config file '", path, "'");
   std::stringstream ss;
   ss << in.rdbuf();
   Config cfg = parse_config(ss.str(), path, overrides);
-  cfg.name = std::filesystem::path(path).stem().string();
+  cfg.name = fs::path(path).stem().string();
   return cfg;
 }
 

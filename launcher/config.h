@@ -63,10 +63,12 @@ class Config {
 };
 
 // Parses YAML text (a map of sections, each a map of keys to scalars or lists of ints) over the
-// defaults, then applies the overrides, then validates. `origin` names the text in errors.
+// defaults, then applies the overrides, then validates. `origin` names the text in errors; a
+// section or key given twice is an error naming it and both lines.
 Config parse_config(const std::string& yaml_text, const std::string& origin,
                     const std::vector<std::string>& overrides = {});
-// Reads a config file (its stem becomes Config::name) and applies the overrides.
+// Reads a config file (its stem becomes Config::name) and applies the overrides. The path must
+// be a regular file (or a link to one): a directory or a FIFO is refused before it is opened.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 }  // namespace tg::launcher

@@ -3,6 +3,12 @@
 // which a linker drops from a static library when nothing else in their file is referenced).
 #include "launcher/registry.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <new>
+#include <stdexcept>
+
 #include "tinygrad/error.h"
 #include "tinygrad/nn/layers.h"
 
@@ -91,7 +97,62 @@ Registry<DatasetFactory>& dataset_registry() {
   return r;
 }
 
-std::unique_ptr<nn::Module> make_model(const Config& cfg) { return model_registry().get(cfg.get_string("model.name"))(cfg); }
+namespace {
+
+std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  for (; bytes >= 1024 && u < 6; u++) bytes /= 1024;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u < 6 || bytes < 1e6 ? "%.1f %s" : "%.3g %s", bytes, units[u]);
+  return buf;
+}
+
+double physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+std::string hidden_text(const Config& cfg) {
+  std::string out = "[";
+  for (int64_t h : cfg.get_ints("model.hidden")) out += (out.size() > 1 ? ", " : "") + std::to_string(h);
+  return out + "]";
+}
+
+// Note [model sizes are checked before the model is built]: the built-in MLP's width comes from
+// the config, and its parameters are drawn on the host when it is built, so a typo such as
+// model.hidden=[1000000000] ended in `std::bad_alloc` (or, for a size the kernel overcommits, in
+// the OOM killer later). Its parameter count is computed first (in double: widths up to INT64_MAX
+// multiply without overflow) and a model whose float32 parameters alone exceed this machine's
+// memory is refused, naming the key and the memory. Any model, a user's too, whose build still
+// runs out of memory is reported by name instead of as bad_alloc.
+void check_mlp_fits(const Config& cfg) {
+  double params = 0, width = 784;
+  for (int64_t h : cfg.get_ints("model.hidden")) {
+    params += width * static_cast<double>(h) + static_cast<double>(h);
+    width = static_cast<double>(h);
+  }
+  params += width * 10 + 10;
+  double need = params * 4, have = physical_memory_bytes();
+  char count[32];
+  std::snprintf(count, sizeof count, params < 1e15 ? "%.0f" : "%.3g", params);
+  TG_CHECK(have == 0 || need <= have, "model.hidden=", hidden_text(cfg), " makes an MLP of ", count, " parameters, ",
+           bytes_text(need), " as float32, more than this machine's ", bytes_text(have), " of memory");
+}
+
+}  // namespace
+
+std::unique_ptr<nn::Module> make_model(const Config& cfg) {
+  const std::string& name = cfg.get_string("model.name");
+  if (name == "mlp") check_mlp_fits(cfg);  // Note [model sizes are checked before the model is built]
+  try {
+    return model_registry().get(name)(cfg);
+  } catch (const std::bad_alloc&) {
+    throw Error("model '" + name + "' (model.hidden=" + hidden_text(cfg) + ") does not fit in memory: building it failed");
+  } catch (const std::length_error&) {
+    throw Error("model '" + name + "' (model.hidden=" + hidden_text(cfg) + ") is too large to build");
+  }
+}
 DataSplits make_dataset(const Config& cfg) { return dataset_registry().get(cfg.get_string("data.name"))(cfg); }
 
 }  // namespace tg::launcher

@@ -49,7 +49,9 @@ class Registry {
 Registry<ModelFactory>& model_registry();
 Registry<DatasetFactory>& dataset_registry();
 
-std::unique_ptr<nn::Module> make_model(const Config& cfg);  // by model.name
+// By model.name. The mlp's size is checked first against this machine's memory, and a build that
+// runs out of memory is an error naming the model (Note [model sizes are checked before the model is built]).
+std::unique_ptr<nn::Module> make_model(const Config& cfg);
 DataSplits make_dataset(const Config& cfg);                 // by data.name
 
 // The built-in models, also usable directly.

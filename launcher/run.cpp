@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "distributed/host_exchange.h"
 #include "distributed/process_group.h"
 #include "launcher/observers.h"
+#include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -81,6 +83,15 @@ std::vector<std::string> overrides_from(int argc, char** argv, int first) {
   return out;
 }
 
+// The N of `tg bench --reps=N`: a whole number from 1 to 1000000, or an error naming the value.
+int parse_reps(const std::string& text) {
+  int reps = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), reps);
+  TG_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && reps > 0 && reps <= 1000000,
+           "tg bench: --reps must be a whole number from 1 to 1000000, got '", text, "'");
+  return reps;
+}
+
 // Rank 0's string on every rank.
 std::string broadcast_string(dist::ProcessGroup& g, const std::string& s) {
   int64_t n = static_cast<int64_t>(s.size());
@@ -133,6 +144,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
                                          device_count("CUDA"));
     group = dist::world_group_for(cfg.get_string("distributed.backend"), mine,
                                   dist::Seconds(cfg.get_float("distributed.timeout_s")));
+    check_ranks_agree(*group, "config", config_agreement_text(cfg, *group));  // before anything else is exchanged
   }
   const bool lead = !group || group->rank() == 0;
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
@@ -233,7 +245,7 @@ int tg_main(int argc, char** argv) {
       std::vector<std::string> names;
       for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
-        if (a.rfind("--reps=", 0) == 0) reps = std::stoi(a.substr(7));
+        if (a.rfind("--reps=", 0) == 0) reps = parse_reps(a.substr(7));
         else names.push_back(a);
       }
       for (auto& n : names.empty() ? default_bench_names() : names) {
@@ -266,10 +278,10 @@ int tg_main(int argc, char** argv) {
     }
     throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, help)");
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    if (auto nl = msg.find('\n'); nl != std::string::npos) msg = msg.substr(0, nl);
+    // The whole message: some errors list their details on indented lines after the first
+    // (load_state_dict's missing and unexpected keys, the ranks that disagree).
     std::fflush(stdout);
-    std::cerr << "error: " << msg << "\n";
+    std::cerr << "error: " << e.what() << "\n";
     return 1;
   } catch (...) {
     std::fflush(stdout);

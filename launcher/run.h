@@ -32,7 +32,8 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt = {});
 std::string info_text();
 
 // The whole command line: `tg train CONFIG [key=value ...]`, `tg config CONFIG [key=value ...]`,
-// `tg keys`, `tg info`, `tg help`. Errors print one `error: ...` line to stderr and return 1.
+// `tg keys`, `tg info`, `tg help`. Errors print `error: ` and the whole message (details on
+// indented lines after the first) to stderr and return 1.
 int tg_main(int argc, char** argv);
 
 }  // namespace tg::launcher

@@ -10,6 +10,7 @@
 
 #include "distributed/coordinated_step.h"
 #include "distributed/host_exchange.h"
+#include "launcher/rank_agreement.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
@@ -200,8 +201,9 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   schedule_ = make_schedule(cfg_, total_steps_);
   jit_ = std::make_unique<TinyJit>([this](const Tensors& batch) { return train_step(batch); }, "train_step");
   if (group_) {
-    dist::shard_range(cfg_.get_int("data.batch_size"), group_->rank(), group_->size());  // checks divisibility
     group_->set_timeout(dist::Seconds(cfg_.get_float("distributed.timeout_s")));
+    check_ranks_agree(*group_, "model", model_agreement_text(*model_));  // before the parameters are broadcast
+    dist::shard_range(cfg_.get_int("data.batch_size"), group_->rank(), group_->size());  // checks divisibility
     engine_ = std::make_unique<dist::CollectiveEngine>(*group_);
     const DType grad_dtype = cfg_.get_string("distributed.grad_dtype") == "bf16" ? DType::BFloat16 : DType::Float32;
     dp_ = std::make_unique<dist::DataParallel>(

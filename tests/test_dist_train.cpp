@@ -3,7 +3,8 @@
 // (with gradient clipping); resume continues a ddp run; a non-finite gradient on rank 1 alone
 // makes every rank skip that step, and the skip is logged; the default ddp step (skip check and
 // clipping on) is replayed by the JIT, bit-identical to JIT=0, and a skip in a replayed step
-// leaves parameters and optimizer state (its step count included) unchanged.
+// leaves parameters and optimizer state (its step count included) unchanged; a model that differs
+// by rank is refused on every rank before the parameter broadcast.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -347,4 +348,31 @@ TEST(DdpTrain, Bfloat16GradientsStayCloseToFloat32) {
     EXPECT_GT(worst, 0.0) << "bf16 gradients gave bit-identical parameters: were they cast?";
     EXPECT_LT(worst, 2e-3);
   }
+}
+
+// A model that differs by rank under the same config (Note [ranks agree before they train] in
+// launcher/rank_agreement.cpp): every rank's Trainer refuses it, naming the tensors, before the
+// parameter broadcast (which used to abort inside MPI on the mismatched sizes).
+TG_REGISTER_MODEL("width_by_rank", [](const Config&) { return make_mlp({dist::env_rank() == 0 ? 32 : 16}); });
+
+TEST(DdpTrain, ModelsThatDifferByRankAreRefusedBeforeTheBroadcast) {
+  if (dist::env_world_size() != 2) GTEST_SKIP() << "needs exactly 2 ranks";
+  const std::string dir = BASE + "_width_by_rank";
+  fs::create_directories(dir);
+  auto group = dist::world_group();
+  std::string msg;
+  try {
+    Trainer tr(config(dir, {"model.name=width_by_rank", "distributed.strategy=ddp"}), dir, group.get());
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_EQ(msg.rfind("the ranks disagree on the model before training: rank 1 differs from rank 0 (this is rank " +
+                          std::to_string(dist::env_rank()) + " of 2)\n"
+                          "  parameter 1.bias: float32[16] on rank 1, float32[32] on rank 0\n"
+                          "  parameter 1.weight: float32[16,784] on rank 1, float32[32,784] on rank 0\n",
+                      0),
+            0u)
+      << msg;
+  group->barrier()->wait();  // the ranks' collectives still match after the refusal
+  fs::remove_all(dir);
 }

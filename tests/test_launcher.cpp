@@ -3,12 +3,20 @@
 // command's error path.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-#include <set>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <new>
+
+#include "distributed/local_backend.h"
 #include "launcher/config.h"
+#include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
 #include "launcher/trainer.h"
@@ -481,4 +489,176 @@ TEST(LauncherTrainer, Bf16PrecisionTrainsLikeFloat32) {
   EXPECT_NE(b16, f32);  // the layers really ran in bfloat16
   EXPECT_LT(b16.back().second, 0.6 * b16.front().second);
   EXPECT_NEAR(b16.back().second, f32.back().second, 0.1 * f32.back().second + 0.02);
+}
+
+namespace {
+
+// tg_main on args: its exit status and what it printed to stderr.
+std::pair<int, std::string> tg_cli(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStderr();
+  testing::internal::CaptureStdout();
+  int rc = tg_main(static_cast<int>(argv.size()), argv.data());
+  testing::internal::GetCapturedStdout();
+  return {rc, testing::internal::GetCapturedStderr()};
+}
+
+}  // namespace
+
+// A directory used to open as an empty config (`tg train /tmp` trained the defaults); a FIFO
+// blocked in open() until a writer came. Both are refused before they are opened.
+TEST(LauncherConfigFile, DirectoryAndFifoAreRefusedByName) {
+  fs::path dir = temp_dir("config_dir");
+  fs::create_directories(dir);
+  EXPECT_EQ(error_of([&] { load_config(dir.string()); }),
+            "config file '" + dir.string() + "' is a directory (give a YAML file, e.g. configs/fmnist_mlp.yaml)");
+  auto [rc, err] = tg_cli({"tg", "train", dir.string(), "train.run_dir=" + (dir / "run").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(err, "error: config file '" + dir.string() + "' is a directory (give a YAML file, e.g. configs/fmnist_mlp.yaml)\n");
+  EXPECT_FALSE(fs::exists(dir / "run"));
+
+  fs::path fifo = dir / "config.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto result = std::async(std::launch::async, [&] { return error_of([&] { load_config(fifo.string()); }); });
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // lets the blocked reader go
+    ADD_FAILURE() << "load_config blocked on a FIFO";
+    if (fd >= 0) ::close(fd);
+  }
+  EXPECT_EQ(result.get(), "config file '" + fifo.string() + "' is a FIFO (a config must be a regular YAML file)");
+  // A symbolic link to a regular file is followed.
+  fs::create_symlink(std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", dir / "link.yaml");
+  EXPECT_EQ(load_config((dir / "link.yaml").string()).get_string("model.name"), "mlp");
+  fs::remove_all(dir);
+}
+
+// yaml-cpp keeps every pair of a map whose key repeats (Note [duplicate keys] in config.cpp); the
+// last one used to win silently.
+TEST(LauncherConfig, DuplicateKeysNameTheKeyAndLines) {
+  EXPECT_EQ(error_of([] { parse_config("optim:\n  lr: 0.1\n  b1: 0.5\n  lr: 0.2\n", "c.yaml"); }),
+            "c.yaml: duplicate key 'optim.lr' at line 4 (first at line 2)");
+  EXPECT_EQ(error_of([] { parse_config("model: {name: mlp, name: cnn}\n", "c.yaml"); }),
+            "c.yaml: duplicate key 'model.name' at line 1 (first at line 1)");
+  EXPECT_EQ(error_of([] { parse_config("optim:\n  lr: 0.1\ndata:\n  seed: 1\noptim:\n  b1: 0.5\n", "c.yaml"); }),
+            "c.yaml: duplicate section 'optim' at line 5 (first at line 1)");
+  // The same leaf in two sections is no duplicate; an override still replaces a file's value.
+  Config c = parse_config("data:\n  seed: 1\ntrain:\n  seed: 2\n", "c.yaml", {"data.seed=3"});
+  EXPECT_EQ(c.get_int("data.seed"), 3);
+  EXPECT_EQ(c.get_int("train.seed"), 2);
+}
+
+// yaml-cpp writes bytes that are not UTF-8 as U+FFFD, so such a string came back changed from the
+// resolved config.yaml (found by tests/fuzz/fuzz_config); it is refused by key (Note [config
+// strings are UTF-8] in config.cpp), and UTF-8 text round-trips.
+TEST(LauncherConfig, StringsMustBeUtf8AndRoundTrip) {
+  EXPECT_EQ(error_of([] { parse_config("", "c.yaml", {"data.root=/data/caf\xe9"}); }),
+            "override: data.root must be UTF-8 text, got an invalid byte at offset 9");
+  EXPECT_EQ(error_of([] { parse_config("train:\n  run_dir: \"runs/\xc0\xaf\"\n", "c.yaml"); }),  // overlong '/'
+            "c.yaml: train.run_dir must be UTF-8 text, got an invalid byte at offset 5");
+  EXPECT_EQ(error_of([] { parse_config("", "c.yaml", {"train.device=CUDA\xed\xa0\x80"}); }),  // a surrogate
+            "override: train.device must be UTF-8 text, got an invalid byte at offset 4");
+  Config c = parse_config("", "c.yaml", {"data.root=/data/café ☕ 𝄞", "train.run_dir=tab\there"});
+  EXPECT_EQ(parse_config(c.to_yaml(), "resolved.yaml").values(), c.values());
+}
+
+// `error: stoi` for --reps=abc; `error: std::bad_alloc` for a huge model.hidden; tg_main printed
+// only the first line of a message (load_state_dict's missing and unexpected keys were dropped).
+TEST(LauncherCli, ErrorsNameTheArgumentAndKeepEveryLine) {
+  for (const char* reps : {"abc", "", "0", "-3", "1.5", "99999999999"})
+    EXPECT_EQ(tg_cli({"tg", "bench", std::string("--reps=") + reps, "copy"}).second,
+              std::string("error: tg bench: --reps must be a whole number from 1 to 1000000, got '") + reps + "'\n");
+
+  std::string huge = error_of([] { make_model(parse_config("", "c.yaml", {"model.hidden=[1000000000]"})); });
+  EXPECT_EQ(huge.rfind("model.hidden=[1000000000] makes an MLP of 795000000010 parameters, 2.9 TiB as float32, more than "
+                       "this machine's ", 0), 0u) << huge;
+  std::string overflow = error_of([] {
+    make_model(parse_config("", "c.yaml", {"model.hidden=[9223372036854775807, 9223372036854775807]"}));
+  });
+  EXPECT_NE(overflow.find("makes an MLP of 8.51e+37 parameters"), std::string::npos) << overflow;
+  auto [rc, err] = tg_cli({"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", "data.name=test_synth",
+                           "data.batch_size=8", "model.hidden=[1000000000]", "train.run_dir=" + temp_dir("huge").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(err.rfind("error: model.hidden=[1000000000] makes an MLP of ", 0), 0u) << err;
+  EXPECT_FALSE(fs::exists(temp_dir("huge")));
+
+  // A device index past int: named (not `stoi`), whether or not this build has OpenCL.
+  auto [rc_cl, err_cl] = tg_cli({"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", "data.name=test_synth",
+                                 "data.batch_size=8", "train.device=CL:99999999999", "train.run_dir=" + temp_dir("cl").string()});
+  EXPECT_EQ(rc_cl, 1);
+  EXPECT_NE(err_cl.find("device 'CL:99999999999'"), std::string::npos) << err_cl;
+
+  fs::path dir = temp_dir("whole_message"), weights = temp_dir("whole_message_weights");
+  fs::create_directories(weights);
+  nn::safe_save({{"bogus", Tensor::ones({2})}}, (weights / "w.safetensors").string());
+  auto [rc2, err2] = tg_cli({"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", "data.name=test_synth",
+                             "data.batch_size=8", "model.name=test_mlp", "train.run_dir=" + dir.string(),
+                             "train.init_weights=" + (weights / "w.safetensors").string()});
+  EXPECT_EQ(rc2, 1);
+  EXPECT_EQ(err2.rfind("error: load_state_dict: cannot load into Sequential:\n  missing keys: '1.weight', ", 0), 0u) << err2;
+  EXPECT_NE(err2.find("\n  unexpected keys: 'bogus'\n"), std::string::npos) << err2;
+  fs::remove_all(dir);
+  fs::remove_all(weights);
+}
+
+TG_REGISTER_MODEL("test_out_of_memory", [](const Config&) -> std::unique_ptr<nn::Module> { throw std::bad_alloc(); });
+
+TEST(LauncherRegistry, OutOfMemoryWhileBuildingNamesTheModel) {
+  EXPECT_EQ(error_of([] { make_model(parse_config("", "c.yaml", {"model.name=test_out_of_memory"})); }),
+            "model 'test_out_of_memory' (model.hidden=[256]) does not fit in memory: building it failed");
+}
+
+// Note [ranks agree before they train] in rank_agreement.cpp: the canonical texts of two ranks'
+// configs and models, and the differences named between them.
+TEST(LauncherRankAgreement, TextsNameTheFirstDifferences) {
+  auto world = dist::make_local_world(2);
+  auto group = dist::local_group(world, 0);
+  Config a = parse_config("", "c.yaml"), b = parse_config("", "c.yaml", {"model.hidden=[128]", "optim.lr=0.0010000001"});
+  std::string ta = config_agreement_text(a, *group), tb = config_agreement_text(b, *group);
+  EXPECT_NE(ta.find("model.hidden = [256]\n"), std::string::npos) << ta;
+  EXPECT_NE(ta.find("world size = 2\n"), std::string::npos) << ta;
+  EXPECT_EQ(text_differences(ta, tb, 1), (std::vector<std::string>{"model.hidden: [128] on rank 1, [256] on rank 0",
+                                                                     "optim.lr: 0.0010000001 on rank 1, 0.001 on rank 0"}));
+  // The keys only rank 0 uses, and each rank's own device, are left out (Note [keys that may differ per rank]).
+  Config c = parse_config("", "c.yaml", {"train.run_dir=/elsewhere", "train.overwrite=true", "train.device=CPU"});
+  EXPECT_EQ(config_agreement_text(c, *group), ta);
+  EXPECT_EQ(digest64(ta), digest64(config_agreement_text(a, *group)));
+  EXPECT_NE(digest64(ta), digest64(tb));
+
+  std::string wide = model_agreement_text(*make_mlp({256})), narrow = model_agreement_text(*make_mlp({128}));
+  EXPECT_EQ(wide, "parameter 1.bias = float32[256]\nparameter 1.weight = float32[256,784]\n"
+                  "parameter 3.bias = float32[10]\nparameter 3.weight = float32[10,256]\n");
+  EXPECT_EQ(text_differences(wide, narrow, 1)[1], "parameter 1.weight: float32[128,784] on rank 1, float32[256,784] on rank 0");
+  auto vs_cnn = text_differences(wide, model_agreement_text(*make_mnist_cnn()), 1, 2);
+  EXPECT_EQ(vs_cnn, (std::vector<std::string>{"parameter 1.bias: missing on rank 1, float32[256] on rank 0",
+                                              "parameter 1.weight: missing on rank 1, float32[256,784] on rank 0",
+                                              "(and 22 more differences)"}));
+}
+
+TEST(LauncherRankAgreement, EveryRankThrowsNamingTheRanksAndKeys) {
+  // texts[r] is rank r's; the messages each rank got ("" when it passed).
+  auto check = [](std::vector<std::string> texts) {
+    std::vector<std::string> messages(texts.size());
+    dist::run_local(static_cast<int>(texts.size()), [&](dist::ProcessGroup& g) {
+      try {
+        check_ranks_agree(g, "config", texts[static_cast<size_t>(g.rank())]);
+      } catch (const Error& e) {
+        messages[static_cast<size_t>(g.rank())] = e.what();
+      }
+    });
+    return messages;
+  };
+  EXPECT_EQ(check({"a = 1\nb = 2\n", "a = 1\nb = 2\n", "a = 1\nb = 2\n"}), (std::vector<std::string>(3, "")));
+  auto m = check({"a = 1\nb = 2\n", "a = 1\nb = 2\n", "a = 1\nb = 3\n"});
+  for (int r = 0; r < 3; r++)
+    EXPECT_EQ(m[static_cast<size_t>(r)],
+              "the ranks disagree on the config before training: rank 2 differs from rank 0 (this is rank " + std::to_string(r) +
+                  " of 3)\n  b: 3 on rank 2, 2 on rank 0\nevery rank must train the same config and model (only "
+                  "train.run_dir, train.overwrite, train.device may differ)");
+  // Two ranks differ: every rank names the lower one's differences; the other adds its own.
+  m = check({"a = 1\nb = 2\n", "a = 5\nb = 2\n", "a = 1\nb = 2\nc = 4\n"});
+  for (const auto& msg : m) EXPECT_NE(msg.find("ranks 1, 2 differ from rank 0"), std::string::npos) << msg;
+  for (const auto& msg : m) EXPECT_NE(msg.find("\n  a: 5 on rank 1, 1 on rank 0\n"), std::string::npos) << msg;
+  EXPECT_NE(m[2].find("\n  and on this rank:\n  c: 4 on rank 2, missing on rank 0\n"), std::string::npos) << m[2];
+  EXPECT_EQ(m[1].find("and on this rank"), std::string::npos) << m[1];
 }

@@ -217,8 +217,8 @@ std::unique_ptr<Device> make_opencl_device(const std::string& name) {
   int index = 0;
   if (colon != std::string::npos) {
     std::string num = name.substr(colon + 1);
-    TG_CHECK(!num.empty() && num.find_first_not_of("0123456789") == std::string::npos, "device '", name,
-             "': expected CL or CL:<index>");
+    TG_CHECK(!num.empty() && num.size() < 6 && num.find_first_not_of("0123456789") == std::string::npos, "device '",
+             name, "': expected CL or CL:<index>");
     index = std::stoi(num);
   }
   auto devices = all_devices();
