@@ -9,7 +9,9 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -72,6 +74,30 @@ class LocalWorld {
 
   const Post& post(int r) const { return posts_[r]; }
 
+  // Note [local messages]: send copies the message into the mailbox of (from, to) and returns;
+  // recv takes the oldest message of its pair, waiting until one is there, the sender died, or
+  // the deadline passed.
+  void deliver(int from, int to, const void* data, size_t count, DType dtype) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto* p = static_cast<const uint8_t*>(data);
+    mail_[{from, to}].push_back(Message{std::vector<uint8_t>(p, p + count * itemsize(dtype)), count, dtype});
+    cv_.notify_all();
+  }
+  void take(int from, int to, void* data, size_t count, DType dtype, Seconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto& box = mail_[{from, to}];
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout);
+    std::ostringstream what;
+    what << "local: recv of " << count << " " << dtype_name(dtype) << " from rank " << from << " on rank " << to << ": ";
+    bool ready = cv_.wait_until(lock, deadline, [&] { return !box.empty() || !dead_[from].empty(); });
+    TG_CHECK(!box.empty() || dead_[from].empty(), what.str(), "rank ", from, " died (", dead_[from], ") without sending it");
+    TG_CHECK(ready, what.str(), "timed out after ", timeout.count(), " s waiting for rank ", from, "'s send");
+    Message m = std::move(box.front());
+    box.pop_front();
+    TG_CHECK(m.count == count && m.dtype == dtype, what.str(), "rank ", from, " sent ", m.count, " ", dtype_name(m.dtype));
+    std::memcpy(data, m.bytes.data(), m.bytes.size());
+  }
+
  private:
   int n_;
   std::mutex mu_;
@@ -81,6 +107,12 @@ class LocalWorld {
   std::vector<bool> arrived_;
   std::vector<std::string> dead_;
   std::vector<Post> posts_;
+  struct Message {
+    std::vector<uint8_t> bytes;
+    size_t count;
+    DType dtype;
+  };
+  std::map<std::pair<int, int>, std::deque<Message>> mail_;  // (from, to) -> oldest first
 };
 
 namespace {
@@ -115,6 +147,18 @@ class LocalGroup : public ProcessGroup {
     std::memcpy(tmp.data(), w_->post(root).in, bytes);
     w_->arrive(rank_, nullptr, "broadcast", seq, timeout_);
     std::memcpy(data, tmp.data(), bytes);
+    return finished_work();
+  }
+  std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer) override {
+    check_collective_dtype("send", dtype);
+    check_peer("send", peer, rank_, size());
+    w_->deliver(rank_, peer, data, count, dtype);
+    return finished_work();
+  }
+  std::shared_ptr<Work> recv(void* data, size_t count, DType dtype, int peer) override {
+    check_collective_dtype("recv", dtype);
+    check_peer("recv", peer, rank_, size());
+    w_->take(peer, rank_, data, count, dtype, timeout_);
     return finished_work();
   }
   std::shared_ptr<Work> barrier() override {

@@ -102,6 +102,8 @@ struct HalfOps {
   }
 };
 
+constexpr int P2P_TAG = 1;  // send/recv on the collectives' communicator (collectives use no tag)
+
 MPI_Op mpi_op(ReduceOp op, DType d) {
   if (is_half(d)) {
     static HalfOps half;  // created after MPI_Init (the first group), freed by MPI_Finalize
@@ -232,17 +234,25 @@ class MpiGroup;
 
 class MpiWork : public Work {
  public:
-  MpiWork(MpiGroup* g, MPI_Request req, std::string what, uint64_t seq, std::function<void()> on_done)
-      : g_(g), req_(req), what_(std::move(what)), seq_(seq), on_done_(std::move(on_done)) {}
+  MpiWork(MpiGroup* g, MPI_Request req, std::string what, uint64_t seq, std::function<void()> on_done, int peer = -1)
+      : g_(g), req_(req), what_(std::move(what)), seq_(seq), on_done_(std::move(on_done)), peer_(peer) {}
   bool test() override;
   void wait(std::optional<Seconds> timeout) override;
 
+  // recv: the count and type it expects, checked against what arrived (a shorter message is no
+  // error to MPI).
+  int recv_count = -1;
+  MPI_Datatype recv_type = MPI_DATATYPE_NULL;
+
  private:
+  std::string failure(const std::string& how);
+
   MpiGroup* g_;
   MPI_Request req_;
   std::string what_;
   uint64_t seq_;
   std::function<void()> on_done_;
+  int peer_;  // point to point: the other rank (-1 for a collective)
   bool done_ = false;
 };
 
@@ -300,6 +310,34 @@ class MpiGroup : public ProcessGroup {
   std::shared_ptr<Work> barrier() override {
     return start("barrier", [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); }, nullptr);
   }
+  std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer) override {
+    return start_p2p("send", peer, count, dtype, [&](MPI_Request* r) {
+      return MPI_Isend(data, icount(count), mpi_type(dtype), peer, P2P_TAG, comm_, r);
+    });
+  }
+  std::shared_ptr<Work> recv(void* data, size_t count, DType dtype, int peer) override {
+    return start_p2p("recv", peer, count, dtype, [&](MPI_Request* r) {
+      return MPI_Irecv(data, icount(count), mpi_type(dtype), peer, P2P_TAG, comm_, r);
+    });
+  }
+
+  // The error for a send or recv that timed out or failed: marks the job failed (Note [a failed
+  // collective ends the job]) and says whether the peer still answers (Note [liveness probe]).
+  std::string p2p_failure_message(const std::string& what, int peer, const std::string& how) {
+    bool first = mark_job_failed();
+    std::ostringstream os;
+    os << "mpi: " << what << " " << how << " on rank " << rank_ << " of " << size_;
+    if (!first) return os.str() + " after an earlier failure: " + first_failure();
+    std::vector<bool> answered;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      answered = probe_peers();
+    }
+    if (!answered[peer]) os << "; rank " << peer << " is not answering (stopped or dead?)";
+    else os << "; rank " << peer << " answers but has not matched it (a send/recv order or size that differs?)";
+    record_first_failure(os.str());
+    return os.str();
+  }
 
   // The error for a collective that timed out or failed (`how`: "timed out after 5 s"): marks
   // the job failed and names the culprits (Notes [arrival notices], [liveness probe]).
@@ -322,6 +360,25 @@ class MpiGroup : public ProcessGroup {
     if (op != ReduceOp::Avg) return nullptr;
     int n = size_;
     return [=] { scale_down(data, count, dtype, n); };
+  }
+
+  // A point-to-point operation: no sequence number, no arrival notice (only two ranks take part).
+  template <class F>
+  std::shared_ptr<Work> start_p2p(const char* op, int peer, size_t count, DType dtype, F&& call) {
+    check_peer(op, peer, rank_, size_);
+    std::ostringstream what;
+    what << op << " of " << count << " " << dtype_name(dtype) << (op[0] == 's' ? " to" : " from") << " rank " << peer;
+    TG_CHECK(!job_failed(), "mpi: ", what.str(), " not started on rank ", rank_, " after an earlier failure: ",
+             first_failure());
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = call(&req);
+    if (rc != MPI_SUCCESS) throw Error(p2p_failure_message(what.str(), peer, "failed to start (" + mpi_error_text(rc) + ")"));
+    auto work = std::make_shared<MpiWork>(this, req, what.str(), 0, nullptr, peer);
+    if (op[0] == 'r') {
+      work->recv_count = icount(count);
+      work->recv_type = mpi_type(dtype);
+    }
+    return work;
   }
 
   template <class F>
@@ -474,12 +531,22 @@ class MpiGroup : public ProcessGroup {
   std::thread responder_;
 };
 
+std::string MpiWork::failure(const std::string& how) {
+  return peer_ >= 0 ? g_->p2p_failure_message(what_, peer_, how) : g_->failure_message(what_, seq_, how);
+}
+
 bool MpiWork::test() {
   if (done_) return true;
   int flag = 0;
-  int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
-  if (rc != MPI_SUCCESS) throw Error(g_->failure_message(what_, seq_, "failed (" + mpi_error_text(rc) + ")"));
+  MPI_Status status;
+  int rc = MPI_Test(&req_, &flag, &status);
+  if (rc != MPI_SUCCESS) throw Error(failure("failed (" + mpi_error_text(rc) + ")"));
   if (!flag) return false;
+  if (recv_count >= 0) {
+    int got = 0;
+    MPI_Get_count(&status, recv_type, &got);
+    TG_CHECK(got == recv_count, "mpi: ", what_, " on rank ", g_->rank(), ": rank ", peer_, " sent ", got, " elements");
+  }
   done_ = true;
   if (on_done_) on_done_();
   return true;
@@ -492,8 +559,8 @@ void MpiWork::wait(std::optional<Seconds> timeout) {
   auto start = std::chrono::steady_clock::now();
   while (!test()) {
     auto waited = std::chrono::steady_clock::now() - start;
-    if (waited > limit) throw Error(g_->failure_message(what_, seq_, timed_out_text(limit)));
-    if (job_failed()) throw Error(g_->failure_message(what_, seq_, "abandoned"));
+    if (waited > limit) throw Error(failure(timed_out_text(limit)));
+    if (job_failed()) throw Error(failure("abandoned"));
     if (waited < std::chrono::milliseconds(20)) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

@@ -137,6 +137,18 @@ class NcclGroup : public ProcessGroup {
       return nccl::api().ncclBroadcast(data, data, count, nccl_type(dtype), root, comm_, stream_);
     });
   }
+  std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer) override {
+    check_peer("send", peer, rank_, size_);
+    return start(("send to rank " + std::to_string(peer)).c_str(), count, dtype, [&] {
+      return nccl::api().ncclSend(data, count, nccl_type(dtype), peer, comm_, stream_);
+    });
+  }
+  std::shared_ptr<Work> recv(void* data, size_t count, DType dtype, int peer) override {
+    check_peer("recv", peer, rank_, size_);
+    return start(("recv from rank " + std::to_string(peer)).c_str(), count, dtype, [&] {
+      return nccl::api().ncclRecv(data, count, nccl_type(dtype), peer, comm_, stream_);
+    });
+  }
   std::shared_ptr<Work> barrier() override {
     if (!scratch_) scratch_ = std::make_unique<Buffer>(device_, DType::Float32, 1);
     return all_reduce(scratch_->ensure_allocated(), 1, DType::Float32, ReduceOp::Sum);

@@ -159,6 +159,11 @@ void check_collective_dtype(const char* what, DType dtype) {
            what, ": dtype ", dtype_name(dtype), " is not supported (float32, float64, int32, int64, float16, bfloat16)");
 }
 
+void check_peer(const char* what, int peer, int rank, int size) {
+  TG_CHECK(peer >= 0 && peer < size && peer != rank, what, ": peer ", peer, " is not another rank of a group of ", size,
+           " (this is rank ", rank, ")");
+}
+
 void reduce_into(void* dst, const void* src, size_t n, DType dtype, ReduceOp op) {
   switch (dtype) {
     case DType::Float32: reduce_typed(static_cast<float*>(dst), static_cast<const float*>(src), n, op); break;

@@ -51,6 +51,12 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> all_gather(const void* in, void* out, size_t count, DType dtype) = 0;
   virtual std::shared_ptr<Work> broadcast(void* data, size_t count, DType dtype, int root) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
+  // Point to point: count elements to `peer`, or from it. Messages between two ranks match in
+  // the order they were posted (MPI's and NCCL's rule); a recv whose count or dtype differs from
+  // the send's is an error naming both. On nccl each call holds the communication stream until
+  // its peer's matching call runs, so two ranks that both send first wait for each other.
+  virtual std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer) = 0;
+  virtual std::shared_ptr<Work> recv(void* data, size_t count, DType dtype, int peer) = 0;
   // Out of place: out = the reduction of every rank's in (count elements each). Host backends
   // copy in to out and reduce in place.
   virtual std::shared_ptr<Work> all_reduce_into(const void* in, void* out, size_t count, DType dtype, ReduceOp op);
@@ -115,6 +121,8 @@ std::string rank_device(const std::string& device, LocalRanks local, int gpus_on
 
 // Checks that dtype is one the collectives support; `what` names the collective.
 void check_collective_dtype(const char* what, DType dtype);
+// Checks that peer is another rank of a group of `size` (send/recv).
+void check_peer(const char* what, int peer, int rank, int size);
 // Element-wise reduce of `count` elements of src into dst (dst = dst op src).
 void reduce_into(void* dst, const void* src, size_t count, DType dtype, ReduceOp op);
 // Divides every element by n (the Avg after a Sum).

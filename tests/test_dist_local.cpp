@@ -141,3 +141,36 @@ TEST(Backends, NcclStateIsNamedAndUnbuiltPathsAreRefused) {
              "the mpi backend runs collectives on host memory, not on CUDA");
   EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("gloo", "CPU"); }), "'gloo' is not one of auto, mpi, nccl");
 }
+
+// send/recv on the local backend: a ring exchange in order, a size that differs named by both
+// sizes, a peer that never sends named at the deadline.
+TEST(LocalPointToPoint, RingExchangeAndErrors) {
+  run_local(3, [](ProcessGroup& pg) {
+    const int r = pg.rank(), n = pg.size();
+    for (int round = 0; round < 2; round++) {
+      std::vector<float> out{float(r * 10 + round), 0.5f}, in(2);
+      pg.send(out.data(), 2, DType::Float32, (r + 1) % n)->wait();
+      pg.recv(in.data(), 2, DType::Float32, (r + n - 1) % n)->wait();
+      EXPECT_EQ(in[0], float(((r + n - 1) % n) * 10 + round));
+      EXPECT_EQ(in[1], 0.5f);
+    }
+    EXPECT_HAS(testing_util::error_of([&] { pg.send(nullptr, 0, DType::Float32, r); }), "is not another rank");
+  });
+  run_local(2, [](ProcessGroup& pg) {
+    std::vector<int32_t> v(4, pg.rank());
+    if (pg.rank() == 0) {
+      pg.send(v.data(), 4, DType::Int32, 1);
+      pg.barrier()->wait();  // alive, but sending nothing more
+      return;
+    }
+    EXPECT_HAS(testing_util::error_of([&] { pg.recv(v.data(), 3, DType::Int32, 0); }),
+               "local: recv of 3 int32 from rank 0 on rank 1: rank 0 sent 4 int32");
+    pg.set_timeout(Seconds(0.2));
+    EXPECT_HAS(testing_util::error_of([&] { pg.recv(v.data(), 4, DType::Int32, 0); }),
+               "timed out after 0.2 s waiting for rank 0's send");
+    pg.set_timeout(Seconds(60));
+    pg.barrier()->wait();
+    EXPECT_HAS(testing_util::error_of([&] { pg.recv(v.data(), 4, DType::Int32, 0); }),
+               "rank 0 died (returned from its function) without sending it");
+  });
+}

@@ -266,3 +266,26 @@ TEST(Mpi, CollectiveSequenceMismatchIsNamedByRank) {
   EXPECT_HAS(msg, "this is rank " + std::to_string(pg.rank()));
   pg.barrier()->wait();
 }
+
+// send/recv over MPI: a ring exchange in float32 and bfloat16, in order.
+TEST(Mpi, PointToPointRing) {
+  ProcessGroup& pg = world();
+  const int n = pg.size(), r = pg.rank();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int round = 0; round < 2; round++) {
+    std::vector<float> out{float(r * 10 + round), -1.0f}, in(2);
+    auto s = pg.send(out.data(), 2, DType::Float32, next);
+    pg.recv(in.data(), 2, DType::Float32, prev)->wait();
+    s->wait();
+    EXPECT_EQ(in[0], float(prev * 10 + round));
+    EXPECT_EQ(in[1], -1.0f);
+  }
+  std::vector<uint16_t> hb{float_to_bfloat(float(r) + 0.5f)}, got(1);
+  auto s = pg.send(hb.data(), 1, DType::BFloat16, next);
+  pg.recv(got.data(), 1, DType::BFloat16, prev)->wait();
+  s->wait();
+  EXPECT_EQ(bfloat_to_float(got[0]), float(prev) + 0.5f);
+  EXPECT_HAS(testing_util::error_of([&] { float x = 0; pg.send(&x, 1, DType::Float32, n); }), "is not another rank");
+  pg.barrier()->wait();
+}

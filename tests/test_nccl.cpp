@@ -106,6 +106,29 @@ TEST_F(Nccl, HostValueCollectivesInEveryDtype) {
   pg.barrier()->wait();
 }
 
+// send/recv between GPUs: a ring exchange of device buffers (2 GPUs and more).
+TEST_F(Nccl, PointToPointRing) {
+  ProcessGroup& pg = nccl();
+  const int n = pg.size(), r = pg.rank();
+  if (n < 2) GTEST_SKIP() << "needs 2 GPUs";
+  Device& dev = get_device(pg.memory_device());
+  Buffer out(pg.memory_device(), DType::Float32, 2), in(pg.memory_device(), DType::Float32, 2);
+  std::vector<float> mine{float(r), 0.25f}, got(2);
+  out.copy_in(mine.data(), sizeof(float) * 2);
+  void* dst = in.ensure_allocated();
+  if (auto ready = dev.record_event(StreamKind::Compute)) dev.wait_event(StreamKind::Comm, *ready);
+  // each call holds the stream until its peer matches it: even ranks send first, odd ones receive
+  std::shared_ptr<Work> s, w;
+  if (r % 2 == 0) s = pg.send(out.ptr(), 2, DType::Float32, (r + 1) % n);
+  w = pg.recv(dst, 2, DType::Float32, (r + n - 1) % n);
+  if (r % 2 == 1) s = pg.send(out.ptr(), 2, DType::Float32, (r + 1) % n);
+  s->wait();
+  w->wait();
+  in.copy_out(got.data(), sizeof(float) * 2);
+  EXPECT_EQ(got[0], float((r + n - 1) % n));
+  EXPECT_EQ(got[1], 0.25f);
+}
+
 // Graph nodes on the communication stream: their results, and the compute stream waiting for them.
 TEST_F(Nccl, CollectiveNodesRunOnTheCommunicationStream) {
   ProcessGroup& pg = nccl();
