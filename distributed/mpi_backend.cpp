@@ -267,6 +267,7 @@ class MpiGroup : public ProcessGroup {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     last_seen_.assign(size_, -1);
+    foreign_seen_.assign(size_, -1);
     probe_answers_.assign(size_, -1);
     responder_ = std::thread([this] { answer_pings(); });
   }
@@ -276,6 +277,7 @@ class MpiGroup : public ProcessGroup {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : sends_) MPI_Request_free(&s.req);
     for (auto& s : pongs_) MPI_Request_free(&s.req);
+    for (auto& s : foreign_sends_) MPI_Request_free(&s.req);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin && !job_failed()) {  // a failed collective may still hold them (the job is aborting)
@@ -319,6 +321,42 @@ class MpiGroup : public ProcessGroup {
     return start_p2p("recv", peer, count, dtype, [&](MPI_Request* r) {
       return MPI_Irecv(data, icount(count), mpi_type(dtype), peer, P2P_TAG, comm_, r);
     });
+  }
+
+  // Note [arrival notices for a device group]: NCCL, like MPI, cannot say which peer is missing
+  // from a collective that never ends. So the nccl group keeps the MPI group it was bootstrapped
+  // with and, as it starts collective #s, has it send s to every peer under a tag of its own
+  // (kForeignTag; the MPI group's own notices keep theirs). When the nccl watchdog finds a
+  // timeout or an error, report_failure reads those notices, probes the peers' liveness and
+  // names the silent ones and those whose latest notice is older than s, as for MPI's own
+  // collectives; it also marks the job failed, so that the process ends through MPI_Abort
+  // instead of waiting in MPI_Finalize for a rank that is gone.
+  void notice_arrival(uint64_t seq) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    forget_finished(foreign_sends_);
+    for (int r = 0; r < size_; r++) {
+      if (r == rank_) continue;
+      foreign_sends_.push_back(Send{static_cast<int64_t>(seq), MPI_REQUEST_NULL});
+      MPI_Isend(&foreign_sends_.back().seq, 1, MPI_INT64_T, r, kForeignTag, notify_, &foreign_sends_.back().req);
+    }
+    drain(kForeignTag, foreign_seen_);
+  }
+  std::string report_failure(uint64_t seq) override {
+    mark_job_failed();
+    std::lock_guard<std::mutex> lock(mu_);
+    drain(kForeignTag, foreign_seen_);
+    std::vector<bool> answered = probe_peers();
+    drain(kForeignTag, foreign_seen_);
+    std::string silent, absent;
+    for (int r = 0; r < size_; r++) {
+      std::string who = std::to_string(r) + " (last seen at #" + std::to_string(foreign_seen_[r]) + ")";
+      if (!answered[r]) silent += (silent.empty() ? "" : ", ") + who;
+      else if (r != rank_ && foreign_seen_[r] < static_cast<int64_t>(seq)) absent += (absent.empty() ? "" : ", ") + who;
+    }
+    std::string out;
+    if (!silent.empty()) out = "not answering (stopped or dead?): rank(s) " + silent;
+    if (!absent.empty()) out += (out.empty() ? "" : "; ") + std::string("never reached it (stuck or slow?): rank(s) ") + absent;
+    return out.empty() ? "every rank reached it and answers (a slow collective or the network?)" : out;
   }
 
   // The error for a send or recv that timed out or failed: marks the job failed (Note [a failed
@@ -409,20 +447,22 @@ class MpiGroup : public ProcessGroup {
     drain_notices();
   }
 
-  void drain_notices() {
+  void drain_notices() { drain(kNoticeTag, last_seen_); }
+  // Reads every notice under `tag` that has arrived into `seen` (the latest per peer).
+  void drain(int tag, std::vector<int64_t>& seen) {
     for (;;) {
       int flag = 0;
       MPI_Status st;
-      MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, notify_, &flag, &st);
+      MPI_Iprobe(MPI_ANY_SOURCE, tag, notify_, &flag, &st);
       if (!flag) return;
       int64_t s = -1;
-      MPI_Recv(&s, 1, MPI_INT64_T, st.MPI_SOURCE, kNoticeTag, notify_, MPI_STATUS_IGNORE);
-      if (s > last_seen_[st.MPI_SOURCE]) last_seen_[st.MPI_SOURCE] = s;
+      MPI_Recv(&s, 1, MPI_INT64_T, st.MPI_SOURCE, tag, notify_, MPI_STATUS_IGNORE);
+      if (s > seen[st.MPI_SOURCE]) seen[st.MPI_SOURCE] = s;
     }
   }
 
   // ---- liveness (Note [liveness probe]) ----
-  static constexpr int kNoticeTag = 0, kPingTag = 1, kPongTag = 2;
+  static constexpr int kNoticeTag = 0, kPingTag = 1, kPongTag = 2, kForeignTag = 3;
   static constexpr Seconds kProbeSeconds{0.5};
   static constexpr std::chrono::milliseconds kResponderPeriod{10};
 
@@ -523,6 +563,8 @@ class MpiGroup : public ProcessGroup {
   std::mutex mu_;
   std::deque<Send> sends_;  // deque: buffers keep their address while MPI sends them
   std::vector<int64_t> last_seen_;
+  std::deque<Send> foreign_sends_;       // Note [arrival notices for a device group]
+  std::vector<int64_t> foreign_seen_;
   std::atomic<int64_t> started_{-1};     // the latest collective this rank started
   std::deque<Send> pongs_;               // the responder thread's answers in flight
   std::vector<int64_t> probe_answers_;   // receive buffers of the probe, one per peer

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <optional>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -59,6 +60,7 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Max ? ncclMax : op == 
 
 // One collective as the watchdog and the errors describe it.
 struct Pending {
+  uint64_t seq = 0;
   std::string what;  // "all_reduce #12 of 4194304 bytes of float32"
   std::shared_ptr<DeviceEvent> done;
   Clock::time_point deadline;
@@ -68,20 +70,23 @@ class NcclGroup;
 
 class NcclWork : public Work {
  public:
-  NcclWork(NcclGroup* g, std::shared_ptr<DeviceEvent> done, std::string what) : g_(g), done_(std::move(done)), what_(std::move(what)) {}
+  NcclWork(NcclGroup* g, std::shared_ptr<DeviceEvent> done, uint64_t seq, std::string what)
+      : g_(g), done_(std::move(done)), seq_(seq), what_(std::move(what)) {}
   bool test() override;
   void wait(std::optional<Seconds> timeout) override;
 
  private:
   NcclGroup* g_;
   std::shared_ptr<DeviceEvent> done_;
+  uint64_t seq_;
   std::string what_;
 };
 
 class NcclGroup : public ProcessGroup {
  public:
-  NcclGroup(Bootstrap& boot, std::string device, Seconds timeout)
-      : dev_(get_device(device)), device_(canonical_device(device)), rank_(boot.rank()), size_(boot.size()) {
+  NcclGroup(Bootstrap& boot, std::string device, Seconds timeout, std::unique_ptr<ProcessGroup> watcher)
+      : dev_(get_device(device)), device_(canonical_device(device)), rank_(boot.rank()), size_(boot.size()),
+        watch_(std::move(watcher)) {
     timeout_ = timeout;
     TG_CHECK(dev_.supports(Feature::Streams), "nccl: device ", device_, " has no streams (nccl runs on CUDA devices)");
     ncclUniqueId id{};
@@ -180,12 +185,12 @@ class NcclGroup : public ProcessGroup {
   }
 
   // The deadline-bounded wait of one collective (Work::wait).
-  void wait_for(DeviceEvent* done, const std::string& what, Seconds limit) {
+  void wait_for(DeviceEvent* done, uint64_t seq, const std::string& what, Seconds limit) {
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(limit);
     while (!(done ? done->done() : true)) {
       check_health();
       if (Clock::now() > deadline) {
-        fault(what + " timed out after " + seconds_text(limit) + " s");
+        fault(what + " timed out after " + seconds_text(limit) + " s", seq);
         check_health();
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -200,29 +205,36 @@ class NcclGroup : public ProcessGroup {
     check_health();
     dev_.make_current();
     std::ostringstream what;
-    what << op << " #" << next_seq() << " of " << elements * itemsize(dtype) << " bytes of " << dtype_name(dtype);
+    const uint64_t seq = next_seq();
+    what << op << " #" << seq << " of " << elements * itemsize(dtype) << " bytes of " << dtype_name(dtype);
+    if (watch_) watch_->notice_arrival(seq);  // Note [arrival notices for a device group] in mpi_backend.cpp
     ncclResult_t r = call();
     settle(r, op, what.str());
     if (dev_.capturing()) return finished_work();  // recorded into a graph: its replays are launched whole
     auto done = dev_.record_event(StreamKind::Comm);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      pending_.push_back(Pending{what.str(), done, Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_)});
+      pending_.push_back(
+          Pending{seq, what.str(), done, Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_)});
     }
-    return std::make_shared<NcclWork>(this, done, what.str());
+    return std::make_shared<NcclWork>(this, done, seq, what.str());
   }
 
   // Aborts the communicator once and keeps the error (Note [the nccl watchdog]). Lock order:
   // call_mu_ (no NCCL call runs while the communicator goes), then mu_.
-  void fault(const std::string& why) {
+  void fault(const std::string& why, std::optional<uint64_t> seq = std::nullopt) {
     std::lock_guard<std::mutex> calls(call_mu_);
-    abort_locked(why);
+    abort_locked(why, seq);
   }
-  void abort_locked(const std::string& why) {
+  void abort_locked(const std::string& why, std::optional<uint64_t> seq = std::nullopt) {
+    // the culprits first: the peers are asked before this rank's communicator goes
+    std::string culprits = watch_ && seq ? watch_->report_failure(*seq) : std::string();
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.empty()) return;
     error_ = "nccl: " + why + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (" + device_ +
-             "); the communicator was aborted (a peer that died, stopped or runs a different collective)";
+             "); " + (culprits.empty() ? "the communicator was aborted (a peer that died, stopped or runs a different "
+                                         "collective?)"
+                                       : culprits + "; the communicator was aborted");
     faulted_at_ = Clock::now();
     if (comm_) nccl::api().ncclCommAbort(comm_);
     comm_ = nullptr;
@@ -250,8 +262,10 @@ class NcclGroup : public ProcessGroup {
       else if (!pending_.empty() && Clock::now() > pending_.front().deadline)
         why = pending_.front().what + " timed out after " + seconds_text(timeout_) + " s";
       if (why.empty()) continue;
+      std::optional<uint64_t> seq;
+      if (!pending_.empty()) seq = pending_.front().seq;
       lock.unlock();
-      fault(why);
+      fault(why, seq);
       lock.lock();
     }
   }
@@ -261,6 +275,7 @@ class NcclGroup : public ProcessGroup {
   int rank_, size_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<ProcessGroup> watch_;  // the host group of the notices (may be null)
   std::unique_ptr<Buffer> scratch_;  // barrier()'s one float
   std::mutex call_mu_;               // held by every NCCL call on comm_ from the ranks' threads
   std::mutex mu_;                    // the watchdog's state: pending_, error_, comm_'s end
@@ -277,12 +292,15 @@ bool NcclWork::test() {
   return !done_ || done_->done();
 }
 
-void NcclWork::wait(std::optional<Seconds> timeout) { g_->wait_for(done_.get(), what_, timeout.value_or(g_->timeout())); }
+void NcclWork::wait(std::optional<Seconds> timeout) {
+  g_->wait_for(done_.get(), seq_, what_, timeout.value_or(g_->timeout()));
+}
 
 }  // namespace
 
-std::unique_ptr<ProcessGroup> nccl_group(Bootstrap& bootstrap, const std::string& device, Seconds timeout) {
-  return std::make_unique<NcclGroup>(bootstrap, device, timeout);
+std::unique_ptr<ProcessGroup> nccl_group(Bootstrap& bootstrap, const std::string& device, Seconds timeout,
+                                         std::unique_ptr<ProcessGroup> watch) {
+  return std::make_unique<NcclGroup>(bootstrap, device, timeout, std::move(watch));
 }
 
 }  // namespace tg::dist

@@ -13,7 +13,11 @@
 namespace tg::dist {
 
 // The communicator of bootstrap's ranks on `device` (a CUDA device of this process): rank 0's
-// unique id travels through the bootstrap, and every rank joins within `timeout`.
-std::unique_ptr<ProcessGroup> nccl_group(Bootstrap& bootstrap, const std::string& device, Seconds timeout);
+// unique id travels through the bootstrap, and every rank joins within `timeout`. `watch` (a host
+// group of the same ranks, kept by the group) carries arrival notices, so that a timeout names
+// the ranks that never reached the collective (Note [arrival notices for a device group] in
+// mpi_backend.cpp).
+std::unique_ptr<ProcessGroup> nccl_group(Bootstrap& bootstrap, const std::string& device, Seconds timeout,
+                                         std::unique_ptr<ProcessGroup> watch = nullptr);
 
 }  // namespace tg::dist

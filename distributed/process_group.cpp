@@ -101,10 +101,10 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
     } catch (const Error& e) {
       throw Error("distributed.backend=nccl" + how + ": " + e.what());
     }
-    auto host = world_group();  // carries the unique id, then goes
+    auto host = world_group();  // carries the unique id, then the arrival notices
     host->set_timeout(timeout);
     auto boot = group_bootstrap(*host);
-    return nccl_group(*boot, device, timeout);
+    return nccl_group(*boot, device, timeout, std::move(host));
 #else
     TG_CHECK(false, "distributed.backend=nccl", how, ": ", nccl_status());
 #endif

@@ -69,6 +69,14 @@ class ProcessGroup {
   // watchdog found it); a no-op for backends whose collectives are always waited for.
   virtual void check_health() {}
 
+  // A host group watching over a device group's collectives (Note [arrival notices for a device
+  // group] in mpi_backend.cpp): notice_arrival tells the peers this rank started the device
+  // group's collective #seq; after that group failed, report_failure marks the job failed (so
+  // that it ends, Note [a failed collective ends the job]) and names the ranks that never reached
+  // #seq or stopped answering ("" where the backend cannot tell).
+  virtual void notice_arrival(uint64_t /*seq*/) {}
+  virtual std::string report_failure(uint64_t /*seq*/) { return ""; }
+
   Seconds timeout() const { return timeout_; }
   void set_timeout(Seconds t) { timeout_ = t; }
   // Collectives started so far (each one's sequence number is its position, from 0).

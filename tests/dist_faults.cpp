@@ -6,7 +6,11 @@
 // the job] in distributed/mpi_backend.cpp). Mode "stop-two": rank 1 stops, and the others wait
 // on #3 in a second thread (as the communication thread does) while the main thread waits on #4
 // with a long deadline: that wait must end with the first failure's message, not hang or say
-// less. Usage: dist_faults stop|stop-two|kill|sleep before|started TIMEOUT_S
+// less. Mode "notices" (Note [arrival notices for a device group] in mpi_backend.cpp): the
+// ranks send arrival notices for a device group's collectives, rank 1 only for #0 and #1, then
+// sleeps (alive); rank 0 reports #2 as failed: the report must name rank 1 as never having
+// reached it, and the job must end. Usage: dist_faults stop|stop-two|kill|sleep|notices
+// before|started TIMEOUT_S
 #include <unistd.h>
 
 #include <chrono>
@@ -72,6 +76,12 @@ int main(int argc, char** argv) {
     pg->set_timeout(Seconds(timeout_s));
     std::printf("rank %d pid %d\n", pg->rank(), static_cast<int>(getpid()));
     std::fflush(stdout);
+    if (mode == "notices") {
+      for (uint64_t s = 0; s < (pg->rank() == 1 ? 2u : 3u); s++) pg->notice_arrival(s);
+      if (pg->rank() == 1) fault(mode, timeout_s);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      throw tg::Error("a device collective #2 failed; " + pg->report_failure(2));
+    }
     // 4 MB: past the eager limit, so the all-reduce cannot finish without every rank's progress
     std::vector<float> grad(1 << 20, 1.0f);
     for (int step = 0; step < 3; step++) pg->all_reduce(grad.data(), grad.size(), tg::DType::Float32, ReduceOp::Sum)->wait();
