@@ -202,6 +202,7 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   jit_ = std::make_unique<TinyJit>([this](const Tensors& batch) { return train_step(batch); }, "train_step");
   if (group_) {
     group_->set_timeout(dist::Seconds(cfg_.get_float("distributed.timeout_s")));
+    set_host_wait_limit(cfg_.get_float("distributed.timeout_s"));  // Note [host waits with a deadline]
     check_ranks_agree(*group_, "model", model_agreement_text(*model_));  // before the parameters are broadcast
     dist::shard_range(cfg_.get_int("data.batch_size"), group_->rank(), group_->size());  // checks divisibility
     engine_ = std::make_unique<dist::CollectiveEngine>(*group_);

@@ -2,6 +2,7 @@
 #include "tinygrad/device.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 
@@ -206,6 +207,16 @@ std::vector<std::string> registered_devices() {
   for (auto& [k, v] : registry().factories) out.push_back(k);
   return out;
 }
+
+namespace {
+std::atomic<double>& wait_limit() {
+  static std::atomic<double> limit{0.0};
+  return limit;
+}
+}  // namespace
+
+void set_host_wait_limit(double seconds) { wait_limit().store(seconds > 0 ? seconds : 0.0); }
+double host_wait_limit() { return wait_limit().load(); }
 
 std::string default_device() { return canonical_device(knobs::DEVICE.get()); }
 

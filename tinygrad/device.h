@@ -135,6 +135,15 @@ enum class Feature {
 // while the communication stream may still use it. Devices without streams run everything in
 // order on the host: record_event returns nullptr (already done) and waits are no-ops.
 enum class StreamKind { Compute, Comm };
+
+// Note [host waits with a deadline]: a host read (item, a copy out, synchronize) waits for the
+// GPU work queued before it, and that may include a collective whose peer is gone: the wait would
+// never end. With a limit set (the trainer sets distributed.timeout_s), devices wait by polling
+// against it and then throw an error that says so, instead of blocking in the driver for good;
+// the distributed watchdog has by then aborted the collective and reports its culprits. 0 (the
+// default): no limit, the driver's blocking wait.
+void set_host_wait_limit(double seconds);
+double host_wait_limit();
 class DeviceEvent {
  public:
   virtual ~DeviceEvent() = default;

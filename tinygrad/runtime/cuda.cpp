@@ -8,10 +8,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "tinygrad/codegen/render_cuda.h"
@@ -212,7 +214,9 @@ class CudaDevice : public Device {
   Compiler& compiler() override { return *compiler_; }
   void synchronize() override {
     c_.current();
-    TG_CU("device " + name(), cuStreamSynchronize, c_.stream);
+    if (host_wait_limit() <= 0) return TG_CU("device " + name(), cuStreamSynchronize, c_.stream);
+    CudaEvent ev(c_, c_.stream);  // Note [host waits with a deadline]
+    cuda::wait_for_event(ev.handle(), "device " + name() + ", synchronize");
   }
   bool supports(Feature f) const override {
     if (f == Feature::MatmulLibrary) return cublaslt_available();
@@ -278,6 +282,21 @@ void Context::current() const {
   if (current_ctx == ctx) return;
   TG_CU("device " + name, cuCtxSetCurrent, ctx);
   current_ctx = ctx;
+}
+
+void wait_for_event(CUevent ev, const std::string& where) {
+  const double limit = host_wait_limit();
+  if (limit <= 0) return check_cu(driver().cuEventSynchronize(ev), "cuEventSynchronize", where);
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    CUresult r = driver().cuEventQuery(ev);
+    if (r != CUDA_ERROR_NOT_READY) return check_cu(r, "cuEventQuery", where);
+    auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    TG_CHECK(waited <= limit, where, ": the host waited ", limit, " s for the GPU (the host wait limit, from ",
+             "distributed.timeout_s): work queued before it never finished (a collective whose peer is gone?)");
+    if (waited < 1e-3) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 double timed_on_stream(CUstream stream, const std::string& where, const std::function<void()>& run) {

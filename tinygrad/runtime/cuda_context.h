@@ -20,6 +20,10 @@ struct Context {
 // The context of an open CUDA device ("CUDA", "CUDA:1"); an internal error for other devices.
 const Context& context_of(const std::string& device);
 
+// Waits on the host until `ev` has happened: the driver's blocking wait, or polling against the
+// host wait limit (Note [host waits with a deadline] in device.h), after which it throws.
+void wait_for_event(CUevent ev, const std::string& where);
+
 // Queues `run`'s work on `stream` between two events, waits for it and returns the GPU time
 // between them, in seconds (Feature::Timing: a launch that waits, DEBUG=2's per-kernel times).
 double timed_on_stream(CUstream stream, const std::string& where, const std::function<void()>& run);

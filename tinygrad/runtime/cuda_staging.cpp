@@ -47,7 +47,7 @@ size_t PinnedStaging::take(size_t bytes) {
   while (!pending_.empty() && in_use(pending_.front())) {
     Region r = pending_.front();
     pending_.pop_front();
-    TG_CU("device " + c_.name + ", pinned staging", cuEventSynchronize, r.done);
+    wait_for_event(r.done, "device " + c_.name + ", pinned staging");
     spare_events_.push_back(r.done);
   }
   head_ = begin + bytes;
@@ -89,7 +89,7 @@ void PinnedStaging::copy_out(void* dst, CUdeviceptr src, size_t bytes) {
     size_t at = take(n);
     std::string where = "device " + c_.name + ", copy_out of " + std::to_string(bytes) + " bytes";
     TG_CU(where, cuMemcpyDtoHAsync, base_ + at, src + off, n, c_.stream);
-    TG_CU(where, cuEventSynchronize, retire(at, n));
+    wait_for_event(retire(at, n), where);
     std::memcpy(static_cast<char*>(dst) + off, base_ + at, n);
   }
 }
