@@ -13,17 +13,18 @@ class Buffer;
 class Tensor;
 
 // Note [tensor observers]: Tensor::assign and the host reads (Tensor::to_vector, item) call
-// notify_assign and notify_host_read; each registered observer is told, on the thread that did
-// it, while the calls are serialized. With no observer registered a notification is one atomic
-// load. This is the counterpart of set_exec_recorder (engine/realize.h), which shows the items
-// run_schedule runs, with one difference: set_exec_recorder is per thread and set only while a
-// step is captured, but observers are process-wide and stay registered. The JIT needs both
-// kinds of events outside its own capture: an assign on any thread, between calls, to a tensor
-// that a capture reads as a fixed buffer makes that capture stale (Note [what a captured step
-// is] in engine/jit.h). So engine/jit registers one observer when its first capture begins and
-// keeps it; the observer itself tells a capturing thread's events (its thread-local recording)
-// from the others. An observer must outlive its registration and must not assign tensors, read
-// them on the host, or register observers from inside a notification.
+// notify_assign and notify_host_read; every registered observer is told, on the thread that
+// assigned or read, one notification at a time (a mutex orders those of different threads).
+// With no observer registered a notification is one atomic load. This is the counterpart of
+// set_exec_recorder (engine/realize.h), which shows a thread the items run_schedule runs while
+// it captures; observers differ in being process-wide and staying registered, because the JIT
+// must see assigns outside its captures too: an assign on any thread, between calls, to a
+// tensor whose buffer a capture reads as fixed makes that capture stale (Note [what a captured
+// step is] in engine/jit.h). So engine/jit registers one observer when its first capture
+// begins and keeps it; the observer files a capturing thread's assigns and host reads into that
+// thread's recording, and checks every assign, on any thread, against the live captures. An
+// observer must outlive its registration and must not assign tensors, read them on the host, or
+// add or remove observers from inside a notification.
 class TensorObserver {
  public:
   virtual ~TensorObserver() = default;
