@@ -88,7 +88,8 @@ TEST(Tensor, AssignsAndHostReadsReachObservers) {
   struct Log final : TensorObserver {
     std::vector<std::pair<Buffer*, Buffer*>> assigns;
     std::vector<Shape> reads;
-    void on_assign(const Tensor&, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after) override {
+    void on_assign(const Tensor&, const std::shared_ptr<Buffer>& before,
+                   const std::shared_ptr<Buffer>& after) override {
       assigns.emplace_back(before.get(), after.get());
     }
     void on_host_read(const Tensor& t) override { reads.push_back(t.shape()); }
