@@ -5,8 +5,10 @@
 #include <cmath>
 
 #include "device_env.h"
+#include "tinygrad/engine/observe.h"
 #include "tinygrad/runtime/cpu.h"
 #include "tinygrad/tensor.h"
+#include "tinygrad/tensor_internal.h"
 
 using namespace tg;
 
@@ -78,6 +80,39 @@ TEST(Tensor, AssignReplacesValue) {
   w.assign(w * 10.0);
   EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{10, 20}));
   EXPECT_EQ(w.uop()->op, Op::BUFFER);
+}
+
+// Note [tensor observers] in engine/observe.h: a registered observer is told of every assign
+// (with the buffers before and after) and host read; once removed, of nothing.
+TEST(Tensor, AssignsAndHostReadsReachObservers) {
+  struct Log final : TensorObserver {
+    std::vector<std::pair<Buffer*, Buffer*>> assigns;
+    std::vector<Shape> reads;
+    void on_assign(const Tensor&, const std::shared_ptr<Buffer>& before,
+                   const std::shared_ptr<Buffer>& after) override {
+      assigns.emplace_back(before.get(), after.get());
+    }
+    void on_host_read(const Tensor& t) override { reads.push_back(t.shape()); }
+  } seen;
+  struct Registered {
+    TensorObserver* o;
+    ~Registered() { remove_tensor_observer(o); }
+  };
+  Tensor w = vec({1, 2}, {2});
+  w.realize();
+  auto before = TensorAccess::buffer(w);
+  {
+    add_tensor_observer(&seen);
+    Registered scope{&seen};
+    w.assign(w * 10.0);
+    EXPECT_FLOAT_EQ(w.sum().item<float>(), 30.0f);
+  }
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{10, 20}));  // not observed
+  ASSERT_EQ(seen.assigns.size(), 1u);
+  EXPECT_EQ(seen.assigns[0].first, before.get());
+  EXPECT_EQ(seen.assigns[0].second, TensorAccess::buffer(w).get());
+  EXPECT_NE(seen.assigns[0].first, seen.assigns[0].second);
+  EXPECT_EQ(seen.reads, (std::vector<Shape>{Shape{}}));
 }
 
 TEST(Tensor, EmptyTensors) {

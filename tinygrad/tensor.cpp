@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "tinygrad/device.h"
-#include "tinygrad/engine/jit.h"
+#include "tinygrad/engine/observe.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/gradient.h"
 #include "tinygrad/schedule/schedule.h"
@@ -236,7 +236,7 @@ const void* TensorAccess::identity(const Tensor& t) { return t.state_.get(); }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  jit_note_host_read(*this);
+  notify_host_read(*this);  // Note [tensor observers] in engine/observe.h
   auto buf = realized_buffer(*this);
   std::vector<uint8_t> bytes(buf->nbytes());
   if (!bytes.empty()) buf->copy_out(bytes.data(), bytes.size());
@@ -273,7 +273,7 @@ Tensor& Tensor::assign(const Tensor& v) {
   TG_CHECK(v.shape() == shape() && v.dtype() == dtype() && v.device() == device(),
            "assign: value ", v.describe(), " does not match target ", describe());
   auto buf = realized_buffer(v);
-  jit_note_assign(*this, TensorAccess::buffer(*this), buf);
+  notify_assign(*this, TensorAccess::buffer(*this), buf);  // Note [tensor observers]
   state_->uop = lazy::buffer(buf, shape());
   return *this;
 }

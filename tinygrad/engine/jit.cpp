@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "tinygrad/device.h"
+#include "tinygrad/engine/observe.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/tensor_internal.h"
@@ -124,11 +125,6 @@ void jit_on_replay(std::function<void()> fn) {
   if (recording) recording->hooks.push_back(std::move(fn));
 }
 
-
-void jit_note_host_read(const Tensor& t) {
-  if (recording && recording->host_read.empty()) recording->host_read = t.describe();
-}
-
 void register_graph_factory(const std::string& device_base_name, GraphFactory factory) {
   auto& f = graph_factories();
   std::lock_guard<std::mutex> lock(f.mu);
@@ -164,7 +160,7 @@ struct TinyJit::Capture {
   size_t kernels = 0, copies = 0, collectives = 0;
   size_t arena_bytes = 0;  // Note [one arena for a captured step's intermediates]
   std::unordered_set<const Buffer*> fixed_inputs;  // fixed buffers the step reads but does not write
-  bool stale = false;                              // one of them was assigned away since (see jit_note_assign)
+  bool stale = false;                              // one of them was assigned away since (see JitObserver)
 
   Capture() = default;
   void go_live() {  // once fixed_inputs is complete
@@ -203,14 +199,41 @@ struct TinyJit::Capture {
   }
 };
 
-void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after) {
-  if (recording) recording->assigns.push_back({target, before, after});
-  if (!before) return;
-  auto& live = live_captures();
-  std::lock_guard<std::mutex> lock(live.mu);
-  for (auto* c : live.all)
-    if (c->fixed_inputs.count(before.get())) c->stale = true;
+namespace {
+
+// The JIT's tensor observer (Note [tensor observers] in engine/observe.h): a capturing thread's
+// assigns and host reads go into its recording; an assign on any thread, during a capture or
+// between calls, marks the live captures that read the assigned-away buffer as fixed stale.
+class JitObserver final : public TensorObserver {
+ public:
+  void on_assign(const Tensor& target, const std::shared_ptr<Buffer>& before,
+                 const std::shared_ptr<Buffer>& after) override {
+    if (recording) recording->assigns.push_back({target, before, after});
+    if (before) mark_readers_stale(*before);
+  }
+  void on_host_read(const Tensor& t) override {
+    if (recording && recording->host_read.empty()) recording->host_read = t.describe();
+  }
+
+ private:
+  static void mark_readers_stale(const Buffer& fixed) {
+    auto& live = live_captures();
+    std::lock_guard<std::mutex> lock(live.mu);
+    for (auto* c : live.all)
+      if (c->fixed_inputs.count(&fixed)) c->stale = true;
+  }
+};
+
+// Registers the observer, once, before the first capture begins; it stays for the process.
+void observe_tensors() {
+  static const bool registered = [] {
+    add_tensor_observer(new JitObserver());
+    return true;
+  }();
+  (void)registered;
 }
+
+}  // namespace
 
 struct TinyJit::Entry {
   int64_t calls = 0;
@@ -521,6 +544,7 @@ Tensors TinyJit::operator()(const Tensors& inputs) {
     return run_plain();
   }
 
+  observe_tensors();
   Recording rec;
   Tensors out;
   {

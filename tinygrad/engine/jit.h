@@ -14,12 +14,11 @@
 
 namespace tg {
 
-class Buffer;
-
 // Note [what a captured step is]: the first call with a given input signature (shapes, dtypes,
 // devices of the inputs) runs the function normally; the second captures it: every item that
-// run_schedule runs is recorded with its buffers and compiled launch, every Tensor::assign with
-// the buffer the tensor held before and after, and the host work registered with
+// run_schedule runs is recorded with its buffers and compiled launch (set_exec_recorder),
+// every Tensor::assign with the buffer the tensor held before and after (the tensor observer
+// hook, Note [tensor observers] in engine/observe.h), and the host work registered with
 // jit_on_replay. Later calls replay that record. The buffers of a record play one of four parts:
 //   input   the buffer of input i: rebound to the buffer of this call's input i
 //   state   the buffer an assigned tensor (a parameter, optimizer state, BatchNorm statistic)
@@ -106,10 +105,7 @@ class TinyJit {
 bool jit_capturing();
 // Host work that every replay must repeat before the kernels (per-step scalars, host counters).
 void jit_on_replay(std::function<void()> fn);
-// Tensor::assign (every one): `target` held `before` (null when it was not realized) and now holds
-// `after`. Recorded while capturing; outside, marks captures that read `before` as fixed stale.
-void jit_note_assign(const Tensor& target, const std::shared_ptr<Buffer>& before, const std::shared_ptr<Buffer>& after);
-// Host reads of device data (Tensor::to_vector, item): the capture cannot be replayed.
-void jit_note_host_read(const Tensor& t);
+// Tensor::assign and host reads (Tensor::to_vector, item) reach the JIT through the engine's
+// tensor observer hook (Note [tensor observers] in engine/observe.h), not through calls here.
 
 }  // namespace tg
