@@ -3,6 +3,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <optional>
+
+#include "test_util.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/runtime/cuda.h"
 
@@ -13,9 +16,9 @@ class CudaTest : public ::testing::Test {
   void SetUp() override {
     if (cuda_device_count() == 0 || !cuda_unavailable_reason().empty())
       GTEST_SKIP() << "CUDA is not available here: " << cuda_unavailable_reason();
-    knobs::DEVICE.set("CUDA");
+    device_.emplace(knobs::DEVICE, "CUDA");
   }
-  void TearDown() override { knobs::DEVICE.set("CPU"); }
+  std::optional<KnobScope<StringKnob>> device_;  // Note [knobs in tests]
 };
 
 }  // namespace tg::testutil

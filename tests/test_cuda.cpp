@@ -80,11 +80,11 @@ TEST(CudaAvailability, UnavailableDeviceSaysWhy) {
   bool known = why.find("libcuda.so.1 not found") != std::string::npos || why.find("no CUDA device") != std::string::npos ||
                why.find("cuInit failed") != std::string::npos || why.find("NVRTC not found") != std::string::npos;
   EXPECT_TRUE(known) << why;
-  testing_util::expect_error([] { get_device("CUDA"); }, {"device 'CUDA': ", why});
+  testutil::expect_error([] { get_device("CUDA"); }, {"device 'CUDA': ", why});
 }
 
 TEST_F(Nvrtc, BuildFailureReportsLogAndKernelName) {
-  testing_util::expect_error(
+  testutil::expect_error(
       [] { cuda_compile("tg_broken", "extern \"C\" __global__ void tg_broken(float* a) { a[0] = not_declared; }", 90); },
       {"CUDA kernel 'tg_broken' failed to build for sm_90", "NVRTC_ERROR_COMPILATION", "not_declared", "tg_broken(float* a)"});
 }
@@ -92,8 +92,7 @@ TEST_F(Nvrtc, BuildFailureReportsLogAndKernelName) {
 TEST_F(Nvrtc, CubinForTheCardAndPtxBeyondNvrtc) {
   auto dir = std::filesystem::temp_directory_path() / ("tg_test_cuda_cache_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  std::string saved = knobs::CACHEDIR.get();
-  knobs::CACHEDIR.set(dir.string());
+  testutil::KnobScope cachedir(knobs::CACHEDIR, dir.string());
   std::string src = "extern \"C\" __global__ void tg_scale(float* a) { a[threadIdx.x] *= 2.0f; }";
   CudaBinary first = cuda_compile("tg_scale", src, 90);
   EXPECT_EQ(first.target, "sm_90");
@@ -108,8 +107,7 @@ TEST_F(Nvrtc, CubinForTheCardAndPtxBeyondNvrtc) {
   CudaBinary ptx = cuda_compile("tg_scale", src, 9990);
   EXPECT_EQ(ptx.target.rfind("compute_", 0), 0u) << ptx.target;
   EXPECT_NE(ptx.image.find(".entry tg_scale"), std::string::npos);
-  testing_util::expect_error([&] { cuda_compile("tg_scale", src, 10); }, {"cannot compile for sm_10"});
-  knobs::CACHEDIR.set(saved);
+  testutil::expect_error([&] { cuda_compile("tg_scale", src, 10); }, {"cannot compile for sm_10"});
   std::filesystem::remove_all(dir);
 }
 
@@ -294,10 +292,9 @@ class Cuda : public testutil::CudaTest {
  protected:
   // Realizes t at DEBUG=4 and returns the generated source that was printed.
   static std::string source_of(Tensor& t) {
-    knobs::DEBUG.set(4);
+    testutil::KnobScope debug(knobs::DEBUG, 4);
     ::testing::internal::CaptureStderr();
     t.realize();
-    knobs::DEBUG.set(0);
     return ::testing::internal::GetCapturedStderr();
   }
 };
@@ -306,15 +303,15 @@ TEST_F(Cuda, DeviceSelection) {
   EXPECT_EQ(&get_device("CUDA:0"), &get_device("CUDA"));
   EXPECT_NE(get_device("cuda").description().find("CUDA ("), std::string::npos);
   EXPECT_NE(get_device("CUDA").description().find(", sm_"), std::string::npos);
-  testing_util::expect_error([] { get_device("CUDA:" + std::to_string(cuda_device_count())); }, {"CUDA device(s) found"});
-  testing_util::expect_error([] { get_device("CUDA:x"); }, {"expected CUDA or CUDA:<index>"});
+  testutil::expect_error([] { get_device("CUDA:" + std::to_string(cuda_device_count())); }, {"CUDA device(s) found"});
+  testutil::expect_error([] { get_device("CUDA:x"); }, {"expected CUDA or CUDA:<index>"});
   Tensor t = rnd({5}, 1).to("CUDA");
   EXPECT_EQ(t.device(), "CUDA");
   EXPECT_TRUE(match(t * 2));
 }
 
 TEST_F(Cuda, BuildFailureReportsLogAndKernelName) {
-  testing_util::expect_error(
+  testutil::expect_error(
       [] { get_device("CUDA").compiler().compile("tg_broken2", "extern \"C\" __global__ void tg_broken2(int* a) { a[0] = nope; }"); },
       {"CUDA kernel 'tg_broken2' failed to build", "NVRTC_ERROR_COMPILATION", "nope"});
 }
@@ -323,8 +320,8 @@ TEST_F(Cuda, LaunchErrorsAreDecodedAndNameTheKernel) {
   Device& d = get_device("CUDA");
   Program& p = d.get_program("tg_inc", "extern \"C\" __global__ void tg_inc(float* a) { a[threadIdx.x] += 1.0f; }");
   void* buf = d.pool().alloc(4096 * sizeof(float));
-  testing_util::expect_error([&] { p.launch({buf}, {4096}, {4096}, false); },
-                             {"cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE", "kernel tg_inc", "block 4096x1x1"});
+  testutil::expect_error([&] { p.launch({buf}, {4096}, {4096}, false); },
+                         {"cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE", "kernel tg_inc", "block 4096x1x1"});
   // the error is not sticky: the context still works
   std::vector<float> host(256, 1.0f), back(256);
   d.allocator().copy_in(buf, host.data(), host.size() * sizeof(float));
@@ -432,23 +429,25 @@ TEST_F(Cuda, ConvolutionsRunOnTensorCores) {
   for (const Case& c :
        {Case{{64, 32, 16, 16}, {32, 32, 3, 3}, 1, 2}, Case{{128, 8, 12, 12}, {64, 8, 3, 3}, 0, 1}}) {
     auto run = [&](int tf32, std::string* log) {
-      knobs::CONV_TF32.set(tf32);
+      testutil::KnobScope conv_tf32(knobs::CONV_TF32, tf32);
       Tensor x = rnd(c.x, 1), w = rnd(c.w, 2);
       x.requires_grad_();
       w.requires_grad_();
       Tensor y = x.conv2d(w, std::nullopt, {1, 1}, {c.padding, c.padding});
       Tensors out{y};
       for (auto& g : (y * rnd(y.shape(), 3, 0.5, 1.5)).sum().gradients({x, w})) out.push_back(g);
-      if (log) knobs::DEBUG.set(4), ::testing::internal::CaptureStderr();
-      Tensor::realize_all(out);
-      if (log) knobs::DEBUG.set(0), *log = ::testing::internal::GetCapturedStderr();
+      {
+        testutil::KnobScope debug(knobs::DEBUG, log ? 4 : knobs::DEBUG.get());
+        if (log) ::testing::internal::CaptureStderr();
+        Tensor::realize_all(out);
+        if (log) *log = ::testing::internal::GetCapturedStderr();
+      }
       std::vector<std::vector<float>> v;
       for (auto& t : out) v.push_back(t.to_vector<float>());
       return v;
     };
     std::string log;
     auto tc = run(1, &log), fma = run(0, nullptr);
-    knobs::CONV_TF32.set(1);
     std::string what = shape_str(c.x) + " * " + shape_str(c.w);
     EXPECT_EQ(count_of(log, "__launch_bounds__(128) r_tc_"), c.tc_kernels) << what;
     for (size_t t = 0; t < tc.size(); t++) {
@@ -466,11 +465,13 @@ TEST_F(Cuda, Debug2ReportsKernelTimeAndMemory) {
   Tensor x = rnd({256, 256}, 10);
   Tensor y = (x.matmul(x) + 1).sum();
   double before = GlobalCounters::get().kernel_seconds;
-  knobs::DEBUG.set(2);
-  ::testing::internal::CaptureStderr();
-  y.realize();
-  knobs::DEBUG.set(0);
-  std::string log = ::testing::internal::GetCapturedStderr();
+  std::string log;
+  {
+    testutil::KnobScope debug(knobs::DEBUG, 2);
+    ::testing::internal::CaptureStderr();
+    y.realize();
+    log = ::testing::internal::GetCapturedStderr();
+  }
   EXPECT_NE(log.find("*** CUDA"), std::string::npos) << log;
   EXPECT_NE(log.find(" ms   mem in use"), std::string::npos) << log;
   EXPECT_GT(GlobalCounters::get().kernel_seconds, before);  // GPU times from events

@@ -19,12 +19,12 @@
 
 using namespace tg;
 using namespace tg::nn;
-using tg::testing_util::error_of;
+using tg::testutil::error_of;
 namespace fs = std::filesystem;
 
 namespace {
 
-class DataTest : public tg::testing_util::TempDirTest {};
+class DataTest : public tg::testutil::TempDirTest {};
 
 // IDX bytes for u8 data, built by hand: 0x00 0x00 type ndim, big-endian u32 dims, data.
 std::string idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data, uint8_t type = 0x08) {

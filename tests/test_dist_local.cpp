@@ -50,7 +50,7 @@ TEST_P(LocalCollectives, AllCollectives) {
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalCollectives, ::testing::Values(1, 2, 3, 4));
 
 TEST(LocalBackend, MismatchedCollectiveIsAnError) {
-  std::string msg = testing_util::error_of([] {
+  std::string msg = testutil::error_of([] {
     run_local(2, [](ProcessGroup& pg) {
       std::vector<float> v(pg.rank() + 1);
       pg.all_reduce(v.data(), v.size(), DType::Float32, ReduceOp::Sum)->wait();
@@ -60,7 +60,7 @@ TEST(LocalBackend, MismatchedCollectiveIsAnError) {
 }
 
 TEST(LocalBackend, StuckRankTimesOutNamingIt) {
-  std::string msg = testing_util::error_of([] {
+  std::string msg = testutil::error_of([] {
     run_local(
         3,
         [](ProcessGroup& pg) {
@@ -76,7 +76,7 @@ TEST(LocalBackend, StuckRankTimesOutNamingIt) {
 
 TEST(LocalBackend, DeadRankIsNamedAtOnce) {
   auto t0 = std::chrono::steady_clock::now();
-  std::string msg = testing_util::error_of([] {
+  std::string msg = testutil::error_of([] {
     run_local(
         2,
         [](ProcessGroup& pg) {
@@ -91,7 +91,7 @@ TEST(LocalBackend, DeadRankIsNamedAtOnce) {
 }
 
 TEST(LocalBackend, UnsupportedDtypeIsAnError) {
-  std::string msg = testing_util::error_of([] {
+  std::string msg = testutil::error_of([] {
     run_local(1, [](ProcessGroup& pg) {
       uint8_t b = 0;
       pg.all_reduce(&b, 1, DType::UInt8, ReduceOp::Sum);
@@ -109,7 +109,7 @@ TEST(RankDevice, UnindexedGpuIsTheLocalRanksGpu) {
   EXPECT_EQ(rank_device("cuda", LocalRanks{1, 2}, 2), "CUDA:1");
   EXPECT_EQ(rank_device("CUDA:3", LocalRanks{1, 2}, 8), "CUDA:3");
   EXPECT_EQ(rank_device("CPU", LocalRanks{3, 4}, 0), "CPU");
-  EXPECT_HAS(testing_util::error_of([] { rank_device("CUDA", LocalRanks{0, 4}, 1); }),
+  EXPECT_HAS(testutil::error_of([] { rank_device("CUDA", LocalRanks{0, 4}, 1); }),
              "4 ranks on this node but 1 CUDA device(s)");
 }
 
@@ -129,17 +129,17 @@ TEST(Backends, NcclStateIsNamedAndUnbuiltPathsAreRefused) {
     EXPECT_HAS(nccl, "not built");
   }
   std::printf("process-group backends: %zu; NCCL: %s\n", built.size(), nccl.c_str());
-  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("nccl", "CPU"); }),
+  EXPECT_HAS(testutil::error_of([] { tg::dist::world_group_for("nccl", "CPU"); }),
              "nccl runs collectives on CUDA devices, not on CPU");
   // no such GPU here: the error names the backend, how it was chosen and the device
-  std::string auto_gpu = testing_util::error_of([] { tg::dist::world_group_for("auto", "CUDA:99"); });
+  std::string auto_gpu = testutil::error_of([] { tg::dist::world_group_for("auto", "CUDA:99"); });
   EXPECT_HAS(auto_gpu, has_nccl ? "distributed.backend=nccl (auto, for device CUDA:99)" : "not built");
   if (has_nccl && nccl.rfind("NCCL ", 0) == 0) {
     EXPECT_HAS(auto_gpu, "device 'CUDA:99'");
   }
-  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("mpi", "CUDA"); }),
+  EXPECT_HAS(testutil::error_of([] { tg::dist::world_group_for("mpi", "CUDA"); }),
              "the mpi backend runs collectives on host memory, not on CUDA");
-  EXPECT_HAS(testing_util::error_of([] { tg::dist::world_group_for("gloo", "CPU"); }), "'gloo' is not one of auto, mpi, nccl");
+  EXPECT_HAS(testutil::error_of([] { tg::dist::world_group_for("gloo", "CPU"); }), "'gloo' is not one of auto, mpi, nccl");
 }
 
 // send/recv on the local backend: a ring exchange in order, a size that differs named by both
@@ -154,7 +154,7 @@ TEST(LocalPointToPoint, RingExchangeAndErrors) {
       EXPECT_EQ(in[0], float(((r + n - 1) % n) * 10 + round));
       EXPECT_EQ(in[1], 0.5f);
     }
-    EXPECT_HAS(testing_util::error_of([&] { pg.send(nullptr, 0, DType::Float32, r); }), "is not another rank");
+    EXPECT_HAS(testutil::error_of([&] { pg.send(nullptr, 0, DType::Float32, r); }), "is not another rank");
   });
   run_local(2, [](ProcessGroup& pg) {
     std::vector<int32_t> v(4, pg.rank());
@@ -163,14 +163,14 @@ TEST(LocalPointToPoint, RingExchangeAndErrors) {
       pg.barrier()->wait();  // alive, but sending nothing more
       return;
     }
-    EXPECT_HAS(testing_util::error_of([&] { pg.recv(v.data(), 3, DType::Int32, 0); }),
+    EXPECT_HAS(testutil::error_of([&] { pg.recv(v.data(), 3, DType::Int32, 0); }),
                "local: recv of 3 int32 from rank 0 on rank 1: rank 0 sent 4 int32");
     pg.set_timeout(Seconds(0.2));
-    EXPECT_HAS(testing_util::error_of([&] { pg.recv(v.data(), 4, DType::Int32, 0); }),
+    EXPECT_HAS(testutil::error_of([&] { pg.recv(v.data(), 4, DType::Int32, 0); }),
                "timed out after 0.2 s waiting for rank 0's send");
     pg.set_timeout(Seconds(60));
     pg.barrier()->wait();
-    EXPECT_HAS(testing_util::error_of([&] { pg.recv(v.data(), 4, DType::Int32, 0); }),
+    EXPECT_HAS(testutil::error_of([&] { pg.recv(v.data(), 4, DType::Int32, 0); }),
                "rank 0 died (returned from its function) without sending it");
   });
 }

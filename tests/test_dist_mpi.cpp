@@ -219,7 +219,7 @@ TEST(Mpi, HalfDtypesReduceGatherAndBroadcast) {
     pg.all_gather(mine.data(), all.data(), 1, h.dtype)->wait();
     for (int k = 0; k < n; k++) EXPECT_EQ(h.widen(all[k]), float(k) + 0.5f);
   }
-  EXPECT_HAS(testing_util::error_of([&] {
+  EXPECT_HAS(testutil::error_of([&] {
                bool b = true;
                pg.all_reduce(&b, 1, DType::Bool, ReduceOp::Sum);
              }),
@@ -245,7 +245,7 @@ TEST(Mpi, ReduceScatterAndAllGatherNodes) {
     const float ranks_sum = n * (n - 1) / 2.0f;
     for (int i = 0; i < 2 * n; i++) EXPECT_EQ(got[i], 2 * (float(n * i) + ranks_sum)) << i;
   }
-  EXPECT_HAS(testing_util::error_of([&] { reduce_scatter_node(pg, Tensor::zeros({2 * n + 1})); }),
+  EXPECT_HAS(testutil::error_of([&] { reduce_scatter_node(pg, Tensor::zeros({2 * n + 1})); }),
              "do not split into " + std::to_string(n) + " equal blocks");
 }
 
@@ -259,7 +259,7 @@ TEST(Mpi, CollectiveSequenceMismatchIsNamedByRank) {
   for (int i = 0; i < 3; i++) all_reduce_node(pg, same + float(i)).realize();
   EXPECT_EQ(engine.sequences_checked(), 1u);
   Tensor x = Tensor::ones({pg.rank() == 1 ? 6 : 4});
-  std::string msg = testing_util::error_of([&] { all_reduce_node(pg, x).realize(); });
+  std::string msg = testutil::error_of([&] { all_reduce_node(pg, x).realize(); });
   EXPECT_HAS(msg, "the ranks run different collectives");
   EXPECT_HAS(msg, "rank 0: all_reduce sum of float32[4]");
   EXPECT_HAS(msg, "rank 1: all_reduce sum of float32[6]");
@@ -286,6 +286,6 @@ TEST(Mpi, PointToPointRing) {
   pg.recv(got.data(), 1, DType::BFloat16, prev)->wait();
   s->wait();
   EXPECT_EQ(bfloat_to_float(got[0]), float(prev) + 0.5f);
-  EXPECT_HAS(testing_util::error_of([&] { float x = 0; pg.send(&x, 1, DType::Float32, n); }), "is not another rank");
+  EXPECT_HAS(testutil::error_of([&] { float x = 0; pg.send(&x, 1, DType::Float32, n); }), "is not another rank");
   pg.barrier()->wait();
 }

@@ -86,7 +86,7 @@ class Tracer : public TrainObserver {
 
 // Trains through a Trainer (no run_train, so the JIT can be inspected) with JIT=jit.
 Traced trace(const Config& cfg, int jit) {
-  knobs::JIT.set(jit);
+  testutil::KnobScope jit_knob(knobs::JIT, jit);
   fs::create_directories(cfg.get_string("train.run_dir"));
   auto group = dist::world_group();
   Traced t;
@@ -100,7 +100,6 @@ Traced trace(const Config& cfg, int jit) {
     t.disabled_reason = tr.jit().disabled_reason();
     t.optimizer_steps = tr.optimizer().step_count();
   }
-  knobs::JIT.set(1);
   return t;
 }
 
@@ -182,13 +181,12 @@ TEST(DdpTrain, NonFiniteGradientOnOneRankSkipsEverywhere) {
 // fewer kernels than JIT=0, and end on bit-identical parameters.
 TEST(DdpTrain, JitReplaysStepsWithTheirAllReduces) {
   auto run = [&](int jit, const std::string& dir) {
-    knobs::JIT.set(jit);
+    testutil::KnobScope jit_knob(knobs::JIT, jit);
     GlobalCounters::reset();
     TrainSummary s = run_train(
         config(dir, {"distributed.strategy=ddp", "distributed.skip_nonfinite=false", "optim.clip_grad_norm=0"}),
         {.progress = false});
     GlobalCounters c = GlobalCounters::get();
-    knobs::JIT.set(1);
     return std::make_pair(s, c);
   };
   auto [off, c_off] = run(0, BASE + "_jit0");

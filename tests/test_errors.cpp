@@ -9,7 +9,7 @@
 using namespace tg;
 
 namespace {
-using testing_util::error_of;
+using testutil::error_of;
 void expect_has(const std::string& msg, const std::string& part) { EXPECT_HAS(msg, part); }
 }  // namespace
 

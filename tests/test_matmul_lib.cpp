@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "ops_util.h"
+#include "test_util.h"
 #include "tinygrad/device.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/knobs.h"
@@ -164,15 +165,14 @@ class CudaMatmul : public ::testing::Test {
     if (dev_->description().find("no cuBLASLt") != std::string::npos)
       GTEST_SKIP() << "cuBLASLt is not available here: " << dev_->description();
   }
-  void TearDown() override {
-    knobs::MATMUL_LIB.set(1);
-    knobs::TF32.set(0);
-  }
+  // The tests switch these; each is back to the value it had when the test ends (Note [knobs in tests]).
+  testutil::KnobScope<IntKnob> matmul_lib_{knobs::MATMUL_LIB, knobs::MATMUL_LIB.get()};
+  testutil::KnobScope<IntKnob> tf32_{knobs::TF32, knobs::TF32.get()};
 
   // Realizes the case on CUDA with the library (or not), recording the names of the kernels run.
   std::vector<float> run(const Case& c, bool library, std::vector<std::string>& names) {
-    knobs::MATMUL_LIB.set(library ? 1 : 0);
-    knobs::TF32.set(c.tf32 ? 1 : 0);
+    matmul_lib_.set(library ? 1 : 0);
+    tf32_.set(c.tf32 ? 1 : 0);
     Tensor r = expr(c);
     ExecRecorder rec = [&](const ExecItem& e) { names.push_back(e.launch.name); };
     ExecRecorder* prev = set_exec_recorder(&rec);
@@ -224,7 +224,7 @@ class CudaMatmul : public ::testing::Test {
     ASSERT_EQ(gen_names.size(), 1u);
     EXPECT_NE(gen_names[0].rfind("matmul_", 0), 0u) << gen_names[0];
     // float64 product of the same (rounded) inputs on the host
-    knobs::MATMUL_LIB.set(1);
+    matmul_lib_.set(1);
     Shape sa = c.ta ? Shape{c.batch, c.k, c.m} : Shape{c.batch, c.m, c.k};
     Shape sb = c.tb ? Shape{c.batch, c.n, c.k} : Shape{c.batch, c.k, c.n};
     std::vector<float> av = rnd(sa, 11, -1, 1, c.dtype).float_().to_vector<float>();
@@ -297,13 +297,12 @@ TEST_F(CudaMatmul, Float32CastToBFloat16InTheKernel) {
 // A product through the library is captured by the JIT's record like any kernel, and DEBUG=2
 // times it with events.
 TEST_F(CudaMatmul, Debug2TimesLibraryKernels) {
-  knobs::DEBUG.set(2);
+  testutil::KnobScope debug(knobs::DEBUG, 2);
   testing::internal::CaptureStderr();
   Case c{1, 256, 256, 256, false, false, DType::BFloat16};
   std::vector<std::string> names;
   run(c, true, names);
   std::string err = testing::internal::GetCapturedStderr();
-  knobs::DEBUG.set(0);
   EXPECT_NE(err.find("matmul_bfloat16_256x256x256"), std::string::npos) << err;
 }
 
@@ -312,8 +311,8 @@ TEST_F(CudaMatmul, Debug2TimesLibraryKernels) {
 // products (two forward, three backward) run through the library, with the same gradients as the
 // generated kernels.
 TEST_F(CudaMatmul, ComputedOperandsOfATrainingStepAreBuffers) {
-  auto step = [](bool library, std::vector<std::string>& names) {
-    knobs::MATMUL_LIB.set(library ? 1 : 0);
+  auto step = [this](bool library, std::vector<std::string>& names) {
+    matmul_lib_.set(library ? 1 : 0);
     Tensor x = rnd({64, 48}, 21, -1, 1).to("CUDA").realize(), t = rnd({64, 24}, 22, -1, 1).to("CUDA").realize();
     Tensor w1 = rnd({40, 48}, 23, -0.3, 0.3).to("CUDA").realize(), b1 = rnd({40}, 24, -0.3, 0.3).to("CUDA").realize();
     Tensor w2 = rnd({24, 40}, 25, -0.3, 0.3).to("CUDA").realize();

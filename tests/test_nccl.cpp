@@ -257,7 +257,7 @@ TEST_F(Nccl, StoppedRankEndsInAnErrorNamingTheCollective) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto t0 = std::chrono::steady_clock::now();
-  std::string msg = testing_util::error_of([&] {
+  std::string msg = testutil::error_of([&] {
     std::vector<float> v{1.0f};
     all_reduce_host(*pg, v.data(), 1, DType::Float32, ReduceOp::Sum);
   });

@@ -23,7 +23,7 @@ void expect_near(const std::vector<float>& got, const std::vector<double>& want,
   for (size_t i = 0; i < got.size(); i++) EXPECT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << "at " << i;
 }
 
-using tg::testing_util::expect_error;
+using tg::testutil::expect_error;
 
 // Linear -> ReLU -> BatchNorm1d -> Linear, as a child "layers", plus a model-level parameter.
 struct Net : Module {

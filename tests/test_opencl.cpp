@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 
 #include "ops_util.h"
 #include "test_util.h"
@@ -24,15 +25,14 @@ class OpenCL : public ::testing::Test {
  protected:
   void SetUp() override {
     if (opencl_device_count() == 0) GTEST_SKIP() << "no OpenCL device (install pocl-opencl-icd)";
-    knobs::DEVICE.set("CL");
+    device_.emplace(knobs::DEVICE, "CL");
   }
-  void TearDown() override { knobs::DEVICE.set("CPU"); }
+  std::optional<testutil::KnobScope<StringKnob>> device_;  // Note [knobs in tests]
   // Realizes t at DEBUG=4 and returns the generated source that was printed.
   static std::string source_of(Tensor& t) {
-    knobs::DEBUG.set(4);
+    testutil::KnobScope debug(knobs::DEBUG, 4);
     ::testing::internal::CaptureStderr();
     t.realize();
-    knobs::DEBUG.set(0);
     return ::testing::internal::GetCapturedStderr();
   }
 };
@@ -46,13 +46,13 @@ TEST(OpenCLErrors, DecodesErrorNames) {
 TEST_F(OpenCL, DeviceSelection) {
   EXPECT_EQ(&get_device("CL:0"), &get_device("CL"));
   EXPECT_NE(get_device("cl").description().find("CL ("), std::string::npos);
-  testing_util::expect_error([] { get_device("CL:" + std::to_string(opencl_device_count())); },
-                             {"OpenCL device(s) found"});
-  testing_util::expect_error([] { get_device("CL:x"); }, {"expected CL or CL:<index>"});
+  testutil::expect_error([] { get_device("CL:" + std::to_string(opencl_device_count())); },
+                         {"OpenCL device(s) found"});
+  testutil::expect_error([] { get_device("CL:x"); }, {"expected CL or CL:<index>"});
 }
 
 TEST_F(OpenCL, BuildFailureReportsLogAndKernelName) {
-  testing_util::expect_error(
+  testutil::expect_error(
       [] { get_device("CL").compiler().compile("tg_broken", "__kernel void tg_broken(__global float* a) { a[0] = not_declared; }"); },
       {"OpenCL kernel 'tg_broken' failed to build", "CL_BUILD_PROGRAM_FAILURE", "not_declared"});
 }

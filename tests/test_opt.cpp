@@ -19,7 +19,7 @@
 #include "tinygrad/tensor.h"
 
 using namespace tg;
-using tg::testing_util::expect_error;
+using tg::testutil::expect_error;
 
 namespace {
 
@@ -286,10 +286,10 @@ TEST(Opt, BadOptsAreNamed) {
   expect_error([] { parse_opts("SPLIT(1,8)"); }, {"unknown opt 'SPLIT'"});
 }
 
-class Beam : public tg::testing_util::TempDirTest {};
+class Beam : public tg::testutil::TempDirTest {};
 
 TEST_F(Beam, FindsOptsThatComputeTheSameAndCachesThem) {
-  knobs::CACHEDIR.set(dir_.string());
+  testutil::KnobScope cachedir(knobs::CACHEDIR, dir_.string());
   Tensor a = realized_randn({32, 48}, 8), b = realized_randn({48, 32}, 9);
   ScheduleItem item = only_kernel(a.matmul(b));
   auto plain = run_with(item, {});
@@ -303,7 +303,6 @@ TEST_F(Beam, FindsOptsThatComputeTheSameAndCachesThem) {
   for (auto& e : std::filesystem::directory_iterator(dir_ / "beam")) std::ofstream(e.path()) << "UPCAST(7,3)";
   auto again = beam_search(item, 2);
   expect_close(run_with(item, again), plain);
-  knobs::CACHEDIR.set("");
 }
 
 TEST(ThreadPool, RunsEveryPartOnce) {

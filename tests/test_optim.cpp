@@ -18,7 +18,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-using tg::testing_util::expect_error;
+using tg::testutil::expect_error;
 
 // The quadratic: loss = sum(0.5 * c * p^2 - b * p) over two parameters (a [2,2] and a [3]), so
 // grad = c * p - b. Reference optimizers run the same update on doubles.

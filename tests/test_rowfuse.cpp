@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "ops_util.h"
+#include "test_util.h"
 #include "tinygrad/knobs.h"
-#include "train_util.h"
 
 using namespace tg;
 using testutil::check_fwd_bwd;

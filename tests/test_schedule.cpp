@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "test_util.h"
 #include "tinygrad/device.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/knobs.h"
-#include "train_util.h"
 #include "tinygrad/schedule/schedule.h"
 #include "tinygrad/schedule/split_reduce.h"
 #include "tinygrad/tensor.h"
@@ -113,11 +113,10 @@ TEST(SplitReduce, LongReductionsSplitByOutputs) {
   EXPECT_EQ(parts(wide({3, 1024, 160, 160}).sum({0, 2, 3})), 8);
   EXPECT_EQ(parts(wide({16, 1024, 32, 64}).sum({0, 2, 3})), 1);  // 32768 elements: one stage
   EXPECT_EQ(parts(wide({4, 1 << 17, 1 << 14}).sum({0, 2})), 1);  // more outputs than are grouped
-  knobs::SPLIT_PARTS.set(1);
+  testutil::KnobScope split_parts(knobs::SPLIT_PARTS, 1);
   EXPECT_EQ(parts(wgrad), 1);
-  knobs::SPLIT_PARTS.set(16);
+  split_parts.set(16);
   EXPECT_EQ(parts(wgrad), 16);
-  knobs::SPLIT_PARTS.set(0);
 }
 
 TEST(Fusion, ReshapeOfRealizedNeedsNoKernel) {
@@ -163,7 +162,14 @@ TEST(Fusion, LargeMatmulReadsBFromPaddedRowsOnTheCpu) {
     }
 }
 
-TEST(Fusion, MlpForwardBackwardKernelCountIsBounded) {
+// Note [MLP kernel count]: a 3-layer MLP's forward pass, loss and gradients are 17 kernels on
+// either CPU compiler (CPU_LLVM=0 and 1): the three products and the two relus that feed a
+// product (Note [product operands]), 4 for the cross-entropy loss and its mean, and 8 for the
+// backward pass (the loss gradient, two input gradients with their relu masks, three weight
+// gradients); the random inputs and weights are drawn on the host (no kernel). A fusion that
+// breaks or a kernel more anywhere changes the count; a change that saves kernels on purpose
+// updates it here.
+TEST(Fusion, MlpForwardBackwardKernelCountIsExact) {
   Tensor::manual_seed(1);
   Tensor w1 = Tensor::randn({784, 128}).requires_grad_(), w2 = Tensor::randn({128, 64}).requires_grad_();
   Tensor w3 = Tensor::randn({64, 10}).requires_grad_();
@@ -171,32 +177,31 @@ TEST(Fusion, MlpForwardBackwardKernelCountIsBounded) {
   Tensor labels = Tensor::randint({32}, 0, 10);
   Tensor loss = x.matmul(w1).relu().matmul(w2).relu().matmul(w3).sparse_categorical_crossentropy(labels);
   loss.backward();
-  size_t n = kernels({loss, *w1.grad(), *w2.grad(), *w3.grad()});
-  std::printf("3-layer MLP forward+backward: %zu kernels\n", n);
-  EXPECT_LE(n, 24u);
-  EXPECT_GE(n, 6u);
+  EXPECT_EQ(kernels({loss, *w1.grad(), *w2.grad(), *w3.grad()}), 17u);  // Note [MLP kernel count]
 }
 
 TEST(Debug, Level4PrintsGeneratedSource) {
-  int old = knobs::DEBUG.get();
-  knobs::DEBUG.set(4);
-  testing::internal::CaptureStderr();
-  Tensor x = Tensor::rand({5, 7});
-  (x * 3.0 + 1.0).exp().sum(0).realize();
-  std::string err = testing::internal::GetCapturedStderr();
-  knobs::DEBUG.set(old);
+  std::string err;
+  {
+    testutil::KnobScope debug(knobs::DEBUG, 4);
+    testing::internal::CaptureStderr();
+    Tensor x = Tensor::rand({5, 7});
+    (x * 3.0 + 1.0).exp().sum(0).realize();
+    err = testing::internal::GetCapturedStderr();
+  }
   EXPECT_NE(err.find("r__5_x7"), std::string::npos) << err;  // the kernel's name: 7 sums over 5, upcast
   EXPECT_TRUE(err.find("data0") != std::string::npos || err.find("define") != std::string::npos) << err;
   EXPECT_NE(err.find("*** CPU"), std::string::npos) << err;
 }
 
 TEST(Debug, Level2ShowsTimeAndMemory) {
-  int old = knobs::DEBUG.get();
-  knobs::DEBUG.set(2);
-  testing::internal::CaptureStderr();
-  (Tensor::rand({64}) + 1.0).realize();
-  std::string err = testing::internal::GetCapturedStderr();
-  knobs::DEBUG.set(old);
+  std::string err;
+  {
+    testutil::KnobScope debug(knobs::DEBUG, 2);
+    testing::internal::CaptureStderr();
+    (Tensor::rand({64}) + 1.0).realize();
+    err = testing::internal::GetCapturedStderr();
+  }
   EXPECT_NE(err.find(" ms"), std::string::npos) << err;
   EXPECT_NE(err.find("mem in use"), std::string::npos) << err;
 }

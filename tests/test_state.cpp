@@ -16,12 +16,12 @@
 
 using namespace tg;
 using namespace tg::nn;
-using tg::testing_util::error_of;
+using tg::testutil::error_of;
 namespace fs = std::filesystem;
 
 namespace {
 
-class StateTest : public tg::testing_util::TempDirTest {};
+class StateTest : public tg::testutil::TempDirTest {};
 
 std::string read_bytes(const std::string& p) {
   std::ifstream f(p, std::ios::binary);

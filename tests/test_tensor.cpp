@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "device_env.h"
+#include "tinygrad/device.h"
 #include "tinygrad/engine/observe.h"
 #include "tinygrad/runtime/cpu.h"
 #include "tinygrad/tensor.h"
@@ -16,9 +19,23 @@ namespace {
 Tensor vec(std::vector<float> v, Shape s) { return Tensor::from_vector(v, s); }
 }  // namespace
 
+// The CPU compiler this run asked for (CPU_LLVM, set per test by CTest; 1 when unset) is the
+// one the CPU device compiles with: its compiler's cache key names it, and a kernel realized on
+// the CPU goes through it.
 TEST(Tensor, ReportsCompiler) {
-  std::printf("CPU compiler: %s\n", cpu_compiler_kind().c_str());
-  SUCCEED();
+  const char* env = std::getenv("CPU_LLVM");
+  const bool want_llvm = built_with_llvm() && !(env && std::string(env) == "0");
+  const std::string kind = cpu_compiler_kind();
+  std::printf("CPU compiler: %s\n", kind.c_str());
+  EXPECT_EQ(kind, want_llvm ? "llvm" : "cc") << "CPU_LLVM=" << (env ? env : "(unset)");
+  Device& cpu = get_device("CPU");
+  const std::string key = cpu.compiler().cache_key();
+  EXPECT_EQ(key.rfind(want_llvm ? "llvm-" : "cc:", 0), 0u) << key;
+  EXPECT_NE(cpu.description().find(key), std::string::npos) << cpu.description();
+  const size_t compiled = cpu.compiled_count();
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}, {.device = "CPU"});
+  EXPECT_EQ((x * 3.0 + 0.5).to_vector<float>(), (std::vector<float>{3.5, 6.5, 9.5}));
+  EXPECT_GT(cpu.compiled_count(), compiled);
 }
 
 TEST(Tensor, ElementwiseAndReduce) {

@@ -18,6 +18,7 @@
 
 #include "cuda_test.h"
 #include "launcher/registry.h"
+#include "test_util.h"
 #include "tinygrad/device.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/nn/optim.h"
@@ -32,7 +33,7 @@ struct CnnRun {
 };
 
 CnnRun train_cnn(const std::string& device, int steps) {
-  knobs::DEVICE.set(device);
+  testutil::KnobScope on(knobs::DEVICE, device);
   Tensor::manual_seed(7);
   auto model = launcher::make_mnist_cnn();
   nn::Adam opt(model->parameters(), 1e-3);
@@ -51,7 +52,6 @@ CnnRun train_cnn(const std::string& device, int steps) {
       for (Tensor* b : model->buffers())
         if (is_float(b->dtype())) run.first_stats.push_back(b->to_vector<float>());
   }
-  knobs::DEVICE.set("CPU");
   return run;
 }
 
@@ -94,9 +94,8 @@ void expect_close(const CnnRun& cuda, const CnnRun& cpu, const Bounds& b) {
 }
 
 TEST_F(CudaTraining, CnnStepsMatchTheCpu) {
-  knobs::CONV_TF32.set(0);
+  testutil::KnobScope fma(knobs::CONV_TF32, 0);
   CnnRun cuda = train_cnn("CUDA", 4), cpu = train_cnn("CPU", 4);
-  knobs::CONV_TF32.set(1);
   expect_close(cuda, cpu, {.first_loss = 1e-5, .stats = 1e-4, .after_pool = 1e-3, .before_pool = 5e-2});
 }
 

@@ -1,16 +1,38 @@
-// Helpers shared by the test files: catching a tg::Error's message, checking message parts,
-// and a per-test temporary directory.
+// Helpers shared by the test files: a knob value for one scope, catching a tg::Error's message,
+// checking message parts, and a per-test temporary directory.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
 
-namespace tg::testing_util {
+namespace tg::testutil {
+
+// Note [knobs in tests]: a test that changes a knob (IntKnob or StringKnob) holds a KnobScope,
+// so that the value it found is back when the scope ends: after the last assertion, and also
+// when a failed ASSERT_* or an exception leaves the test early. set() changes the value again
+// within the same scope. Fixtures hold one in a std::optional member that SetUp fills.
+template <class Knob>
+class KnobScope {
+ public:
+  using Value = std::decay_t<decltype(std::declval<const Knob&>().get())>;
+  KnobScope(Knob& knob, Value value) : knob_(knob), prev_(knob.get()) { knob_.set(std::move(value)); }
+  ~KnobScope() { knob_.set(prev_); }
+  KnobScope(const KnobScope&) = delete;
+  KnobScope& operator=(const KnobScope&) = delete;
+  void set(Value value) { knob_.set(std::move(value)); }
+
+ private:
+  Knob& knob_;
+  Value prev_;
+};
 
 // Runs f, expects a tg::Error, returns its message ("" and a test failure when none is thrown).
 template <class F>
@@ -52,7 +74,7 @@ class TempDirTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-}  // namespace tg::testing_util
+}  // namespace tg::testutil
 
 // EXPECT_HAS(message, part): the message contains part.
 #define EXPECT_HAS(msg, part) \

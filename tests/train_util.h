@@ -1,23 +1,14 @@
-// Helpers for the suites that compare training runs (test_jit, test_cuda_graph): a knob value for
-// one scope, and a bit-for-bit comparison of losses and final parameters.
+// Helpers for the suites that compare training runs (test_jit, test_cuda_graph): a bit-for-bit
+// comparison of losses and final parameters (and KnobScope, from test_util.h).
 #pragma once
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "tinygrad/knobs.h"
+#include "test_util.h"
 
 namespace tg::testutil {
-
-struct KnobScope {
-  IntKnob& knob;
-  int prev;
-  KnobScope(IntKnob& k, int v) : knob(k), prev(k.get()) { k.set(v); }
-  ~KnobScope() { knob.set(prev); }
-  KnobScope(const KnobScope&) = delete;
-  KnobScope& operator=(const KnobScope&) = delete;
-};
 
 // What a run left: the loss of every step and the model state after the last one.
 struct StepResults {
