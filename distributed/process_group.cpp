@@ -106,7 +106,7 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
     auto boot = group_bootstrap(*host);
     return nccl_group(*boot, device, timeout, std::move(host));
 #else
-    TG_CHECK(false, "distributed.backend=nccl", how, ": ", nccl_status());
+    TG_FAIL("distributed.backend=nccl", how, ": ", nccl_status());
 #endif
   }
   TG_CHECK(!gpu, "distributed.backend=mpi: the mpi backend runs collectives on host memory, not on ", device,

@@ -1,8 +1,13 @@
 // Bad input gives a tg::Error whose message names the op and the operands; the process stays
-// usable afterwards.
+// usable afterwards. Generated code that a compiler refuses is a CompileError, an internal error.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
+
 #include "tinygrad/device.h"
+#include "tinygrad/knobs.h"
+#include "tinygrad/runtime/cpu.h"
 #include "tinygrad/tensor.h"
 #include "test_util.h"
 
@@ -77,4 +82,104 @@ TEST(Errors, ProcessStaysUsable) {
   EXPECT_THROW(Tensor::ones({2, 3}) + Tensor::ones({5}), Error);
   Tensor a = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3});
   EXPECT_FLOAT_EQ((a * 2.0).sum().item<float>(), 12.0f);
+}
+
+namespace {
+int fail_with_code(int code) {
+  if (code > 0) return code;
+  TG_FAIL("code must be positive, got ", code, " (", 1.5, ")");  // no return after: TG_FAIL does not return
+}
+
+// Sets an environment variable for one scope and restores what it was.
+class EnvScope {
+ public:
+  EnvScope(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~EnvScope() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A CPU device built with CPU_LLVM=llvm (the knob restored after).
+std::unique_ptr<Device> cpu_device_with(int llvm) {
+  int saved = knobs::CPU_LLVM.get();
+  knobs::CPU_LLVM.set(llvm);
+  auto dev = make_cpu_device("CPU");
+  knobs::CPU_LLVM.set(saved);
+  return dev;
+}
+}  // namespace
+
+TEST(Errors, FailThrowsTheConcatenatedMessage) {
+  EXPECT_EQ(fail_with_code(3), 3);
+  EXPECT_EQ(error_of([] { fail_with_code(-2); }), "code must be positive, got -2 (1.5)");
+}
+
+TEST(Errors, BrokenGeneratedKernelIsAnInternalCompileError) {
+  std::vector<int> kinds = {0};
+  if (built_with_llvm()) kinds.push_back(1);
+  for (int llvm : kinds) {
+    SCOPED_TRACE(llvm ? "LLVM" : "C compiler");
+    auto dev = cpu_device_with(llvm);
+    const std::string source = "this is not a kernel {\n  tg_broken_marker(;\n";
+    try {
+      dev->compiler().compile("tg_broken_kernel", source);
+      ADD_FAILURE() << "expected CompileError";
+    } catch (const CompileError& e) {
+      EXPECT_EQ(e.kernel(), "tg_broken_kernel");
+      EXPECT_EQ(e.source(), source);
+      std::string m = e.what();
+      const std::string head =
+          "internal error, please report: generated kernel 'tg_broken_kernel' does not compile";
+      EXPECT_EQ(m.rfind(head, 0), 0u) << m;
+      expect_has(m, "source of kernel 'tg_broken_kernel':\n   1| this is not a kernel {\n");
+      expect_has(m, "\n   2|   tg_broken_marker(;\n");
+      expect_has(m, llvm ? "LLVM: cannot parse kernel tg_broken_kernel" : "failed to compile with");
+      expect_has(m, llvm ? "expected top-level entity" : "error");  // the compiler's own log
+    }
+  }
+}
+
+TEST(Errors, AMissingCCompilerIsTheUsersMistake) {
+  auto dev = cpu_device_with(0);
+  std::string saved = knobs::CC.get();
+  knobs::CC.set("/nonexistent/tg-cc");
+  std::string m;
+  bool internal = false;
+  try {
+    dev->compiler().compile("tg_cc_missing", "void tg_cc_missing(void** b, long long lo, long long hi) {}\n");
+  } catch (const CompileError&) {
+    internal = true;
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  knobs::CC.set(saved);
+  EXPECT_FALSE(internal);
+  expect_has(m, "CC='/nonexistent/tg-cc': the C compiler cannot be run");
+}
+
+TEST(Errors, RankLabelNamesTheMpiRank) {
+  {
+    EnvScope unset("OMPI_COMM_WORLD_RANK", nullptr);
+    EXPECT_EQ(process_rank_label(), "");
+  }
+  {
+    EnvScope rank("OMPI_COMM_WORLD_RANK", "3");
+    EXPECT_EQ(process_rank_label(), " (rank 3)");
+    try {
+      throw CompileError("k", "x", "log");
+    } catch (const CompileError& e) {
+      expect_has(e.what(), "generated kernel 'k' does not compile (rank 3): log");
+    }
+  }
 }

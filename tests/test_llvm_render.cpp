@@ -483,14 +483,15 @@ TEST(LLVMRender, HalfArithmeticAndBitcast) {
 TEST(LLVMRender, ErrorsNameTheProblem) {
   try {
     compiler().compile("broken", "define void @broken(ptr %bufs) {\n  ret i32 0\n}\n");
-    FAIL() << "expected tg::Error";
-  } catch (const Error& e) {
+    FAIL() << "expected tg::CompileError";
+  } catch (const CompileError& e) {
     std::string m = e.what();
-    EXPECT_NE(m.find("broken"), std::string::npos) << m;
-    EXPECT_NE(m.find("IR:"), std::string::npos) << m;
+    EXPECT_NE(m.find("internal error, please report: generated kernel 'broken'"), std::string::npos) << m;
+    EXPECT_NE(m.find("LLVM: cannot parse kernel broken"), std::string::npos) << m;
+    EXPECT_NE(m.find("source of kernel 'broken':\n   1| define void @broken"), std::string::npos) << m;
   }
   std::string src = LLVMRenderer().render(binary_kernel("named_k", Op::ADD, dtypes::float32, 4));
-  EXPECT_THROW(compiler().compile("not_there", src), Error);
+  EXPECT_THROW(compiler().compile("not_there", src), CompileError);
   // unclosed RANGE and an op the CPU cannot render
   auto out = global(0, dtypes::float32);
   auto r = range(0, 4);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "tests/test_util.h"
 #include "tinygrad/codegen/linearize.h"
@@ -14,6 +15,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/engine/beam.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/runtime/cpu.h"
 #include "tinygrad/runtime/thread_pool.h"
 #include "tinygrad/schedule/schedule.h"
 #include "tinygrad/tensor.h"
@@ -303,6 +305,98 @@ TEST_F(Beam, FindsOptsThatComputeTheSameAndCachesThem) {
   for (auto& e : std::filesystem::directory_iterator(dir_ / "beam")) std::ofstream(e.path()) << "UPCAST(7,3)";
   auto again = beam_search(item, 2);
   expect_close(run_with(item, again), plain);
+}
+
+namespace {
+
+// A CPU device whose compiler runs `on_compile(n)` before the n-th compile (from 0), so that a
+// test decides which BEAM candidates fail and how. Registered once as "BEAMFAIL".
+struct FailingCompiles {
+  static std::function<void(int)>& on_compile() {
+    static std::function<void(int)> f;
+    return f;
+  }
+  static int& count() {
+    static int n = 0;
+    return n;
+  }
+};
+
+class FailingCompiler : public Compiler {
+ public:
+  explicit FailingCompiler(Compiler& inner) : inner_(inner) {}
+  std::string cache_key() const override { return "beamfail " + inner_.cache_key(); }
+  std::unique_ptr<Program> compile(const std::string& name, const std::string& source) override {
+    if (auto& f = FailingCompiles::on_compile()) f(FailingCompiles::count()++);
+    return inner_.compile(name, source);
+  }
+
+ private:
+  Compiler& inner_;
+};
+
+class FailingCompilesDevice : public Device {
+ public:
+  explicit FailingCompilesDevice(const std::string& name)
+      : Device(name), cpu_(make_cpu_device("CPU")), compiler_(cpu_->compiler()) {}
+  Allocator& allocator() override { return cpu_->allocator(); }
+  const Renderer& renderer() const override { return cpu_->renderer(); }
+  Compiler& compiler() override { return compiler_; }
+  bool supports(Feature f) const override { return cpu_->supports(f); }
+
+ private:
+  std::unique_ptr<Device> cpu_;
+  FailingCompiler compiler_;
+};
+
+// item's kernel (on CPU buffers) as a kernel of the BEAMFAIL device, whose compiles run `hook`.
+ScheduleItem on_failing_device(ScheduleItem item, std::function<void(int)> hook) {
+  static bool registered = [] {
+    register_device("BEAMFAIL",
+                    [](const std::string& name) { return std::make_unique<FailingCompilesDevice>(name); });
+    return true;
+  }();
+  (void)registered;
+  FailingCompiles::on_compile() = std::move(hook);
+  FailingCompiles::count() = 0;
+  item.device = "BEAMFAIL";
+  return item;
+}
+
+}  // namespace
+
+TEST_F(Beam, SkipsCandidatesThatFailToCompile) {
+  std::string saved = knobs::CACHEDIR.get();
+  knobs::CACHEDIR.set(dir_.string());
+  Tensor a = realized_randn({32, 48}, 10), b = realized_randn({48, 32}, 11);
+  ScheduleItem cpu_item = only_kernel(a.matmul(b));
+  auto plain = run_with(cpu_item, {});
+  // the plain kernel and every other candidate fail: BEAM keeps one of the others
+  int failed = 0;
+  ScheduleItem item = on_failing_device(cpu_item, [&](int n) {
+    if (n % 2 == 0) {
+      failed++;
+      throw CompileError("k", "src", "refused by the test");
+    }
+  });
+  auto opts = beam_search(item, 2);
+  FailingCompiles::on_compile() = nullptr;
+  knobs::CACHEDIR.set(saved);
+  EXPECT_GT(failed, 1);
+  EXPECT_FALSE(opts.empty());  // the plain kernel failed, so any candidate that compiled wins
+  expect_close(run_with(cpu_item, opts), plain);
+}
+
+TEST_F(Beam, PropagatesErrorsThatAreNotCompileErrors) {
+  std::string saved = knobs::CACHEDIR.get();
+  knobs::CACHEDIR.set(dir_.string());
+  Tensor a = realized_randn({16, 24}, 12), b = realized_randn({24, 16}, 13);
+  ScheduleItem item = on_failing_device(only_kernel(a.matmul(b)), [](int n) {
+    if (n == 1) TG_FAIL("CC='nope': the C compiler cannot be run");
+  });
+  expect_error([&] { beam_search(item, 2); }, {"CC='nope': the C compiler cannot be run"});
+  FailingCompiles::on_compile() = nullptr;
+  knobs::CACHEDIR.set(saved);
 }
 
 TEST(ThreadPool, RunsEveryPartOnce) {

@@ -194,7 +194,7 @@ Device& get_device(const std::string& name) {
   if (f == r.factories.end()) {
     std::string known;
     for (auto& [k, v] : r.factories) known += (known.empty() ? "" : ", ") + k;
-    TG_CHECK(false, "unknown device '", name, "' (this build has: ", known, ")");
+    TG_FAIL("unknown device '", name, "' (this build has: ", known, ")");
   }
   auto dev = f->second(full);
   return *r.devices.emplace(full, std::move(dev)).first->second;

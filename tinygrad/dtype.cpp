@@ -44,8 +44,8 @@ DType dtype_from_name(const std::string& name) {
   if (name == "double" || name == "f64") return DType::Float64;
   if (name == "int" || name == "i32") return DType::Int32;
   if (name == "long" || name == "i64") return DType::Int64;
-  TG_CHECK(false, "unknown dtype '", name,
-           "' (known: bool, uint8, int32, int64, float16, bfloat16, float32, float64)");
+  TG_FAIL("unknown dtype '", name,
+          "' (known: bool, uint8, int32, int64, float16, bfloat16, float32, float64)");
 }
 
 bool is_float(DType t) {

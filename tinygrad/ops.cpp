@@ -14,10 +14,6 @@
 
 namespace tg {
 
-void detail::throw_internal(const char* file, int line, const std::string& msg) {
-  throw std::logic_error(detail::cat("internal error, please report: ", msg, " (", file, ":", line, ")"));
-}
-
 std::string shape_str(const Shape& s) {
   std::ostringstream os;
   os << "[";

@@ -78,6 +78,13 @@ std::vector<Opt> actions(const UOpPtr& ast) {
   return out;
 }
 
+// Note [failed candidates]: a candidate fails when the device compiler refuses its source
+// (CompileError, Note [compile errors] in tinygrad/error.h): a kernel too large or too wide for
+// the compiler is a candidate to skip, not a reason to stop the search. Nothing else a candidate
+// throws is expected: opts come from opt_applies and MAX_LANES, and a kernel that compiles also
+// launches (CUDA kernels carry __launch_bounds__ of their block, so the compiler keeps them within
+// the registers a launch needs). Any other error (a user mistake, a broken device, an internal
+// assert) propagates to the caller.
 // Seconds for one launch of item's kernel with opts (the best of TIMING_RUNS), or infinity when
 // the candidate fails to compile.
 double time_candidate(const ScheduleItem& item, Device& dev, const std::vector<Opt>& opts,
@@ -92,7 +99,7 @@ double time_candidate(const ScheduleItem& item, Device& dev, const std::vector<O
     for (int i = 0; i < TIMING_RUNS; i++)
       best = std::min(best, prog.launch(ptrs, k.global_size, k.local_size, true).value_or(best));
     return best;
-  } catch (const Error& e) {
+  } catch (const CompileError& e) {
     if (knobs::DEBUG >= 3) std::fprintf(stderr, "beam: %s failed: %s\n", opts_str(opts).c_str(), e.what());
     return std::numeric_limits<double>::infinity();
   }

@@ -188,10 +188,9 @@ Dataset fashion_mnist(const std::string& split, const std::string& root) {
       fs::path p = fs::path(root) / candidate;
       if (fs::exists(p, ec)) return p.string();
     }
-    TG_CHECK(false, "fashion_mnist: '", (fs::path(root) / (name + ".gz")).string(),
-             "' not found; install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist)"
-             ", or pass as root a directory that holds ", name, ".gz");
-    return std::string();
+    TG_FAIL("fashion_mnist: '", (fs::path(root) / (name + ".gz")).string(),
+            "' not found; install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist)"
+            ", or pass as root a directory that holds ", name, ".gz");
   };
   const std::string images_path = find(prefix + "-images-idx3-ubyte");
   const std::string labels_path = find(prefix + "-labels-idx1-ubyte");

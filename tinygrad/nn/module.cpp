@@ -9,8 +9,7 @@
 namespace tg::nn {
 
 Tensor Module::forward(const Tensor& x) {
-  TG_CHECK(false, type_name(), ": this module has no forward(Tensor) (called with ", x.describe(), ")");
-  return x;
+  TG_FAIL(type_name(), ": this module has no forward(Tensor) (called with ", x.describe(), ")");
 }
 
 void Module::check_name(const char* what, const std::string& name) const {

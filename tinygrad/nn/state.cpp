@@ -426,8 +426,7 @@ DType dtype_from_safetensors(const std::string& code) {
   for (const char* c : OTHER_CODES)
     TG_CHECK(code != c, "dtype '", code, "' is a safetensors dtype tinygrad++ has no dtype for (supported: ",
              supported_codes(), ")");
-  TG_CHECK(false, "unknown dtype '", code, "' (supported: ", supported_codes(), ")");
-  return DType::Float32;  // unreachable
+  TG_FAIL("unknown dtype '", code, "' (supported: ", supported_codes(), ")");
 }
 
 namespace {

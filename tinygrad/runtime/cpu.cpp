@@ -2,6 +2,7 @@
 #include "tinygrad/runtime/cpu.h"
 
 #include <dlfcn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,13 +79,22 @@ class SystemCCompiler : public Compiler {
       }
       std::filesystem::remove(tmp + ".c");
       std::filesystem::remove(tmp + ".log");
-      TG_CHECK(rc == 0, "CPU kernel '", name, "' failed to compile with '", knobs::CC.get(), "':\n", log, "\n", source);
+      // the shell's 127: the configured compiler itself is missing, a setup mistake of the user
+      TG_CHECK(!(WIFEXITED(rc) && WEXITSTATUS(rc) == 127), "CC='", knobs::CC.get(),
+               "': the C compiler cannot be run (not found?): ", log);
+      if (rc != 0)
+        throw CompileError(
+            name, source,
+            detail::cat("CPU kernel '", name, "' failed to compile with '", knobs::CC.get(), "':\n", log));
       std::filesystem::rename(tmp + ".so", so);
     }
     void* lib = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
     TG_CHECK(lib, "dlopen ", so.string(), ": ", dlerror());
     auto entry = reinterpret_cast<HostProgram::Entry>(dlsym(lib, name.c_str()));
-    TG_CHECK(entry, "kernel '", name, "' not found in ", so.string());
+    if (!entry) {
+      dlclose(lib);
+      throw CompileError(name, source, detail::cat("kernel '", name, "' not found in ", so.string()));
+    }
     std::shared_ptr<void> keep(lib, [](void* l) { dlclose(l); });
     return std::make_unique<HostProgram>(entry, std::move(keep));
   }

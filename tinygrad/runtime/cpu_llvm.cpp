@@ -38,21 +38,6 @@ namespace orc = llvm::orc;
 
 std::string take_message(llvm::Error err) { return llvm::toString(std::move(err)); }
 
-// The first lines of the IR, numbered, for error messages.
-std::string ir_head(const std::string& source, int max_lines = 25) {
-  std::istringstream in(source);
-  std::ostringstream out;
-  std::string line;
-  int n = 0;
-  while (n < max_lines && std::getline(in, line)) {
-    char num[16];
-    std::snprintf(num, sizeof num, "%4d| ", ++n);
-    out << num << line << "\n";
-  }
-  if (std::getline(in, line)) out << "  ...\n";
-  return out.str();
-}
-
 // The host target, detected once: CPU name and features as LLVM sees them.
 struct HostTarget {
   orc::JITTargetMachineBuilder jtmb;
@@ -105,8 +90,8 @@ void run_o3(llvm::Module& m, llvm::TargetMachine& tm) {
   mpm.run(m, mam);
 }
 
-// Parses, verifies and optimizes one kernel module in ctx. Throws tg::Error with the diagnostic
-// and the head of the IR.
+// Parses, verifies and optimizes one kernel module in ctx. Throws CompileError with the
+// diagnostic and the IR.
 std::unique_ptr<llvm::Module> build_module(const std::string& name, const std::string& source,
                                            const std::string& module_id, llvm::LLVMContext& ctx) {
   llvm::SMDiagnostic diag;
@@ -116,13 +101,14 @@ std::unique_ptr<llvm::Module> build_module(const std::string& name, const std::s
     llvm::raw_string_ostream os(msg);
     diag.print(module_id.c_str(), os, /*ShowColors=*/false);
     os.flush();
-    TG_CHECK(false, "LLVM: cannot parse kernel ", name, ":\n", msg, "IR:\n", ir_head(source));
+    throw CompileError(name, source, detail::cat("LLVM: cannot parse kernel ", name, ":\n", msg));
   }
   std::string verr;
   llvm::raw_string_ostream vos(verr);
   bool broken = llvm::verifyModule(*m, &vos);
   vos.flush();
-  TG_CHECK(!broken, "LLVM: kernel ", name, " does not verify:\n", verr, "IR:\n", ir_head(source));
+  if (broken)
+    throw CompileError(name, source, detail::cat("LLVM: kernel ", name, " does not verify:\n", verr));
   auto tm = host_target_machine();
   m->setTargetTriple(tm->getTargetTriple().str());
   m->setDataLayout(tm->createDataLayout());
@@ -183,7 +169,7 @@ class LLVMCompiler : public Compiler {
     auto fail = [&](const char* what, llvm::Error err) {
       std::string msg = take_message(std::move(err));
       llvm::consumeError(jit.getExecutionSession().removeJITDylib(*jd));
-      TG_CHECK(false, "LLVM: ", what, " kernel ", name, ": ", msg, "\nIR:\n", ir_head(source));
+      throw CompileError(name, source, detail::cat("LLVM: ", what, " kernel ", name, ": ", msg));
     };
     orc::ThreadSafeModule tsm(std::move(m), orc::ThreadSafeContext(std::move(ctx)));
     if (auto err = jit.addIRModule(*jd, std::move(tsm))) fail("cannot add", std::move(err));

@@ -69,7 +69,7 @@ const LtApi& lt() {
 
 void check_lt(cublasStatus_t r, const char* call, const std::string& where) {
   if (r == CUBLAS_STATUS_SUCCESS) return;
-  TG_CHECK(false, call, " failed: ", lt().cublasLtGetStatusName(r), " [", where, "]");
+  TG_FAIL(call, " failed: ", lt().cublasLtGetStatusName(r), " [", where, "]", process_rank_label());
 }
 #define TG_LT(where, fn, ...) check_lt(lt().fn(__VA_ARGS__), #fn, where)
 

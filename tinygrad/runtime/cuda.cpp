@@ -377,8 +377,9 @@ CudaBinary cuda_compile(const std::string& name, const std::string& source, int 
       log.pop_back();  // the terminating NUL
     }
     nv.nvrtcDestroyProgram(&prog);
-    TG_CHECK(false, "CUDA kernel '", name, "' failed to build for ", out.target, " (", cuda::nvrtc_error_name(r),
-             "):\n", log, "\n", source);
+    throw CompileError(name, source,
+                       detail::cat("CUDA kernel '", name, "' failed to build for ", out.target, " (",
+                                   cuda::nvrtc_error_name(r), "):\n", log));
   }
   size_t size = 0;
   try {

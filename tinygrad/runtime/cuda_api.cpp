@@ -180,12 +180,14 @@ void check_cu(CUresult r, const char* call, const std::string& where) {
     const char* d = nullptr;
     if (s.api.cuGetErrorString(r, &d) == CUDA_SUCCESS && d) desc = std::string(" (") + d + ")";
   }
-  TG_CHECK(false, call, " failed: ", cu_error_name(static_cast<int>(r)), desc, where.empty() ? "" : " [" + where + "]");
+  TG_FAIL(call, " failed: ", cu_error_name(static_cast<int>(r)), desc,
+          where.empty() ? "" : " [" + where + "]", process_rank_label());
 }
 
 void check_nvrtc(nvrtcResult r, const char* call, const std::string& where) {
   if (r == NVRTC_SUCCESS) return;
-  TG_CHECK(false, call, " failed: ", nvrtc_error_name(static_cast<int>(r)), where.empty() ? "" : " [" + where + "]");
+  TG_FAIL(call, " failed: ", nvrtc_error_name(static_cast<int>(r)), where.empty() ? "" : " [" + where + "]",
+          process_rank_label());
 }
 
 }  // namespace tg::cuda

@@ -1,7 +1,8 @@
 // The CUDA driver API and NVRTC, loaded at run time with dlopen, so one binary runs on machines
 // with and without a GPU. The tables hold the functions tinygrad++ calls; every call goes through
-// TG_CU / TG_NVRTC, which throw a tg::Error naming the call, the decoded error and where it
-// happened. Only the runtime/cuda*.cpp files include this header (it includes cuda.h and nvrtc.h).
+// TG_CU / TG_NVRTC, which throw a tg::Error naming the call, the decoded error, where it
+// happened and, under mpirun, the rank (process_rank_label). Only the runtime/cuda*.cpp files include this
+// header (it includes cuda.h and nvrtc.h).
 #pragma once
 #include <cuda.h>
 #include <nvrtc.h>
@@ -66,6 +67,7 @@ void check_nvrtc(nvrtcResult r, const char* call, const std::string& where);
 }  // namespace tg::cuda
 
 // TG_CU(where, fn, args...): calls driver().fn(args...); on failure throws "fn failed:
-// CUDA_ERROR_... (description) [where]". TG_NVRTC likewise for NVRTC.
+// CUDA_ERROR_... (description) [where] (rank N)", the rank only under mpirun. TG_NVRTC likewise
+// for NVRTC.
 #define TG_CU(where, fn, ...) ::tg::cuda::check_cu(::tg::cuda::driver().fn(__VA_ARGS__), #fn, where)
 #define TG_NVRTC(where, fn, ...) ::tg::cuda::check_nvrtc(::tg::cuda::nvrtc().fn(__VA_ARGS__), #fn, where)

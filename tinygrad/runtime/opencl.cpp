@@ -154,7 +154,9 @@ class CLCompiler : public Compiler {
       std::string log(n, '\0');
       clGetProgramBuildInfo(prog, dev_, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
       clReleaseProgram(prog);
-      TG_CHECK(false, "OpenCL kernel '", name, "' failed to build (", cl_error_name(err), "):\n", log, "\n", source);
+      throw CompileError(
+          name, source,
+          detail::cat("OpenCL kernel '", name, "' failed to build (", cl_error_name(err), "):\n", log));
     }
     cl_kernel k = clCreateKernel(prog, name.c_str(), &err);
     if (err != CL_SUCCESS) clReleaseProgram(prog);

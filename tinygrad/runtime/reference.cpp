@@ -269,7 +269,7 @@ class Interpreter {
       for (size_t i = 0; i < r.data.size(); i++) r.data[i] = binary(u.op, t, a.data[i], b.data[i]);
       return r;
     }
-    TG_CHECK(false, "reference: cannot evaluate ", op_name(u.op), " (", u.str(0), ")");
+    TG_FAIL("reference: cannot evaluate ", op_name(u.op), " (", u.str(0), ")");
   }
 
   RefArray reduce(const UOp& u) const {
