@@ -448,3 +448,28 @@ TEST(Transcendental, Exp2MatchesTheCLibrary) {
     }
   }
 }
+
+// Note [one kernel-cache key]: every codegen knob is in the compiled-kernel cache's key, so the
+// same kernel graph under NOOPT=1 compiles its own program, and NOOPT=0 finds the first one again;
+// a runtime knob (DEBUG) is not in the key.
+TEST(KernelCache, EveryCodegenKnobIsInTheKey) {
+  for (const char* name : {"BEAM", "NOOPT", "CPU_LLVM", "MATMUL_LIB", "TF32", "CONV_TF32", "SPLIT_PARTS", "CC"})
+    EXPECT_NE(codegen_key().find(std::string(name) + "="), std::string::npos) << name << " in " << codegen_key();
+  EXPECT_EQ(codegen_key().find("DEBUG="), std::string::npos) << codegen_key();
+  Device& cpu = get_device("CPU");
+  auto run = [] {
+    Tensor a = Tensor::arange(64).reshape({8, 8}).cast(DType::Float32);
+    return (a * a + 1.0).sum(1).to_vector<float>();
+  };
+  std::vector<float> optimized = run();
+  size_t after_first = cpu.compiled_count();
+  {
+    testutil::KnobScope noopt(knobs::NOOPT, 1);
+    EXPECT_NE(codegen_key().find("NOOPT=1"), std::string::npos);
+    EXPECT_EQ(run(), optimized);
+    EXPECT_GT(cpu.compiled_count(), after_first) << "NOOPT=1 reused the optimized program";
+  }
+  size_t after_noopt = cpu.compiled_count();
+  EXPECT_EQ(run(), optimized);
+  EXPECT_EQ(cpu.compiled_count(), after_noopt) << "back at NOOPT=0 the first program was compiled again";
+}

@@ -1,7 +1,10 @@
 // Knob registry: typed environment variables, read lazily.
 #include "tinygrad/knobs.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <utility>
 
 namespace tg {
 
@@ -10,12 +13,31 @@ std::vector<KnobInfo>& registry() {
   static std::vector<KnobInfo> r;
   return r;
 }
+// The codegen knobs' readers, in registration order (Note [one kernel-cache key]).
+std::vector<std::pair<std::string, std::function<std::string()>>>& codegen_readers() {
+  static std::vector<std::pair<std::string, std::function<std::string()>>> r;
+  return r;
+}
+std::atomic<uint64_t> generation{1};  // bumped by every set()
 }  // namespace
 
 const std::vector<KnobInfo>& all_knobs() { return registry(); }
 
-IntKnob::IntKnob(const char* name, int default_value, const char* help) : name_(name), value_(default_value) {
-  registry().push_back({name, std::to_string(default_value), help});
+std::string codegen_key() {
+  thread_local uint64_t built_for = 0;
+  thread_local std::string key;
+  uint64_t now = generation.load();
+  if (built_for == now) return key;
+  key.clear();
+  for (auto& [name, read] : codegen_readers()) key += (key.empty() ? "" : " ") + name + "=" + read();
+  built_for = now;
+  return key;
+}
+
+IntKnob::IntKnob(const char* name, int default_value, const char* help, KnobKind kind)
+    : name_(name), value_(default_value) {
+  registry().push_back({name, std::to_string(default_value), help, kind});
+  if (kind == KnobKind::Codegen) codegen_readers().push_back({name, [this] { return std::to_string(get()); }});
 }
 int IntKnob::get() const {
   if (!loaded_) {
@@ -27,11 +49,13 @@ int IntKnob::get() const {
 void IntKnob::set(int v) {
   value_ = v;
   loaded_ = true;
+  generation++;
 }
 
-StringKnob::StringKnob(const char* name, const char* default_value, const char* help)
+StringKnob::StringKnob(const char* name, const char* default_value, const char* help, KnobKind kind)
     : name_(name), value_(default_value) {
-  registry().push_back({name, default_value, help});
+  registry().push_back({name, default_value, help, kind});
+  if (kind == KnobKind::Codegen) codegen_readers().push_back({name, [this] { return get(); }});
 }
 std::string StringKnob::get() const {
   if (!loaded_) {
@@ -43,35 +67,44 @@ std::string StringKnob::get() const {
 void StringKnob::set(const std::string& v) {
   value_ = v;
   loaded_ = true;
+  generation++;
 }
 
 namespace knobs {
 IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run; 2: per-kernel time and memory; 3: applied kernel optimizations; 4: generated source");
-IntKnob CPU_LLVM("CPU_LLVM", 1, "1: CPU kernels through the LLVM ORC JIT (when built with LLVM); 0: system C compiler");
-IntKnob BEAM("BEAM", 0, "beam width of the kernel optimization search (0: hand-coded heuristics); winners are cached on disk");
-IntKnob NOOPT("NOOPT", 0, "1: run kernels without optimizations");
-IntKnob THREADS("THREADS", 0, "threads for CPU kernels (0: all cores)");
+IntKnob CPU_LLVM("CPU_LLVM", 1, "1: CPU kernels through the LLVM ORC JIT (when built with LLVM); 0: system C compiler",
+                 KnobKind::Codegen);
+IntKnob BEAM("BEAM", 0, "beam width of the kernel optimization search (0: hand-coded heuristics); winners are cached on disk",
+             KnobKind::Codegen);
+IntKnob NOOPT("NOOPT", 0, "1: run kernels without optimizations", KnobKind::Codegen);
+IntKnob THREADS("THREADS", 0, "threads for CPU kernels (0: all cores)", KnobKind::Codegen);
 IntKnob JIT("JIT", 1, "1: a jitted step (the trainer's) is captured once and its kernels replayed; 0: every step is scheduled and run normally");
-IntKnob MATMUL_LIB("MATMUL_LIB", 1, "1: matrix-product kernels run through the device's library (cuBLASLt on CUDA) where it takes them; 0: generated kernels");
-IntKnob TF32("TF32", 0, "1: float32 library matmuls may round inputs to tf32 (tensor cores, about 10 mantissa bits)");
+IntKnob MATMUL_LIB("MATMUL_LIB", 1, "1: matrix-product kernels run through the device's library (cuBLASLt on CUDA) where it takes them; 0: generated kernels",
+                   KnobKind::Codegen);
+IntKnob TF32("TF32", 0, "1: float32 library matmuls may round inputs to tf32 (tensor cores, about 10 mantissa bits)",
+             KnobKind::Codegen);
 IntKnob CONV_TF32(
     "CONV_TF32", 1,
     "1: float32 convolutions on CUDA (contractions that are not matrix products) round their operands "
-    "to tf32 and run on the tensor cores, as PyTorch's cuDNN does by default; 0: exact float32 FMAs");
+    "to tf32 and run on the tensor cores, as PyTorch's cuDNN does by default; 0: exact float32 FMAs",
+    KnobKind::Codegen);
 IntKnob ROWFUSE("ROWFUSE", 1,
                 "1: a reduce over short trailing rows joins the kernel that reads it back over the same rows "
-                "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel");
+                "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel",
+                KnobKind::Codegen);
 IntKnob SPLIT_REDUCE("SPLIT_REDUCE", 1,
                      "1: on GPU-style devices a long reduction with few outputs (BatchNorm's statistics) runs as "
-                     "partial results in many work-groups, then a short reduce of those; 0: one stage");
+                     "partial results in many work-groups, then a short reduce of those; 0: one stage",
+                     KnobKind::Codegen);
 IntKnob SPLIT_PARTS(
     "SPLIT_PARTS", 0,
     "most partial results per output of a long reduction with many outputs (a convolution's weight "
     "gradient) on GPU-style devices, with SPLIT_REDUCE=1; 0: 32 where convolutions run on the tensor "
-    "cores, else 8; 1: one stage");
+    "cores, else 8; 1: one stage",
+    KnobKind::Codegen);
 IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
-StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used");
+StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used", KnobKind::Codegen);
 StringKnob CACHEDIR("CACHEDIR", "", "directory for on-disk caches (empty: $HOME/.cache/tinygrad++)");
 }  // namespace knobs
 

@@ -6,15 +6,20 @@
 
 namespace tg {
 
+// Codegen: the knob changes the kernels that are generated (or whether a library runs them), so
+// it is part of the compiled-kernel cache's key (codegen_key()). Runtime: it does not.
+enum class KnobKind { Runtime, Codegen };
+
 struct KnobInfo {
   std::string name;
   std::string default_value;
   std::string help;
+  KnobKind kind = KnobKind::Runtime;
 };
 
 class IntKnob {
  public:
-  IntKnob(const char* name, int default_value, const char* help);
+  IntKnob(const char* name, int default_value, const char* help, KnobKind kind = KnobKind::Runtime);
   int get() const;
   void set(int v);  // for tests and the launcher
   operator int() const { return get(); }
@@ -27,7 +32,7 @@ class IntKnob {
 
 class StringKnob {
  public:
-  StringKnob(const char* name, const char* default_value, const char* help);
+  StringKnob(const char* name, const char* default_value, const char* help, KnobKind kind = KnobKind::Runtime);
   std::string get() const;
   void set(const std::string& v);
 
@@ -38,6 +43,12 @@ class StringKnob {
 };
 
 const std::vector<KnobInfo>& all_knobs();
+
+// Note [one kernel-cache key]: "BEAM=0 CC=cc CONV_TF32=1 ..." — the current value of every
+// KnobKind::Codegen knob, in registration order. The engine's compiled-kernel cache keys on it, so
+// a knob that changes generated code is part of the key by its declaration, not by a hand-kept
+// list. The text is rebuilt only after a knob changed (a generation count bumped by set()).
+std::string codegen_key();
 
 namespace knobs {
 extern IntKnob DEBUG;       // 1 kernels, 2 time+memory, 3 optimizations, 4 source

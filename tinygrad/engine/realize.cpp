@@ -134,12 +134,9 @@ CompiledKernel generated_kernel(const ScheduleItem& item, Device& dev) {
   return rendered(dev, k, opts);
 }
 
-// The cache's first key: the device, and the knobs that decide between library and generated
-// kernels (tests compare the two on one kernel graph).
-std::string cache_key(const ScheduleItem& item) {
-  return item.device + (knobs::MATMUL_LIB.get() ? (knobs::TF32.get() ? " lib tf32" : " lib") : "") +
-         (knobs::CONV_TF32.get() ? " conv tf32" : "");
-}
+// The cache's first key: the device and every knob that changes generated code (Note [one
+// kernel-cache key] in knobs.h).
+std::string cache_key(const ScheduleItem& item) { return item.device + " " + codegen_key(); }
 
 const CompiledKernel& compiled(const ScheduleItem& item) {
   auto& cache = kernel_cache();
