@@ -46,7 +46,8 @@ Tensor all_gather_node(ProcessGroup& pg, const Tensor& x) {
   return collective_node(Op::ALLGATHER, pg, x, ReduceOp::Sum, "all_gather_node");
 }
 
-CollectiveEngine::CollectiveEngine(ProcessGroup& pg, bool async) : pg_(pg), async_(async) {
+CollectiveEngine::CollectiveEngine(ProcessGroup& pg, bool async)
+    : pg_(pg), async_(async && pg.memory_device().empty()) {  // device groups queue on a stream instead
   TG_CHECK(pg_.graph_id() == 0, "CollectiveEngine: the ", pg_.backend(), " group already has an engine");
   if (async_) thread_ = std::thread([this] { loop(); });
   id_ = register_collective_runner(this);

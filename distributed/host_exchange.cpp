@@ -8,6 +8,7 @@
 #include "distributed/host_exchange.h"
 
 #include <functional>
+#include <optional>
 
 #include "tinygrad/device.h"
 
@@ -15,12 +16,16 @@ namespace tg::dist {
 
 namespace {
 
-// Runs `collective(in, out)` on device buffers holding `in_count` and `out_count` elements.
+// Runs `collective(in, out)` on device buffers holding `in_count` and `out_count` elements; with
+// in_place (out_count == in_count), on one buffer that holds the input and receives the result.
 void staged(ProcessGroup& pg, const void* in, size_t in_count, void* out, size_t out_count, DType dtype,
-            const std::function<std::shared_ptr<Work>(const void*, void*)>& collective) {
+            const std::function<std::shared_ptr<Work>(const void*, void*)>& collective, bool in_place = false) {
   const std::string& device = pg.memory_device();
   Device& dev = get_device(device);
-  Buffer src(device, dtype, static_cast<int64_t>(in_count)), dst(device, dtype, static_cast<int64_t>(out_count));
+  Buffer src(device, dtype, static_cast<int64_t>(in_count));
+  std::optional<Buffer> separate;
+  if (!in_place) separate.emplace(device, dtype, static_cast<int64_t>(out_count));
+  Buffer& dst = in_place ? src : *separate;
   src.copy_in(in, in_count * itemsize(dtype));
   void* d = dst.ensure_allocated();
   if (auto ready = dev.record_event(StreamKind::Compute)) dev.wait_event(StreamKind::Comm, *ready);
@@ -40,16 +45,9 @@ void all_reduce_host(ProcessGroup& pg, void* data, size_t count, DType dtype, Re
 
 void broadcast_host(ProcessGroup& pg, void* data, size_t count, DType dtype, int root) {
   if (pg.memory_device().empty()) return pg.broadcast(data, count, dtype, root)->wait();
-  // in place on one device buffer: the root's copy holds its values, the others' are overwritten
-  const std::string& device = pg.memory_device();
-  Device& dev = get_device(device);
-  Buffer buf(device, dtype, static_cast<int64_t>(count));
-  buf.copy_in(data, count * itemsize(dtype));
-  if (auto ready = dev.record_event(StreamKind::Compute)) dev.wait_event(StreamKind::Comm, *ready);
-  auto work = pg.broadcast(buf.ptr(), count, dtype, root);
-  if (auto done = dev.record_event(StreamKind::Comm)) dev.wait_event(StreamKind::Compute, *done);
-  work->wait();
-  buf.copy_out(data, count * itemsize(dtype));
+  // in place: the root's buffer holds its values, the others' are overwritten
+  staged(pg, data, count, data, count, dtype,
+         [&](const void*, void* buf) { return pg.broadcast(buf, count, dtype, root); }, /*in_place=*/true);
 }
 
 void all_gather_host(ProcessGroup& pg, const void* in, void* out, size_t count, DType dtype) {

@@ -343,19 +343,16 @@ class MpiGroup : public ProcessGroup {
   }
   std::string report_failure(uint64_t seq) override {
     mark_job_failed();
-    std::lock_guard<std::mutex> lock(mu_);
-    drain(kForeignTag, foreign_seen_);
-    std::vector<bool> answered = probe_peers();
-    drain(kForeignTag, foreign_seen_);
-    std::string silent, absent;
-    for (int r = 0; r < size_; r++) {
-      std::string who = std::to_string(r) + " (last seen at #" + std::to_string(foreign_seen_[r]) + ")";
-      if (!answered[r]) silent += (silent.empty() ? "" : ", ") + who;
-      else if (r != rank_ && foreign_seen_[r] < static_cast<int64_t>(seq)) absent += (absent.empty() ? "" : ", ") + who;
-    }
+    auto [silent, absent] = silent_and_absent(seq, kForeignTag, foreign_seen_);
+    auto list = [&](const std::vector<int>& ranks) {
+      std::string out = "rank(s) ";
+      for (size_t i = 0; i < ranks.size(); i++)
+        out += (i ? ", " : "") + std::to_string(ranks[i]) + " (last seen at #" + std::to_string(foreign_seen_[ranks[i]]) + ")";
+      return out;
+    };
     std::string out;
-    if (!silent.empty()) out = "not answering (stopped or dead?): rank(s) " + silent;
-    if (!absent.empty()) out += (out.empty() ? "" : "; ") + std::string("never reached it (stuck or slow?): rank(s) ") + absent;
+    if (!silent.empty()) out = "not answering (stopped or dead?): " + list(silent);
+    if (!absent.empty()) out += (out.empty() ? "" : "; ") + std::string("never reached it (stuck or slow?): ") + list(absent);
     return out.empty() ? "every rank reached it and answers (a slow collective or the network?)" : out;
   }
 
@@ -528,20 +525,27 @@ class MpiGroup : public ProcessGroup {
   // Who is to blame for collective #seq: the peers not answering, then those that answer but
   // never reached it; the network only when every peer answers and reached it.
   std::string culprits(uint64_t seq) {
-    std::lock_guard<std::mutex> lock(mu_);
-    drain_notices();
-    std::vector<bool> answered = probe_peers();
-    drain_notices();
-    std::vector<int> silent, absent;
-    for (int r = 0; r < size_; r++) {
-      if (!answered[r]) silent.push_back(r);
-      else if (r != rank_ && last_seen_[r] < static_cast<int64_t>(seq)) absent.push_back(r);
-    }
+    auto [silent, absent] = silent_and_absent(seq, kNoticeTag, last_seen_);
     std::string out;
     if (!silent.empty()) out += "not answering (stopped or dead?): " + rank_list(silent);
     if (!absent.empty()) out += (out.empty() ? "" : "; ") + std::string("never reached it (stuck or slow?): ") + rank_list(absent);
     if (out.empty()) out = "every rank reached it and answers (a slow collective or the network?)";
     return out;
+  }
+
+  // The peers that do not answer a liveness probe, and those that answer but whose latest notice
+  // under `tag` (read into `seen`) is older than seq.
+  std::pair<std::vector<int>, std::vector<int>> silent_and_absent(uint64_t seq, int tag, std::vector<int64_t>& seen) {
+    std::lock_guard<std::mutex> lock(mu_);
+    drain(tag, seen);
+    std::vector<bool> answered = probe_peers();
+    drain(tag, seen);
+    std::vector<int> silent, absent;
+    for (int r = 0; r < size_; r++) {
+      if (!answered[r]) silent.push_back(r);
+      else if (r != rank_ && seen[r] < static_cast<int64_t>(seq)) absent.push_back(r);
+    }
+    return {silent, absent};
   }
 
   struct Send {
