@@ -10,7 +10,7 @@
 #include "cuda_test.h"
 #include "ops_util.h"
 #include "test_util.h"
-#include "tinygrad/codegen/linearize.h"
+#include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/codegen/opt_gpu.h"
 #include "tinygrad/codegen/render_cuda.h"
 #include "tinygrad/codegen/tensor_core.h"
@@ -40,15 +40,18 @@ struct RenderedKernel {
 std::vector<RenderedKernel> render_cuda(const Tensors& ts) {
   std::vector<UOpPtr> outs;
   for (auto& t : ts) outs.push_back(t.uop());
-  CUDARenderer r{GpuLimits{}};
+  CUDARenderer r;
+  GpuLimits limits;  // CUDA's defaults
+  limits.group_threads_per_slot = CUDARenderer::WARP;
+  DevicePolicy policy{.gpu = limits};
+  CodegenTarget cuda{r, policy, /*native_transcendentals=*/true, /*tensor_cores=*/false};
   std::vector<RenderedKernel> out;
   for (auto& item : create_schedule(outs)) {
     if (item.kind != ScheduleItem::Kind::Kernel) continue;
     std::vector<DType> dtypes;
     for (auto& b : item.buffers) dtypes.push_back(b->dtype());
-    LinearKernel k = linearize(apply_opts(item.ast, gpu_hand_coded_opts(item.ast)), dtypes);
-    r.prepare(k);
-    out.push_back({k.name, r.render(k), k});
+    auto k = lower_with_choice(item.ast, dtypes, cuda, KernelChoice::generated(gpu_hand_coded_opts(item.ast)));
+    out.push_back({k.kernel.name, k.source, k.kernel});
   }
   return out;
 }
@@ -195,7 +198,7 @@ TEST(CudaRenderer, ConvolutionsBecomeTensorCoreKernels) {
   };
   auto ks = tensor_core_kernels(r({512, 32, 24, 24}, 1).conv2d(r({32, 32, 5, 5}, 2)));
   ASSERT_EQ(ks.size(), 1u);
-  std::string src = CUDARenderer{GpuLimits{}}.render(ks[0]);
+  std::string src = CUDARenderer{}.render(ks[0]);
   EXPECT_EQ(ks[0].name, "r_tc_1_204800_32__800");
   EXPECT_EQ(ks[0].local_size, (std::vector<int64_t>{128})) << src;
   EXPECT_EQ(ks[0].global_size, (std::vector<int64_t>{204800 / 64 * 32})) << src;
@@ -413,7 +416,7 @@ TEST_F(Cuda, HalfTypesAsStorage) {
 }
 
 // Note [tensor-core contractions] on the GPU: forward passes and input gradients as mma.sync tf32
-// kernels (CONV_TF32=1, the default) agree with the float32 FMA kernels (CONV_TF32=0, checked
+// kernels (TF32=1, the default) agree with the float32 FMA kernels (TF32=0, checked
 // against the reference by the op tests) within tf32's rounding (10 mantissa bits: a wrong index
 // is off by the value itself).
 TEST_F(Cuda, ConvolutionsRunOnTensorCores) {
@@ -429,7 +432,7 @@ TEST_F(Cuda, ConvolutionsRunOnTensorCores) {
   for (const Case& c :
        {Case{{64, 32, 16, 16}, {32, 32, 3, 3}, 1, 2}, Case{{128, 8, 12, 12}, {64, 8, 3, 3}, 0, 1}}) {
     auto run = [&](int tf32, std::string* log) {
-      testutil::KnobScope conv_tf32(knobs::CONV_TF32, tf32);
+      testutil::KnobScope conv_tf32(knobs::TF32, tf32);
       Tensor x = rnd(c.x, 1), w = rnd(c.w, 2);
       x.requires_grad_();
       w.requires_grad_();

@@ -8,7 +8,7 @@
 
 #include "ops_util.h"
 #include "test_util.h"
-#include "tinygrad/codegen/linearize.h"
+#include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/codegen/opt_gpu.h"
 #include "tinygrad/device.h"
 #include "tinygrad/knobs.h"
@@ -126,8 +126,8 @@ TEST_F(OpenCL, ConvolutionStepLayouts) {
     if (item.kind != ScheduleItem::Kind::Kernel) continue;
     std::vector<DType> dtypes;
     for (auto& b : item.buffers) dtypes.push_back(b->dtype());
-    LinearKernel k = linearize(apply_opts(item.ast, gpu_hand_coded_opts(item.ast)), dtypes);
-    get_device("CL").renderer().prepare(k);
+    auto choice = KernelChoice::generated(gpu_hand_coded_opts(item.ast));
+    LinearKernel k = lower_with_choice(item.ast, dtypes, CodegenTarget::of(get_device("CL")), choice).kernel;
     kernels[k.name] = k;
   }
   std::string names;

@@ -295,15 +295,17 @@ TEST_F(Beam, FindsOptsThatComputeTheSameAndCachesThem) {
   Tensor a = realized_randn({32, 48}, 8), b = realized_randn({48, 32}, 9);
   ScheduleItem item = only_kernel(a.matmul(b));
   auto plain = run_with(item, {});
-  auto opts = beam_search(item, 2);
+  KernelChoice choice = beam_search(item, 2);
+  ASSERT_EQ(choice.kind, KernelChoice::Kind::Generated);  // the CPU has no tensor cores nor library
+  auto opts = choice.opts;
   expect_close(run_with(item, opts), plain);
   size_t files = 0;
   for (auto& e : std::filesystem::directory_iterator(dir_ / "beam")) files += e.path().extension() == ".txt";
   EXPECT_EQ(files, 1u);
-  EXPECT_EQ(beam_search(item, 2), opts);  // from the cache
+  EXPECT_EQ(beam_search(item, 2).opts, opts);  // from the cache
   // a damaged cache entry is searched again, not trusted
   for (auto& e : std::filesystem::directory_iterator(dir_ / "beam")) std::ofstream(e.path()) << "UPCAST(7,3)";
-  auto again = beam_search(item, 2);
+  auto again = beam_search(item, 2).opts;
   expect_close(run_with(item, again), plain);
 }
 
@@ -343,6 +345,7 @@ class FailingCompilesDevice : public Device {
   const Renderer& renderer() const override { return cpu_->renderer(); }
   Compiler& compiler() override { return compiler_; }
   bool supports(Feature f) const override { return cpu_->supports(f); }
+  const DevicePolicy& policy() const override { return cpu_->policy(); }
 
  private:
   std::unique_ptr<Device> cpu_;
@@ -379,7 +382,7 @@ TEST_F(Beam, SkipsCandidatesThatFailToCompile) {
       throw CompileError("k", "src", "refused by the test");
     }
   });
-  auto opts = beam_search(item, 2);
+  auto opts = beam_search(item, 2).opts;
   FailingCompiles::on_compile() = nullptr;
   knobs::CACHEDIR.set(saved);
   EXPECT_GT(failed, 1);
@@ -453,7 +456,7 @@ TEST(Transcendental, Exp2MatchesTheCLibrary) {
 // same kernel graph under NOOPT=1 compiles its own program, and NOOPT=0 finds the first one again;
 // a runtime knob (DEBUG) is not in the key.
 TEST(KernelCache, EveryCodegenKnobIsInTheKey) {
-  for (const char* name : {"BEAM", "NOOPT", "CPU_LLVM", "MATMUL_LIB", "TF32", "CONV_TF32", "SPLIT_PARTS", "CC"})
+  for (const char* name : {"BEAM", "NOOPT", "CPU_LLVM", "MATMUL_LIB", "TF32", "SPLIT_PARTS", "CC"})
     EXPECT_NE(codegen_key().find(std::string(name) + "="), std::string::npos) << name << " in " << codegen_key();
   EXPECT_EQ(codegen_key().find("DEBUG="), std::string::npos) << codegen_key();
   Device& cpu = get_device("CPU");

@@ -9,7 +9,7 @@
 // the runs drift apart from there. What the pools do not touch is held to float32 rounding: the
 // first loss, BatchNorm's running statistics after it (forward only), and the gradients of the
 // last BatchNorm and the classifier. The rest is held to 5%, which a wrong kernel misses. Held to
-// float32 rounding, the convolutions run as float32 FMAs (CONV_TF32=0); on the tensor cores
+// float32 rounding, the convolutions run as float32 FMAs (TF32=0); on the tensor cores
 // (tf32, the default) the same quantities are held to tf32's rounding instead.
 #include <gtest/gtest.h>
 
@@ -94,7 +94,7 @@ void expect_close(const CnnRun& cuda, const CnnRun& cpu, const Bounds& b) {
 }
 
 TEST_F(CudaTraining, CnnStepsMatchTheCpu) {
-  testutil::KnobScope fma(knobs::CONV_TF32, 0);
+  testutil::KnobScope fma(knobs::TF32, 0);
   CnnRun cuda = train_cnn("CUDA", 4), cpu = train_cnn("CPU", 4);
   expect_close(cuda, cpu, {.first_loss = 1e-5, .stats = 1e-4, .after_pool = 1e-3, .before_pool = 5e-2});
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tinygrad/device_policy.h"
 #include "tinygrad/dtype.h"
 
 namespace tg {
@@ -159,6 +160,8 @@ class Device {
   virtual Compiler& compiler() = 0;
   virtual void synchronize() {}
   virtual bool supports(Feature f) const = 0;
+  // How the scheduler and the kernel optimizer lay out this device's kernels (device_policy.h).
+  virtual const DevicePolicy& policy() const = 0;
   virtual std::string description() const { return name_; }
   // Feature::Streams (Note [streams and events]); without it, nullptr (done), no-op, nullptr.
   virtual std::shared_ptr<DeviceEvent> record_event(StreamKind /*stream*/) { return nullptr; }

@@ -71,7 +71,7 @@ void StringKnob::set(const std::string& v) {
 }
 
 namespace knobs {
-IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run; 2: per-kernel time and memory; 3: applied kernel optimizations; 4: generated source");
+IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run; 2: per-kernel time and memory; 3: the optimizer's choices; 4: generated source; 5: the kernel after every codegen pass");
 IntKnob CPU_LLVM("CPU_LLVM", 1, "1: CPU kernels through the LLVM ORC JIT (when built with LLVM); 0: system C compiler",
                  KnobKind::Codegen);
 IntKnob BEAM("BEAM", 0, "beam width of the kernel optimization search (0: hand-coded heuristics); winners are cached on disk",
@@ -81,13 +81,10 @@ IntKnob THREADS("THREADS", 0, "threads for CPU kernels (0: all cores)", KnobKind
 IntKnob JIT("JIT", 1, "1: a jitted step (the trainer's) is captured once and its kernels replayed; 0: every step is scheduled and run normally");
 IntKnob MATMUL_LIB("MATMUL_LIB", 1, "1: matrix-product kernels run through the device's library (cuBLASLt on CUDA) where it takes them; 0: generated kernels",
                    KnobKind::Codegen);
-IntKnob TF32("TF32", 0, "1: float32 library matmuls may round inputs to tf32 (tensor cores, about 10 mantissa bits)",
+IntKnob TF32("TF32", 1,
+             "float32 products on the tensor cores, operands rounded to tf32: 0 none, 1 convolutions (default, as "
+             "PyTorch), 2 every product (library matmuls too)",
              KnobKind::Codegen);
-IntKnob CONV_TF32(
-    "CONV_TF32", 1,
-    "1: float32 convolutions on CUDA (contractions that are not matrix products) round their operands "
-    "to tf32 and run on the tensor cores, as PyTorch's cuDNN does by default; 0: exact float32 FMAs",
-    KnobKind::Codegen);
 IntKnob ROWFUSE("ROWFUSE", 1,
                 "1: a reduce over short trailing rows joins the kernel that reads it back over the same rows "
                 "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel",
@@ -107,5 +104,11 @@ StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
 StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used", KnobKind::Codegen);
 StringKnob CACHEDIR("CACHEDIR", "", "directory for on-disk caches (empty: $HOME/.cache/tinygrad++)");
 }  // namespace knobs
+
+// Note [float32 precision policy]
+bool tf32_for(Float32Product product) {
+  int64_t level = knobs::TF32.get();
+  return product == Float32Product::Matmul ? level >= 2 : level >= 1;
+}
 
 }  // namespace tg

@@ -44,23 +44,21 @@ class StringKnob {
 
 const std::vector<KnobInfo>& all_knobs();
 
-// Note [one kernel-cache key]: "BEAM=0 CC=cc CONV_TF32=1 ..." — the current value of every
+// Note [one kernel-cache key]: "BEAM=0 CC=cc TF32=1 ..." — the current value of every
 // KnobKind::Codegen knob, in registration order. The engine's compiled-kernel cache keys on it, so
 // a knob that changes generated code is part of the key by its declaration, not by a hand-kept
 // list. The text is rebuilt only after a knob changed (a generation count bumped by set()).
 std::string codegen_key();
 
 namespace knobs {
-extern IntKnob DEBUG;       // 1 kernels, 2 time+memory, 3 optimizations, 4 source
+extern IntKnob DEBUG;       // 1 kernels, 2 time+memory, 3 optimizations, 4 source, 5 every codegen pass
 extern IntKnob CPU_LLVM;    // 1: CPU kernels through LLVM ORC JIT (default when built), 0: system C compiler
 extern IntKnob BEAM;      // >0: search kernel optimizations with this beam width (winners cached on disk)
 extern IntKnob NOOPT;     // 1: no kernel optimizations (one output element per loop iteration)
 extern IntKnob THREADS;   // CPU kernel threads (0: all cores)
 extern IntKnob JIT;       // 1: engine/jit captures a step once and replays it; 0: every call runs normally
 extern IntKnob MATMUL_LIB; // 1: matrix-product kernels run through the device's library (cuBLASLt); 0: generated
-extern IntKnob TF32;      // 1: library float32 matmuls may round their inputs to tf32 (tensor cores)
-extern IntKnob
-    CONV_TF32;  // 1: float32 convolutions on CUDA run on the tensor cores in tf32 (codegen/tensor_core.h)
+extern IntKnob TF32;      // float32 products on the tensor cores: Note [float32 precision policy]
 extern IntKnob SPLIT_REDUCE;  // 1: long reductions with few outputs run in two stages on GPU-style devices
 extern IntKnob SPLIT_PARTS;  // most partials per output of a long reduction with many outputs (GPU-style); 0:
                              // auto, 1: off
@@ -70,5 +68,20 @@ extern StringKnob DEVICE;   // default device
 extern StringKnob CC;       // system C compiler for CPU kernels without LLVM
 extern StringKnob CACHEDIR; // where compiled kernels may be cached on disk
 }  // namespace knobs
+
+// Note [float32 precision policy]: a float32 product (a matrix product or a convolution: a
+// reduce of products) may run on the tensor cores with its operands rounded to tf32 (10 mantissa
+// bits, products and sums in float32), about 8 times the FMA rate on an H200. One knob, TF32,
+// says which products may:
+//   0  none: every float32 product is exact float32 (FMA kernels, CUBLAS_COMPUTE_32F);
+//   1  convolutions (the default): generated convolution kernels take the tensor-core layout
+//      (codegen/tensor_core.h), matrix products stay exact;
+//   2  every product: library matmuls too (CUBLAS_COMPUTE_32F_FAST_TF32), and generated matmuls
+//      where no library runs them.
+// The default is PyTorch's (torch.backends.cudnn.allow_tf32 on, torch.backends.cuda.matmul.
+// allow_tf32 off). float16 and bfloat16 products, and devices without tensor cores, are not
+// affected.
+enum class Float32Product { Matmul, Convolution };
+bool tf32_for(Float32Product product);
 
 }  // namespace tg

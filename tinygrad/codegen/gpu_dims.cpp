@@ -87,6 +87,13 @@
 // 125) still gets a group: L is the largest power of two within the same limits, every loop runs
 // ceil(N/L) trips, and in the last one the threads whose index r*L + t is past the row load
 // nothing (gated loads), leave their partial as it was and store nothing.
+// Note [launch limits]: a launch holds at most max_groups_yz groups in dimensions 1 and 2 (CUDA:
+// gridDim.y and gridDim.z, 65535), max_group_z work-items per group in dimension 2 and
+// max_group_threads per group. gpu_dims puts the outermost output loops on the last dimension;
+// when that gives a grid the device refuses, the kernel is laid out again with every output loop
+// on dimension 0 (up to max_groups_x groups). Local sizes above the limits are clamped to their
+// largest divisor within them (global ids do not depend on the split); a grouped reduction keeps
+// its group, whose size its shared array fixes.
 #include "tinygrad/codegen/gpu_dims.h"
 
 #include <algorithm>
@@ -484,6 +491,50 @@ void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
   k.local_size = local;
   for (size_t i = 0; i < grp.accs.size(); i++)
     k.group_reduces.push_back({rebuild(grp.accs[i], 0), lid, grp.threads, grp.ops[i]});
+}
+
+namespace {
+
+// Note [launch limits]
+bool launch_fits(const LinearKernel& k, const GpuLimits& lim) {
+  if (k.local_size.size() > 2 && k.local_size[2] > lim.max_group_z) return false;
+  int64_t threads = 1;
+  for (size_t d = 0; d < k.global_size.size(); d++) {
+    int64_t l = d < k.local_size.size() && k.local_size[d] > 0 ? k.local_size[d] : 1;
+    int64_t groups = (k.global_size[d] + l - 1) / l;
+    threads *= l;
+    if (groups > (d == 0 ? lim.max_groups_x : lim.max_groups_yz)) return false;
+  }
+  return threads <= lim.max_group_threads;
+}
+
+void clamp_local_sizes(LinearKernel& k, const GpuLimits& lim) {
+  if (!k.group_reduces.empty()) return;  // the group's size is fixed by its shared array
+  for (size_t d = 0; d < k.local_size.size(); d++) {
+    int64_t cap = d == 2 ? lim.max_group_z : lim.max_group_threads;
+    int64_t l = k.local_size[d];
+    if (l <= cap) continue;
+    int64_t c = cap;
+    while (l % c != 0) c--;
+    k.local_size[d] = c;
+  }
+}
+
+}  // namespace
+
+void map_threads(LinearKernel& k, const GpuLimits& lim) {
+  LinearKernel original = k;
+  gpu_dims(k, lim);
+  clamp_local_sizes(k, lim);
+  if (launch_fits(k, lim)) return;
+  // Note [launch limits]. Grouped kernels never get here: their groups are all on dimension 0.
+  TG_ASSERT(k.group_reduces.empty(), "kernel '", k.name, "': grouped reduction outside the launch limits");
+  k = std::move(original);
+  GpuLimits flat = lim;
+  flat.max_dims = 1;
+  gpu_dims(k, flat);
+  TG_CHECK(launch_fits(k, lim), "kernel '", k.name, "': no launch grid within the device's limits for ",
+           k.global_size.empty() ? 0 : k.global_size[0], " threads");
 }
 
 }  // namespace tg

@@ -249,7 +249,6 @@ std::string CRenderer::prelude(const LinearKernel&) const {
          "x += 0x7fffu + ((x >> 16) & 1u); return (unsigned short)(x >> 16); }\n";
 }
 
-void CRenderer::prepare(LinearKernel& k) const { k.global_size = launch_size(k); }
 
 std::string CRenderer::signature(const LinearKernel& k) const {
   return "void " + k.name + "(void** bufs, long long lo, long long hi)";

@@ -57,7 +57,6 @@ class CStyleRenderer : public Renderer {
 class CRenderer : public CStyleRenderer {
  public:
   // Keeps global_size only for kernels worth splitting across threads (launch_size).
-  void prepare(LinearKernel& k) const override;
 
  protected:
   bool split_first_loop() const override { return true; }

@@ -28,10 +28,6 @@
 // j-1) are one load, and the index arithmetic folds into constant offsets. On an H200 the CNN's
 // 5x5 32->32 forward pass went from 0.451 to 0.426 ms and its input gradient from 0.638 to 0.564
 // ms, the step from 3.29 to 3.12 ms. Longer loops (the input channels) stay loops.
-//
-// Note [cuda grid limits]: gridDim.y and gridDim.z are at most 65535 blocks. gpu_dims puts the
-// outermost output loops on the last dimension; when that gives a grid CUDA refuses, the kernel
-// is laid out again with every output loop on dimension 0 (up to 2^31-1 blocks).
 #include "tinygrad/codegen/render_cuda.h"
 
 #include <algorithm>
@@ -46,52 +42,6 @@ namespace tg {
 std::string CUDARenderer::loop_prefix(int64_t trips) const {
   constexpr int64_t SHORT_LOOP = 8;
   return trips <= SHORT_LOOP ? "#pragma unroll" : "";
-}
-
-namespace {
-
-bool grid_fits(const LinearKernel& k) {
-  if (k.local_size.size() > 2 && k.local_size[2] > CUDARenderer::MAX_BLOCK_Z) return false;
-  int64_t threads = 1;
-  for (size_t d = 0; d < k.global_size.size(); d++) {
-    int64_t l = d < k.local_size.size() && k.local_size[d] > 0 ? k.local_size[d] : 1;
-    int64_t blocks = (k.global_size[d] + l - 1) / l;
-    threads *= l;
-    if (blocks > (d == 0 ? int64_t{0x7fffffff} : CUDARenderer::MAX_GRID_YZ)) return false;
-  }
-  return threads <= CUDARenderer::MAX_BLOCK_THREADS;
-}
-
-// Blocks are at most 1024 x 1024 x 64 threads. gpu_dims chooses local sizes that divide the
-// global sizes (Note [local sizes] in gpu_dims.cpp); a divisor of one keeps that, and global ids
-// do not depend on the split.
-void clamp_block(LinearKernel& k) {
-  if (!k.group_reduces.empty()) return;  // the group's size is fixed by its shared array
-  for (size_t d = 0; d < k.local_size.size(); d++) {
-    int64_t cap = d == 2 ? CUDARenderer::MAX_BLOCK_Z : CUDARenderer::MAX_BLOCK_THREADS;
-    int64_t l = k.local_size[d];
-    if (l <= cap) continue;
-    int64_t c = cap;
-    while (l % c != 0) c--;
-    k.local_size[d] = c;
-  }
-}
-
-}  // namespace
-
-void CUDARenderer::prepare(LinearKernel& k) const {
-  LinearKernel original = k;
-  gpu_dims(k, limits_);
-  clamp_block(k);
-  if (grid_fits(k)) return;
-  // Note [cuda grid limits]. Grouped kernels never get here: their groups are all on dimension 0.
-  TG_ASSERT(k.group_reduces.empty(), "CUDA kernel '", k.name, "': grouped reduction outside the grid limits");
-  k = std::move(original);
-  GpuLimits flat = limits_;
-  flat.max_dims = 1;
-  gpu_dims(k, flat);
-  TG_CHECK(grid_fits(k), "CUDA kernel '", k.name, "': no launch grid within CUDA's limits for ",
-           k.global_size.empty() ? 0 : k.global_size[0], " threads");
 }
 
 std::string CUDARenderer::type_name(DType t) const {

@@ -1,25 +1,17 @@
 // The CUDA C++ renderer: CStyleRenderer with CUDA's types, `extern "C" __global__` kernels,
 // thread indices (blockIdx, blockDim, threadIdx), __syncthreads and __shared__ memory. Kernels
 // need no headers (Note [cuda half types]), so NVRTC compiles them without the toolkit's
-// include directory. Its prepare() maps loops onto threads (codegen/gpu_dims.h) within CUDA's
-// grid limits.
+// include directory.
 #pragma once
 #include <algorithm>
 
-#include "tinygrad/codegen/gpu_dims.h"
 #include "tinygrad/codegen/render_c.h"
 
 namespace tg {
 
 class CUDARenderer : public CStyleRenderer {
  public:
-  explicit CUDARenderer(GpuLimits limits) : limits_(limits) { limits_.group_threads_per_slot = WARP; }
-  void prepare(LinearKernel& k) const override;
   std::string loop_prefix(int64_t trips) const override;
-  // Threads per block and blocks per grid dimension that CUDA allows.
-  static constexpr int64_t MAX_BLOCK_THREADS = 1024;
-  static constexpr int64_t MAX_BLOCK_Z = 64;
-  static constexpr int64_t MAX_GRID_YZ = 65535;
   static constexpr int64_t WARP = 32;
 
  protected:
@@ -45,7 +37,6 @@ class CUDARenderer : public CStyleRenderer {
 
  private:
   std::string buffer_type(DType t) const;
-  GpuLimits limits_;
 };
 
 }  // namespace tg

@@ -474,7 +474,6 @@ std::string Writer::run() {
 
 }  // namespace
 
-void LLVMRenderer::prepare(LinearKernel& kernel) const { kernel.global_size = launch_size(kernel); }
 
 std::string LLVMRenderer::render(const LinearKernel& kernel) const { return Writer(kernel, options_).run(); }
 

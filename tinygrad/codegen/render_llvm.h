@@ -22,7 +22,6 @@ class LLVMRenderer : public Renderer {
   LLVMRenderer() = default;
   explicit LLVMRenderer(LLVMRendererOptions options) : options_(options) {}
   // Keeps global_size only for kernels worth splitting across threads (launch_size).
-  void prepare(LinearKernel& kernel) const override;
   std::string render(const LinearKernel& kernel) const override;
   const LLVMRendererOptions& options() const { return options_; }
 

@@ -1,8 +1,7 @@
 // The OpenCL C renderer: CStyleRenderer with OpenCL's types, kernel signature (__global
 // buffers), thread indices (get_global_id, get_group_id, get_local_id), barriers and __local
-// memory. Its prepare() maps loops onto work-items (codegen/gpu_dims.h).
+// memory.
 #pragma once
-#include "tinygrad/codegen/gpu_dims.h"
 #include "tinygrad/codegen/render_c.h"
 
 namespace tg {
@@ -11,8 +10,7 @@ class OpenCLRenderer : public CStyleRenderer {
  public:
   // half_storage: float16 buffers through vload_half/vstore_half (no cl_khr_fp16 needed);
   // with native_half, float16 values are `half` (cl_khr_fp16).
-  OpenCLRenderer(GpuLimits limits, bool native_half) : limits_(limits), native_half_(native_half) {}
-  void prepare(LinearKernel& k) const override { gpu_dims(k, limits_); }
+  explicit OpenCLRenderer(bool native_half) : native_half_(native_half) {}
 
  protected:
   std::string type_name(DType t) const override;
@@ -31,7 +29,6 @@ class OpenCLRenderer : public CStyleRenderer {
 
  private:
   std::string buffer_type(DType t) const;
-  GpuLimits limits_;
   bool native_half_;
 };
 

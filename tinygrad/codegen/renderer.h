@@ -47,8 +47,6 @@ inline int special_dim(int64_t arg) { return static_cast<int>(arg % 10); }
 
 struct Renderer {
   virtual ~Renderer() = default;
-  // Device-specific kernel transforms before rendering (GPU renderers map loops onto threads).
-  virtual void prepare(LinearKernel& /*kernel*/) const {}
   virtual std::string render(const LinearKernel& kernel) const = 0;
 };
 

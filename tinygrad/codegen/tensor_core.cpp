@@ -21,8 +21,8 @@
 // over their flat index (the contiguous loop stays innermost, so a warp's loads stay close
 // together), and the loops outside it stay loops (unrolled when short).
 // The operands are rounded to tf32 (10 mantissa bits, cvt.rna), as PyTorch's cuDNN convolutions
-// do by default; CONV_TF32=0 keeps such kernels on exact float32 FMAs. Matrix products keep their
-// own rule (TF32, the library's). A contraction is taken where a tile of at least 4 blocks leaves
+// do by default; TF32=0 keeps such kernels on exact float32 FMAs, and matrix products take them
+// only with TF32=2 (Note [float32 precision policy] in knobs.h). A contraction is taken where a tile of at least 4 blocks leaves
 // MIN_WARPS warps: with fewer, too few loads are in flight to cover their latency. The 5x5 weight
 // gradients qualify once split into 32 parts (Note [split long reductions] in
 // schedule/split_reduce.cpp); the 3x3 ones (one stage), small convolutions and one-channel inputs

@@ -1,6 +1,9 @@
 // BEAM search. Each round extends every opt list in the beam by one more UPCAST or UNROLL,
 // compiles and times each candidate on the kernel's buffers (the output buffer is scratch until
-// the real launch), and keeps the `width` fastest; it stops when a round finds nothing faster.
+// the real launch), and keeps the `width` fastest; it stops when a round finds nothing faster
+// (Note [beam over generated kernels]). The best generated kernel is then timed against the
+// tensor-core layout and the device library where they apply. Every candidate goes through the
+// kernel pipeline (codegen/pipeline.h), as the kernel that runs does.
 #include "tinygrad/engine/beam.h"
 
 #include <algorithm>
@@ -10,12 +13,12 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include <unistd.h>
 
-#include "tinygrad/codegen/linearize.h"
-#include "tinygrad/codegen/renderer.h"
+#include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/device.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/error.h"
@@ -60,7 +63,7 @@ std::string kernel_key(const UOpPtr& ast) {
 }
 
 std::string cache_path(const ScheduleItem& item, Device& dev) {
-  std::string key = dev.compiler().cache_key() + "\n";
+  std::string key = dev.compiler().cache_key() + "\n" + codegen_key() + "\n";
   for (auto& b : item.buffers) key += std::string(dtype_name(b->dtype())) + " ";
   key += "\n" + kernel_key(item.ast);
   char hex[32];
@@ -85,50 +88,64 @@ std::vector<Opt> actions(const UOpPtr& ast) {
 // launches (CUDA kernels carry __launch_bounds__ of their block, so the compiler keeps them within
 // the registers a launch needs). Any other error (a user mistake, a broken device, an internal
 // assert) propagates to the caller.
-// Seconds for one launch of item's kernel with opts (the best of TIMING_RUNS), or infinity when
-// the candidate fails to compile.
-double time_candidate(const ScheduleItem& item, Device& dev, const std::vector<Opt>& opts,
-                      const std::vector<void*>& ptrs) {
+// Seconds for one launch of the program (the best of TIMING_RUNS).
+double time_program(Program& prog, const std::vector<void*>& ptrs, const LinearKernel& k) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < TIMING_RUNS; i++)
+    best = std::min(best, prog.launch(ptrs, k.global_size, k.local_size, true).value_or(best));
+  return best;
+}
+
+// Seconds for one launch of item's kernel as `choice` makes it, or infinity when the candidate
+// fails to compile. Generated and tensor-core candidates go through the kernel pipeline
+// (codegen/pipeline.h), the library's through its program.
+double time_candidate(const ScheduleItem& item, Device& dev, const KernelChoice& choice, const std::vector<void*>& ptrs) {
+  if (choice.kind == KernelChoice::Kind::Library) return time_program(*dev.get_matmul_program(*choice.matmul), ptrs, {});
   std::vector<DType> dtypes;
   for (auto& b : item.buffers) dtypes.push_back(b->dtype());
   try {
-    LinearKernel k = linearize(device_kernel_graph(item, opts), dtypes);
-    dev.renderer().prepare(k);
-    Program& prog = dev.get_program(k.name, dev.renderer().render(k));
-    double best = std::numeric_limits<double>::infinity();
-    for (int i = 0; i < TIMING_RUNS; i++)
-      best = std::min(best, prog.launch(ptrs, k.global_size, k.local_size, true).value_or(best));
-    return best;
+    LoweredKernel k = lower_with_choice(item.ast, dtypes, CodegenTarget::of(dev), choice);
+    return time_program(dev.get_program(k.kernel.name, k.source), ptrs, k.kernel);
   } catch (const CompileError& e) {
-    if (knobs::DEBUG >= 3) std::fprintf(stderr, "beam: %s failed: %s\n", opts_str(opts).c_str(), e.what());
+    if (knobs::DEBUG >= 3) std::fprintf(stderr, "beam: %s failed: %s\n", choice.str().c_str(), e.what());
     return std::numeric_limits<double>::infinity();
   }
 }
 
-}  // namespace
-
-std::vector<Opt> beam_search(const ScheduleItem& item, int width) {
-  Device& dev = get_device(item.device);
-  TG_CHECK(dev.supports(Feature::Timing), "BEAM: device ", item.device, " cannot time kernels");
-  std::string path = cache_path(item, dev);
-  if (std::ifstream in(path); in) {
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    try {
-      auto opts = parse_opts(text);
-      apply_opts(item.ast, opts);  // still valid for this kernel
-      return opts;
-    } catch (const Error&) {
-      // a damaged or stale entry: search again and overwrite it
+// A choice read back from the disk cache, or nullopt when the entry is damaged or stale.
+std::optional<KernelChoice> cached_choice(const std::string& path, const ScheduleItem& item, Device& dev) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  try {
+    KernelChoice c = parse_choice(text);
+    if (c.kind == KernelChoice::Kind::Generated) {
+      apply_opts(item.ast, c.opts);  // still valid for this kernel
+      return c;
     }
+    for (auto& alt : alternative_choices(item, dev))
+      if (alt.kind == c.kind) return alt;
+  } catch (const Error&) {
   }
-  std::vector<void*> ptrs;
-  for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
+  return std::nullopt;  // search again and overwrite it
+}
 
-  auto t0 = std::chrono::steady_clock::now();
+// Note [beam over generated kernels]: the search starts from the kernel without opts and from the
+// heuristics' opts, extends the beam by one UPCAST or UNROLL per round and keeps the `width`
+// fastest, until a round finds nothing faster.
+std::pair<double, std::vector<Opt>> search_opts(const ScheduleItem& item, Device& dev, int width,
+                                                const std::vector<void*>& ptrs, int& tried) {
   std::vector<Opt> best_opts;
-  double best = time_candidate(item, dev, {}, ptrs);
+  double best = time_candidate(item, dev, KernelChoice::generated({}), ptrs);
   std::vector<std::vector<Opt>> beam{{}};
-  int tried = 1;
+  KernelChoice heuristic = heuristic_choice(item, dev);
+  tried = 1;
+  if (heuristic.kind == KernelChoice::Kind::Generated && !heuristic.opts.empty() &&
+      lane_count(heuristic.opts) <= MAX_LANES) {
+    double t = time_candidate(item, dev, heuristic, ptrs);
+    tried++;
+    if (t < best) best = t, best_opts = heuristic.opts;
+  }
   for (int round = 0; round < MAX_ROUNDS; round++) {
     std::multimap<double, std::vector<Opt>> timed;
     for (auto& base : beam) {
@@ -137,7 +154,7 @@ std::vector<Opt> beam_search(const ScheduleItem& item, int width) {
         std::vector<Opt> cand = base;
         cand.push_back(a);
         if (lane_count(cand) > MAX_LANES) continue;
-        timed.emplace(time_candidate(item, dev, cand, ptrs), cand);
+        timed.emplace(time_candidate(item, dev, KernelChoice::generated(cand), ptrs), cand);
         tried++;
       }
     }
@@ -150,15 +167,37 @@ std::vector<Opt> beam_search(const ScheduleItem& item, int width) {
       beam.push_back(c);
     }
   }
+  return {best, best_opts};
+}
+
+}  // namespace
+
+KernelChoice beam_search(const ScheduleItem& item, int width) {
+  Device& dev = get_device(item.device);
+  TG_CHECK(dev.supports(Feature::Timing), "BEAM: device ", item.device, " cannot time kernels");
+  std::string path = cache_path(item, dev);
+  if (auto c = cached_choice(path, item, dev)) return *c;
+  std::vector<void*> ptrs;
+  for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
+
+  auto t0 = std::chrono::steady_clock::now();
+  int tried = 0;
+  auto [best, best_opts] = search_opts(item, dev, width, ptrs, tried);
+  KernelChoice choice = KernelChoice::generated(best_opts);
+  for (auto& alt : alternative_choices(item, dev)) {  // the tensor cores and the library
+    double t = time_candidate(item, dev, alt, ptrs);
+    tried++;
+    if (t < best) best = t, choice = alt;
+  }
   if (knobs::DEBUG >= 2)
     std::fprintf(stderr, "beam: %d candidates in %.2f s, best %.3f ms: %s\n", tried,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), best * 1e3,
-                 opts_str(best_opts).c_str());
+                 choice.str().c_str());
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::string tmp = path + ".tmp" + std::to_string(getpid());
-  { std::ofstream(tmp) << opts_str(best_opts) << "\n"; }
+  { std::ofstream(tmp) << choice.str() << "\n"; }
   std::filesystem::rename(tmp, path);
-  return best_opts;
+  return choice;
 }
 
 }  // namespace tg

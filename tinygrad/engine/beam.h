@@ -1,14 +1,14 @@
 // BEAM search over kernel optimizations: times candidate opt lists on the kernel's own buffers and
-// keeps the fastest; winners are cached on disk (CACHEDIR/beam), keyed by kernel and device.
+// keeps the fastest, then compares it with the tensor-core layout and the device library;
+// winners are cached on disk (CACHEDIR/beam), keyed by kernel and device.
 #pragma once
-#include <vector>
 
-#include "tinygrad/codegen/opt.h"
+#include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/schedule/schedule.h"
 
 namespace tg {
 
-// The fastest opts found for item's kernel with a beam of `width` candidates per round.
-std::vector<Opt> beam_search(const ScheduleItem& item, int width);
+// The fastest choice found for item's kernel with a beam of `width` candidates per round.
+KernelChoice beam_search(const ScheduleItem& item, int width);
 
 }  // namespace tg

@@ -1,23 +1,17 @@
-// Schedule execution.
+// Schedule execution: each kernel compiled once (the kernel pipeline, codegen/pipeline.h, makes
+// its source; the cache keeps the program) and launched, copies and collectives run in order.
 #include "tinygrad/engine/realize.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <unordered_map>
 
-#include "tinygrad/codegen/linearize.h"
-#include "tinygrad/codegen/opt.h"
-#include "tinygrad/codegen/opt_gpu.h"
-#include "tinygrad/codegen/tensor_core.h"
-#include "tinygrad/codegen/transcendental.h"
+#include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/device.h"
-#include "tinygrad/engine/beam.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
-#include "tinygrad/schedule/match_matmul.h"
 
 namespace tg {
 
@@ -63,7 +57,7 @@ void check_collective_sequences(const Items& items, ItemOf item_of) {
 struct CompiledKernel {
   KernelLaunch launch;
   std::string source;
-  std::vector<Opt> opts;
+  KernelChoice choice;
 };
 
 thread_local ExecRecorder* exec_recorder = nullptr;
@@ -79,59 +73,18 @@ KernelCache& kernel_cache() {
   return *c;
 }
 
-std::vector<DType> param_dtypes(const ScheduleItem& item) {
-  std::vector<DType> d;
-  for (auto& b : item.buffers) d.push_back(b->dtype());
-  return d;
-}
-
-// Kernel optimizations: BEAM or the hand-coded choice on CPU-style devices; on GPUs the register
-// tiles of codegen/opt_gpu.h, which the renderer then lays out on work-groups in
-// Renderer::prepare (codegen/gpu_dims.h).
-std::vector<Opt> choose_opts(const ScheduleItem& item, const Device& dev) {
-  if (knobs::NOOPT.get()) return {};
-  if (!dev.supports(Feature::HostMemory)) return gpu_hand_coded_opts(item.ast);
-  if (knobs::BEAM.get() > 0) return beam_search(item, knobs::BEAM.get());
-  return hand_coded_opts(item.ast);
-}
-
-// The device library's program when the kernel is a matrix product it runs (Note [library
-// matmuls] in device.h), else nullopt and the kernel is generated.
-std::optional<CompiledKernel> library_kernel(const ScheduleItem& item, Device& dev) {
-  if (!knobs::MATMUL_LIB.get()) return std::nullopt;
-  auto spec = match_matmul(item.ast, param_dtypes(item));
-  if (!spec) return std::nullopt;
-  spec->allow_tf32 = knobs::TF32.get() != 0;
-  Program* prog = dev.get_matmul_program(*spec);
-  if (!prog) return std::nullopt;
-  if (knobs::DEBUG >= 3) std::fprintf(stderr, "library %-40s %s\n", spec->name().c_str(), spec->key().c_str());
-  return CompiledKernel{KernelLaunch{prog, spec->name(), {}, {}}, "", {}};
-}
-
-CompiledKernel rendered(Device& dev, const LinearKernel& k, const std::vector<Opt>& opts) {
-  std::string src = dev.renderer().render(k);
-  if (knobs::DEBUG >= 3) std::fprintf(stderr, "opts %-40s %s\n", k.name.c_str(), opts_str(opts).c_str());
-  if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", src.c_str());
-  Program& prog = dev.get_program(k.name, src);
-  return CompiledKernel{KernelLaunch{&prog, k.name, k.global_size, k.local_size}, src, opts};
-}
-
-// A convolution on the tensor cores where the device has them (Note [tensor-core contractions] in
-// codegen/tensor_core.cpp); matrix products keep the TF32 knob's rule.
-std::optional<LinearKernel> tensor_core_layout(const ScheduleItem& item, const Device& dev) {
-  if (!knobs::CONV_TF32.get() || knobs::NOOPT.get() || !dev.supports(Feature::TensorCores))
-    return std::nullopt;
-  std::vector<DType> dtypes = param_dtypes(item);
-  if (match_matmul(item.ast, dtypes)) return std::nullopt;
-  return tensor_core_kernel(device_kernel_graph(item, {}), dtypes);
-}
-
-CompiledKernel generated_kernel(const ScheduleItem& item, Device& dev) {
-  if (auto k = tensor_core_layout(item, dev)) return rendered(dev, *k, {});
-  std::vector<Opt> opts = choose_opts(item, dev);
-  LinearKernel k = linearize(device_kernel_graph(item, opts), param_dtypes(item));
-  dev.renderer().prepare(k);
-  return rendered(dev, k, opts);
+// Compiles what the kernel pipeline made of item (Note [the pass list] in codegen/pipeline.cpp):
+// the device library's program, or the rendered source through the device compiler.
+CompiledKernel compile_kernel(const ScheduleItem& item, Device& dev) {
+  LoweredKernel k = lower_kernel_item(item, dev);
+  if (k.choice.kind == KernelChoice::Kind::Library) {
+    Program* prog = dev.get_matmul_program(*k.choice.matmul);
+    TG_ASSERT(prog, "the library refused a product it was chosen for: ", k.choice.matmul->key());
+    return CompiledKernel{KernelLaunch{prog, k.choice.matmul->name(), {}, {}}, "", k.choice};
+  }
+  Program& prog = dev.get_program(k.kernel.name, k.source);
+  return CompiledKernel{KernelLaunch{&prog, k.kernel.name, k.kernel.global_size, k.kernel.local_size},
+                        std::move(k.source), k.choice};
 }
 
 // The cache's first key: the device and every knob that changes generated code (Note [one
@@ -146,9 +99,7 @@ const CompiledKernel& compiled(const ScheduleItem& item) {
     auto& m = cache.by_key[key];
     if (auto it = m.find(item.ast.get()); it != m.end()) return it->second.second;
   }
-  Device& dev = get_device(item.device);
-  std::optional<CompiledKernel> lib = library_kernel(item, dev);
-  CompiledKernel ck = lib ? std::move(*lib) : generated_kernel(item, dev);
+  CompiledKernel ck = compile_kernel(item, get_device(item.device));
   std::lock_guard<std::mutex> lock(cache.mu);
   auto& slot = cache.by_key[key][item.ast.get()];
   slot = {item.ast, std::move(ck)};
@@ -216,12 +167,6 @@ struct PendingCollectives {
 };
 
 }  // namespace
-
-UOpPtr device_kernel_graph(const ScheduleItem& item, const std::vector<Opt>& opts) {
-  UOpPtr ast = opts.empty() ? item.ast : apply_opts(item.ast, opts);
-  if (!get_device(item.device).supports(Feature::NativeTranscendentals)) ast = decompose_transcendentals(ast);
-  return ast;
-}
 
 int64_t register_collective_runner(CollectiveRunner* runner) {
   TG_ASSERT(runner, "register_collective_runner: null runner");
@@ -301,13 +246,6 @@ void record_exec_items(const std::vector<ExecItem>& items, const std::function<v
     else launch(e);
   }
   pending.wait_all();
-}
-
-std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device) {
-  const Renderer& r = get_device(device).renderer();
-  LinearKernel k = linearize(ast, param_dtypes);
-  r.prepare(k);
-  return r.render(k);
 }
 
 }  // namespace tg

@@ -53,7 +53,7 @@ void run_schedule(std::vector<ScheduleItem> schedule);
 struct KernelLaunch {
   Program* program = nullptr;
   std::string name;
-  std::vector<int64_t> global_size, local_size;  // as Renderer::prepare left them
+  std::vector<int64_t> global_size, local_size;  // as the pipeline's thread mapping left them
 };
 
 // One item as run_schedule ran it: the schedule item (its buffers) and, for kernels, the launch.
@@ -77,12 +77,5 @@ void run_exec_items(const std::vector<ExecItem>& items);
 // runner and waited for before their first reader and at the end, as run_exec_items orders them.
 void check_collectives(const std::vector<ExecItem>& items);
 void record_exec_items(const std::vector<ExecItem>& items, const std::function<void(const ExecItem&)>& launch);
-
-// The kernel graph item's device compiles: item.ast with opts applied, and transcendental
-// functions in plain arithmetic where the device has no fast ones.
-UOpPtr device_kernel_graph(const ScheduleItem& item, const std::vector<Opt>& opts);
-
-// The rendered source of a kernel graph for a device (as DEBUG=4 prints it).
-std::string render_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes, const std::string& device);
 
 }  // namespace tg

@@ -123,9 +123,17 @@ class CpuDevice : public Device {
     return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 ||
            f == Feature::AddressableMemory;
   }
+  const DevicePolicy& policy() const override { return policy_; }
   std::string description() const override { return name() + " (" + compiler_->cache_key() + ")"; }
 
  private:
+  // Kernels keep their loops (vector tiles, cache blocks); convolutions reduce channel-last,
+  // large matmuls read B through padded rows, and product operands get buffers of their own.
+  DevicePolicy policy_{.gpu = std::nullopt,
+                       .channels_last_convolutions = true,
+                       .pad_aliasing_rows = true,
+                       .split_reductions = false,
+                       .realize_product_operands = true};
   HostAllocator allocator_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -197,13 +198,23 @@ class CudaDevice : public Device {
     int max_threads = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
     while (lim.max_local > max_threads) lim.max_local /= 2;
     while (lim.group_threads > max_threads) lim.group_threads /= 2;
+    lim.group_threads_per_slot = CUDARenderer::WARP;  // Note [warp combine] in codegen/render_cuda.cpp
+    lim.max_group_threads = max_threads;
+    lim.max_group_z = attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+    lim.max_groups_x = attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+    lim.max_groups_yz = std::min(attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y), attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z));
+    policy_ = DevicePolicy{.gpu = lim,
+                           .channels_last_convolutions = false,
+                           .pad_aliasing_rows = false,
+                           .split_reductions = true,
+                           .realize_product_operands = false};
     int v = driver().version;
     char buf[512];
     std::snprintf(buf, sizeof(buf), "%s (%s, sm_%d, %d SMs, %.1f GiB, driver CUDA %d.%d, %s, %s)", name.c_str(),
                   dev_name, cc_, attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), static_cast<double>(mem) / (1 << 30),
                   v / 1000, v % 1000 / 10, nvrtc_description().c_str(), cublaslt_description().c_str());
     desc_ = buf;
-    renderer_ = std::make_unique<CUDARenderer>(lim);
+    renderer_ = std::make_unique<CUDARenderer>();
     bool pools = attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) != 0;
     allocator_ = std::make_unique<CudaAllocator>(c_, pools);
     compiler_ = std::make_unique<CudaCompiler>(c_, cc_);
@@ -240,6 +251,7 @@ class CudaDevice : public Device {
     return status != CU_STREAM_CAPTURE_STATUS_NONE;
   }
   void make_current() override { c_.current(); }
+  const DevicePolicy& policy() const override { return policy_; }
   std::string description() const override { return desc_; }
   const CudaContext& context() const { return c_; }
 
@@ -267,6 +279,7 @@ class CudaDevice : public Device {
   CUdevice dev_ = 0;
   int cc_ = 0;
   std::string desc_;
+  DevicePolicy policy_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Compiler> compiler_;

@@ -7,6 +7,7 @@
 
 #include <CL/cl.h>
 
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -186,8 +187,15 @@ class CLDevice : public Device {
     GpuLimits lim;
     while (lim.max_local > static_cast<int64_t>(max_wg)) lim.max_local /= 2;
     while (lim.group_threads > static_cast<int64_t>(max_wg)) lim.group_threads /= 2;
+    lim.max_group_threads = lim.max_group_z = static_cast<int64_t>(max_wg);
+    lim.max_groups_x = lim.max_groups_yz = std::numeric_limits<int64_t>::max();
+    policy_ = DevicePolicy{.gpu = lim,
+                           .channels_last_convolutions = false,
+                           .pad_aliasing_rows = false,
+                           .split_reductions = true,
+                           .realize_product_operands = false};
     desc_ = name + " (" + device_string(dev_, CL_DEVICE_NAME) + ", " + device_string(dev_, CL_DEVICE_VERSION) + ")";
-    renderer_ = std::make_unique<OpenCLRenderer>(lim, fp16_);
+    renderer_ = std::make_unique<OpenCLRenderer>(fp16_);
     allocator_ = std::make_unique<CLAllocator>(ctx_, queue_);
     compiler_ = std::make_unique<CLCompiler>(ctx_, dev_, queue_, "opencl:" + desc_ + " " + device_string(dev_, CL_DRIVER_VERSION));
   }
@@ -197,6 +205,7 @@ class CLDevice : public Device {
   void synchronize() override { CL_CALL(clFinish(queue_), " (device ", name(), ")"); }
   // float16 works either way: natively with cl_khr_fp16, else as storage (render_opencl.cpp).
   bool supports(Feature f) const override { return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16; }
+  const DevicePolicy& policy() const override { return policy_; }
   std::string description() const override { return desc_; }
 
  private:
@@ -205,6 +214,7 @@ class CLDevice : public Device {
   cl_command_queue queue_ = nullptr;
   bool fp16_ = false;
   std::string desc_;
+  DevicePolicy policy_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Compiler> compiler_;

@@ -35,7 +35,7 @@
 // (the 3x3 layers', 18432 and 32768 elements) run enough threads in one stage already: their
 // groups hold up to 256 threads of 36 accumulators, and split into 4 or 8 parts they got slower
 // (0.107 -> 0.131 and 0.080 -> 0.115 ms, each plus its second stage), hence LONG_MIN_LENGTH.
-// On the tensor cores (CUDA with CONV_TF32=1: Note [tensor-core contractions] in
+// On the tensor cores (CUDA with TF32 >= 1: Note [tensor-core contractions] in
 // codegen/tensor_core.cpp) the first stage is a contraction of 32 x 800 outputs per part whose
 // warp tiles need many parts to give each SM enough warps: 32 parts (6400 elements each) took
 // the 5x5 32->32 weight gradient from 0.584 ms (8 parts, FMA kernels) to 0.459 ms and the CNN's
@@ -72,7 +72,7 @@ size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.sr
 // stage runs on the tensor cores (Note [split long reductions]).
 int64_t long_parts(const std::string& device) {
   if (knobs::SPLIT_PARTS.get() > 0) return knobs::SPLIT_PARTS.get();
-  bool tensor_cores = knobs::CONV_TF32.get() && get_device(device).supports(Feature::TensorCores);
+  bool tensor_cores = tf32_for(Float32Product::Convolution) && get_device(device).supports(Feature::TensorCores);
   return tensor_cores ? TENSOR_CORE_PARTS : LONG_PARTS;
 }
 

@@ -1,0 +1,67 @@
+// Device policy: every choice the scheduler and the kernel optimizer make differently per
+// device, in one struct that each runtime fills in (runtime/cpu.cpp, runtime/cuda.cpp,
+// runtime/opencl.cpp) and Device::policy() returns. Feature (device.h) says what a device can
+// do; DevicePolicy says how its kernels should be laid out. Nothing outside the device layer,
+// the scheduler and the codegen pipeline asks which device it is.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+namespace tg {
+
+// How a GPU-style device's kernels map loops onto threads (codegen/gpu_dims.h).
+struct GpuLimits {
+  int64_t max_local = 256;           // work-items per work-group for elementwise kernels
+  int64_t group_threads = 1024;      // most threads sharing one grouped reduction (a power of two)
+  int64_t group_min_per_thread = 8;  // ... each of which reduces at least this many elements
+  // A reduction (the product of its reduce loops) is grouped when it is at least row_min_length
+  // long and its innermost loop is contiguous in memory for every load that moves along it
+  // (softmax's and layernorm's rows), when it has at most group_max_outputs outputs and at least
+  // group_min_length elements, or when it has at most group_long_max_outputs outputs, at least
+  // group_long_length elements and loads that are contiguous along its innermost loop (a
+  // convolution's weight gradient).
+  int64_t row_min_length = 128;
+  int64_t group_max_outputs = 1024;
+  int64_t group_min_length = 256;
+  int64_t group_long_max_outputs = int64_t{1} << 16;
+  int64_t group_long_length = 4096;
+  // Local memory the combines of one group may take (all its accumulators), and how many threads
+  // share one slot of it (CUDA: a warp, whose partials meet through shuffles first).
+  int64_t group_local_bytes = 16384;
+  int64_t group_threads_per_slot = 1;
+  // Accumulators (threads times accumulators per thread) of one group: 16 per thread of a full
+  // group of 1024, so a register tile's lanes leave registers for the loads in flight.
+  int64_t group_accumulators = 16384;
+  // Elementwise kernels of at least lanes_min_threads * lanes elements give each thread `lanes`
+  // elements, a work-group's width apart (Note [elementwise lanes]); 1 turns this off.
+  int64_t lanes = 4;
+  int64_t lanes_min_threads = int64_t{1} << 18;
+  int max_dims = 3;
+  // What a launch may hold (Note [launch limits] in codegen/gpu_dims.cpp): work-items per
+  // work-group, per group dimension 2, and groups per dimension 0 and per dimension 1 or 2.
+  int64_t max_group_threads = 1024;
+  int64_t max_group_z = 64;
+  int64_t max_groups_x = 0x7fffffff;
+  int64_t max_groups_yz = 65535;
+};
+
+struct DevicePolicy {
+  // GPU-style devices: the optimizer picks register tiles for threads (codegen/opt_gpu.h) and the
+  // output loops become thread indices within these limits (codegen/gpu_dims.h). nullopt: a
+  // CPU-style device, whose kernels keep their loops (the outermost is split over the thread
+  // pool, Note [when to thread] in codegen/linearize.cpp) and whose optimizer picks vector tiles
+  // and cache blocks (codegen/opt.h) or searches them (BEAM).
+  std::optional<GpuLimits> gpu;
+  // Note [channel-last convolutions] in tensor_nn.cpp
+  bool channels_last_convolutions = false;
+  // Note [padded B rows] in tensor_nn.cpp
+  bool pad_aliasing_rows = false;
+  // Note [split reductions] in schedule/split_reduce.cpp (with SPLIT_REDUCE=1)
+  bool split_reductions = false;
+  // Note [product operands] in schedule/schedule.cpp: a matrix product's operands are realized
+  // into buffers of their own for the generated kernel's register tiles (devices with a matmul
+  // library realize them for the library where MATMUL_LIB=1, whatever this says).
+  bool realize_product_operands = false;
+};
+
+}  // namespace tg
