@@ -11,6 +11,7 @@
 #include "tests/test_util.h"
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt.h"
+#include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/codegen/renderer.h"
 #include "tinygrad/device.h"
 #include "tinygrad/engine/beam.h"
@@ -41,8 +42,8 @@ std::vector<float> run_with(const ScheduleItem& item, const std::vector<Opt>& op
     ptrs.push_back(b->ensure_allocated());
   }
   Device& dev = get_device(item.device);
-  LinearKernel k = linearize(apply_opts(item.ast, opts), dtypes);
-  dev.get_program(k.name, dev.renderer().render(k)).launch(ptrs, k.global_size, {}, true);
+  LoweredKernel k = lower_with_choice(item.ast, dtypes, CodegenTarget::of(dev), KernelChoice::generated(opts));
+  dev.get_program(k.kernel.name, k.source).launch(ptrs, k.kernel.global_size, {}, true);
   std::vector<float> out(item.buffers[0]->numel());
   item.buffers[0]->copy_out(out.data(), out.size() * sizeof(float));
   return out;
