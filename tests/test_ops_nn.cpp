@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "ops_util.h"
+#include "test_util.h"
 
 using namespace tg;
 using namespace tg::testutil;
@@ -356,6 +357,39 @@ TEST(Ops, Layernorm) {
   EXPECT_NEAR(y[3], 1.5 / s, 1e-5);
   EXPECT_TRUE(check_fwd_bwd([](const Tensors& in) { return in[0].layernorm(); }, {rnd({2, 16}, 117, -2, 2, DType::Float16)},
                             Tol{2e-2, 2e-2}));
+}
+
+// Note [attention as a composition] in tensor_attention.cpp: forward and backward against the
+// float64 reference, a hand-checked causal case, half inputs, and bad input named.
+TEST(Ops, ScaledDotProductAttention) {
+  auto attn = [](bool causal) {
+    return [causal](const Tensors& in) { return in[0].scaled_dot_product_attention(in[1], in[2], causal); };
+  };
+  EXPECT_TRUE(check_fwd_bwd(attn(false), {rnd({2, 3, 5, 4}, 141), rnd({2, 3, 6, 4}, 142), rnd({2, 3, 6, 3}, 143)},
+                            Tol{1e-4, 1e-4}));
+  EXPECT_TRUE(check_fwd_bwd(attn(true), {rnd({2, 2, 6, 4}, 144), rnd({2, 2, 6, 4}, 145), rnd({2, 2, 6, 4}, 146)},
+                            Tol{1e-4, 1e-4}));
+  // a boolean mask broadcast over the batch (every query sees key 0), and a scale of its own
+  Tensor visible = (rnd({5, 6}, 147) > 0).logical_or(Tensor::arange(6).reshape({1, 6}) < 1);
+  EXPECT_TRUE(check_fwd_bwd(
+      [&](const Tensors& in) { return in[0].scaled_dot_product_attention(in[1], in[2], false, 0, visible, 0.3); },
+      {rnd({3, 5, 4}, 148), rnd({3, 6, 4}, 149), rnd({3, 6, 2}, 150)}, Tol{1e-4, 1e-4}));
+  // q = k = 0: equal weights over the visible keys, so causal row i is the mean of v[0..i]
+  Tensor zeros = Tensor::zeros({1, 3, 2});
+  auto out = zeros.scaled_dot_product_attention(zeros, vec({1, 10, 2, 20, 6, 60}, {1, 3, 2}), true).to_vector<float>();
+  EXPECT_EQ(out, (V{1, 10, 1.5, 15, 3, 30}));
+  EXPECT_TRUE(check_fwd_bwd(attn(true),
+                            {rnd({1, 2, 8, 8}, 151, -2, 2, DType::BFloat16), rnd({1, 2, 8, 8}, 152, -2, 2, DType::BFloat16),
+                             rnd({1, 2, 8, 8}, 153, -2, 2, DType::BFloat16)},
+                            Tol{3e-2, 3e-2}));
+  Tensor q = rnd({2, 4, 8}, 154);
+  expect_error([&] { q.scaled_dot_product_attention(rnd({2, 4, 6}, 155), rnd({2, 4, 8}, 156)); },
+               {"scaled_dot_product_attention", "same last dim"});
+  expect_error([&] { q.scaled_dot_product_attention(rnd({2, 5, 8}, 157), rnd({2, 4, 8}, 158)); },
+               {"same sequence length"});
+  expect_error([&] { q.scaled_dot_product_attention(q.cast(DType::Float16), q); }, {"one floating dtype"});
+  expect_error([&] { q.scaled_dot_product_attention(q, q, false, 0, Tensor::ones({4, 4})); }, {"mask must be bool"});
+  expect_error([&] { q.scaled_dot_product_attention(q, q, false, 1.0); }, {"dropout_p must be in [0, 1)"});
 }
 
 TEST(Ops, CrossEntropy) {

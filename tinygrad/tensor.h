@@ -228,6 +228,13 @@ class Tensor {
   Tensor one_hot(int64_t num_classes) const;
   Tensor dropout(double p, bool training = true) const;
   Tensor layernorm(std::vector<int64_t> axes = {-1}, double eps = 1e-5) const;
+  // softmax(self @ k^T * scale + mask) @ v with self the queries [..., L, E], k [..., S, E], v
+  // [..., S, Ev] (PyTorch's F.scaled_dot_product_attention): causal lets query i see keys j <= i,
+  // mask (bool, true: attend) broadcasts against [..., L, S], scale defaults to 1/sqrt(E), and
+  // dropout_p drops attention weights (Note [attention as a composition] in tensor_attention.cpp).
+  Tensor scaled_dot_product_attention(const Tensor& k, const Tensor& v, bool causal = false, double dropout_p = 0,
+                                      const std::optional<Tensor>& mask = std::nullopt,
+                                      std::optional<double> scale = std::nullopt) const;
   // Mean over the batch of -log softmax(self)[label]; labels are integers of shape [N].
   Tensor sparse_categorical_crossentropy(const Tensor& labels, double label_smoothing = 0) const;
   Tensor cross_entropy(const Tensor& labels) const { return sparse_categorical_crossentropy(labels); }
