@@ -192,6 +192,26 @@ TEST(Jit, ReplaysScheduleAndCompileNothing) {
   EXPECT_EQ(step.replays(), 4);
 }
 
+// Note [random numbers on the device]: a replayed step draws new values, the ones the same calls
+// draw without the JIT (the draw counter is a device tensor the step assigns).
+TEST(Jit, ReplayedDropoutDrawsNewMasks) {
+  KnobScope k(knobs::JIT, 1);
+  Tensor x = Tensor::ones({256}).realize();
+  auto dropout = [](const Tensors& in) { return Tensors{(in[0] * 2).dropout(0.5)}; };
+  Tensor::manual_seed(7);
+  std::vector<std::vector<float>> eager;
+  for (int i = 0; i < 5; i++) eager.push_back(dropout({x})[0].to_vector<float>());
+  Tensor::manual_seed(7);
+  TinyJit step(dropout);
+  for (int i = 0; i < 5; i++) EXPECT_EQ(step({x})[0].to_vector<float>(), eager[i]) << "call " << i;
+  EXPECT_EQ(step.replays(), 3);
+  for (int i = 1; i < 5; i++) EXPECT_NE(eager[i], eager[0]) << "call " << i << " drew the first mask again";
+  size_t kept = 0;
+  for (float v : eager[0]) kept += v == 4.0f;  // kept values are scaled by 1 / (1 - p)
+  EXPECT_GT(kept, 90u);
+  EXPECT_LT(kept, 166u);
+}
+
 TEST(Jit, DebugSaysWhenCapturedAndReplayed) {
   KnobScope k(knobs::JIT, 1);
   auto batches = make_batches(3);

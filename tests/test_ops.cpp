@@ -5,9 +5,11 @@
 // reference itself.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "ops_util.h"
+#include "test_util.h"
 #include "tinygrad/lazy.h"
 #include "tinygrad/runtime/cpu.h"
 
@@ -163,6 +165,48 @@ TEST(Ops, Random) {
   EXPECT_NEAR(su, 8 / std::sqrt(12.0), 0.1);
   EXPECT_EQ(Tensor::randint({3}, 0, 5).dtype(), DType::Int32);
   EXPECT_EQ(Tensor::rand({2}, {.dtype = DType::Float16}).dtype(), DType::Float16);
+}
+
+// Note [random numbers on the device]: rand's values are Philox 4x32-10 words exactly (checked
+// against a host Philox with the Random123 known answer), the same on every device.
+std::array<uint32_t, 4> philox_host(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
+  for (int round = 0; round < 10; round++) {
+    uint64_t p0 = uint64_t{0xD2511F53u} * c[0], p1 = uint64_t{0xCD9E8D57u} * c[2];
+    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0], static_cast<uint32_t>(p1),
+         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1], static_cast<uint32_t>(p0)};
+    k = {k[0] + 0x9E3779B9u, k[1] + 0xBB67AE85u};
+  }
+  return c;
+}
+
+TEST(Ops, RandIsPhiloxOnTheDevice) {
+  EXPECT_EQ(philox_host({0, 0, 0, 0}, {0, 0}), (std::array<uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  uint64_t seed = 0x123456789abcdefull;
+  Tensor::manual_seed(seed);
+  Tensor::rand({3});  // draw 0
+  auto got = Tensor::rand({10}).to_vector<float>();  // draw 1
+  for (uint32_t i = 0; i < 10; i++) {
+    auto w = philox_host({i / 4, 0, 1, 0x80000000u}, {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+    EXPECT_EQ(got[i], static_cast<float>(w[i % 4] >> 8) / 16777216.0f) << "value " << i;
+  }
+  // the same draw of the same seed on the CPU: the same values
+  Tensor::manual_seed(seed);
+  auto here = Tensor::rand({10}).to_vector<float>();
+  Tensor::manual_seed(seed);
+  EXPECT_EQ(Tensor::rand({10}, {.device = "CPU"}).to_vector<float>(), here);
+}
+
+TEST(Ops, Bitwise) {
+  Tensor a = Tensor::from_vector(std::vector<int32_t>{0, 1, 6, -8, 255, 1 << 20}, {6});
+  Tensor b = Tensor::from_vector(std::vector<int32_t>{3, 3, 5, 7, 15, -1}, {6});
+  EXPECT_EQ(a.bitwise_and(b).to_vector<int32_t>(), (std::vector<int32_t>{0, 1, 4, 0, 15, 1 << 20}));
+  EXPECT_EQ(a.bitwise_or(b).to_vector<int32_t>(), (std::vector<int32_t>{3, 3, 7, -1, 255, -1}));
+  EXPECT_EQ(a.bitwise_xor(b).to_vector<int32_t>(), (std::vector<int32_t>{3, 2, 3, -1, 240, ~(1 << 20)}));
+  EXPECT_EQ(a.shift_left(3).to_vector<int32_t>(), (std::vector<int32_t>{0, 8, 48, -64, 2040, 1 << 23}));
+  EXPECT_EQ(a.shift_right(2).to_vector<int32_t>(), (std::vector<int32_t>{0, 0, 1, -2, 63, 1 << 18}));
+  EXPECT_TRUE(match_all({a.bitwise_xor(b), a.shift_left(1)}));
+  testutil::expect_error([&] { a.float_().bitwise_and(b); }, {"bitwise_and: needs integer tensors"});
+  testutil::expect_error([&] { a.shift_left(32); }, {"shift_left: shift by 32 bits is outside int32"});
 }
 
 // ---- unary ops, forward and backward ----

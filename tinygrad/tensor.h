@@ -64,8 +64,10 @@ class Tensor {
   static Tensor arange(int64_t stop, const TensorOptions& opt = {.dtype = DType::Int32});
   static Tensor linspace(double start, double stop, int64_t steps, const TensorOptions& opt = {});
   static Tensor eye(int64_t n, const TensorOptions& opt = {});
-  // Random tensors from a counter-based generator (Philox 4x32-10 on the host): the same seed and
-  // shape give the same values on every device.
+  // Random tensors from a counter-based generator (Philox 4x32-10): the same seed and shape give
+  // the same values on every device. rand is computed by the device's kernels from a draw counter
+  // the device holds, so a replayed step draws new values every time (dropout); randn, uniform
+  // and randint (initialisers) are drawn on the host (Note [random numbers on the device]).
   static void manual_seed(uint64_t seed);
   static Tensor rand(const Shape& shape, const TensorOptions& opt = {});
   static Tensor randn(const Shape& shape, const TensorOptions& opt = {});
@@ -153,6 +155,12 @@ class Tensor {
   Tensor logical_and(const Tensor& o) const;
   Tensor logical_or(const Tensor& o) const;
   Tensor logical_xor(const Tensor& o) const;
+  // Bitwise operations on integer tensors (shift_right is arithmetic on signed values).
+  Tensor bitwise_and(const Tensor& o) const;
+  Tensor bitwise_or(const Tensor& o) const;
+  Tensor bitwise_xor(const Tensor& o) const;
+  Tensor shift_left(int64_t bits) const;
+  Tensor shift_right(int64_t bits) const;
   Tensor isnan() const;
   Tensor isinf() const;
   Tensor add(const Tensor& o) const;

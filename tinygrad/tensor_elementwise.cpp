@@ -155,6 +155,26 @@ Tensor Tensor::logical_not() const { return cast(DType::Bool).ne(Tensor(lazy::co
 Tensor Tensor::logical_and(const Tensor& o) const { return binary("logical_and", Op::AND, cast(DType::Bool), o.cast(DType::Bool)); }
 Tensor Tensor::logical_or(const Tensor& o) const { return binary("logical_or", Op::OR, cast(DType::Bool), o.cast(DType::Bool)); }
 Tensor Tensor::logical_xor(const Tensor& o) const { return binary("logical_xor", Op::XOR, cast(DType::Bool), o.cast(DType::Bool)); }
+
+namespace {
+Tensor bitwise(const char* name, Op op, const Tensor& a, const Tensor& b) {
+  auto [x, y] = align(name, a, b);
+  TG_CHECK(is_int(x.dtype()), name, ": needs integer tensors (a: ", a.describe(), ", b: ", b.describe(), ")");
+  return result(lazy::alu(op, x.uop(), y.uop()), {});
+}
+Tensor shift(const char* name, Op op, const Tensor& x, int64_t bits) {
+  TG_CHECK(is_int(x.dtype()), name, ": needs an integer tensor, got ", x.describe());
+  TG_CHECK(bits >= 0 && bits < static_cast<int64_t>(8 * itemsize(x.dtype())), name, ": shift by ", bits,
+           " bits is outside ", x.describe());
+  return bitwise(name, op, x, x.scalar_like(static_cast<double>(bits)));
+}
+}  // namespace
+
+Tensor Tensor::bitwise_and(const Tensor& o) const { return bitwise("bitwise_and", Op::AND, *this, o); }
+Tensor Tensor::bitwise_or(const Tensor& o) const { return bitwise("bitwise_or", Op::OR, *this, o); }
+Tensor Tensor::bitwise_xor(const Tensor& o) const { return bitwise("bitwise_xor", Op::XOR, *this, o); }
+Tensor Tensor::shift_left(int64_t bits) const { return shift("shift_left", Op::SHL, *this, bits); }
+Tensor Tensor::shift_right(int64_t bits) const { return shift("shift_right", Op::SHR, *this, bits); }
 Tensor Tensor::isnan() const { return ne(*this); }
 Tensor Tensor::isinf() const { return abs().eq(scalar_like(INFINITY)); }
 
