@@ -3,6 +3,7 @@
 #include "tinygrad/codegen/opt.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -295,28 +296,10 @@ std::unordered_set<const UOp*> ranges_in(const UOpPtr& u) {
   return r;
 }
 
-// Note [hand-coded opts]: a reduce kernel whose inputs are reused along some output loops (a
-// matmul's A along the columns, its B along the rows; a convolution's weights along batch and
-// pixels, its input along the output channels) gets a register tile: the output loop that is
-// contiguous in memory for the stores and the reused loads is upcast widest (vector lanes), one
-// more reuse loop narrower, within MAX_LANES accumulators. When the contiguous loop is the
-// reduce loop itself (a matmul with a transposed operand, a sum over the last axis), that loop
-// is unrolled into partial accumulators, which vectorize. Elementwise kernels are left to the
-// compiler's loop vectorizer.
-//
-// Note [short output rows]: a convolution's weight gradient stores rows of kw (3 or 5) elements
-// and reduces over the batch and the pixels, whose last loop (the output column) is contiguous
-// in both inputs. A short row cannot fill vector lanes, so the reduce loop is unrolled into
-// partial sums along that contiguous column instead (vector loads of both inputs), with the row
-// upcast and one loop of the other operand (the output channel) upcast for register reuse.
-//
-// Note [whole rows]: a contiguous output row whose length has no larger power-of-two divisor
-// than 4 (a 20-wide convolution output) would get 4-wide lanes, half an AVX2 vector. Rows of
-// 8 to 32 elements are upcast whole instead (LLVM covers them with full vectors and one
-// shorter tail), with a narrow tile on the other operand's loop (the output channel, whose
-// weight loads are shared by the row). Measured on the CNN's second convolution (20x20
-// outputs): about twice as fast as the 4x4x8 tile.
-//
+namespace {
+
+constexpr int64_t MAX_LANES = 128;
+
 // Note [register tile size]: the tile of a kernel with a contiguous wide loop is at most 16 lanes
 // of it (two AVX2 vectors) times at most 5 of another reuse loop, MAX_VECTOR_TILE accumulators
 // in all: 10 of the 16 vector registers, which leaves registers for the loaded vectors and the
@@ -324,72 +307,34 @@ std::unordered_set<const UOp*> ranges_in(const UOpPtr& u) {
 // all 16 registers for accumulators alone) ran about half as fast. Measured on one core (batch 512):
 // the channel-last 5x5 convolution of the CNN took 125 ms with 16 x 5 against 237 ms with 32 x 4,
 // a 1024 matmul 60 ms with 16 x 4 against 91 ms with 32 x 4.
-//
-// Note [reduce across rows]: a reduce without reuse whose reduce loop is strided (a column
-// sum, or adding up the weight gradient's partial sums) would keep one scalar accumulator per
-// output and walk memory with a stride; upcasting the contiguous output loop instead gives
-// lanes that load neighbouring elements and accumulate side by side (vector adds).
-std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
-  constexpr int64_t MAX_LANES = 128;
-  constexpr int64_t MAX_VECTOR_TILE = 80;  // Note [register tile size]
-  auto axes = kernel_axes(ast);
-  std::vector<const KernelAxis*> outputs, reduces;
-  for (auto& a : axes)
-    if (a.size > 1) (a.reduce ? reduces : outputs).push_back(&a);
-  if (reduces.empty()) return {};
-  if (std::vector<Opt> opts; fused_row_opts(ast, outputs, reduces, opts)) return opts;  // Note [fused rows]
+constexpr int64_t MAX_VECTOR_TILE = 80;
 
+// A reduce kernel's loops and memory accesses, as the heuristics see them: the loads inside a
+// reduce loop (those that decide reuse and contiguity) and the stores' indices.
+struct ReduceAccesses {
+  std::vector<const KernelAxis*> outputs, reduces;  // loops longer than 1
   std::vector<LoadInfo> loads;
   std::vector<UOpPtr> store_index;
-  std::unordered_set<const UOp*> reduce_set;
-  for (auto* r : reduces) reduce_set.insert(r->range.get());
-  for (auto& n : toposort({ast})) {
-    if (n->op == Op::STORE) store_index.push_back(n->src[1]);
-    if (n->op != Op::LOAD) continue;
-    LoadInfo li{ranges_in(n->src[1]), n->src[1]};
-    bool in_loop = false;
-    for (auto* r : li.ranges) in_loop |= reduce_set.count(r) > 0;
-    if (in_loop) loads.push_back(std::move(li));
-  }
-  if (loads.empty()) return {};
 
-  auto reused_along = [&](const KernelAxis& ax) {
+  // Some loads move along ax and some do not: a tile along ax reuses the latter.
+  bool reused_along(const KernelAxis& ax) const {
     int independent = 0, dependent = 0;
     for (auto& l : loads) (l.ranges.count(ax.range.get()) ? dependent : independent)++;
     return independent > 0 && dependent > 0;
-  };
+  }
   // contiguous: every load that moves along ax moves by one element (and the stores do too)
-  auto contiguous = [&](const KernelAxis& ax, bool check_stores) {
+  bool contiguous(const KernelAxis& ax, bool check_stores) const {
     for (auto& l : loads)
       if (l.ranges.count(ax.range.get()) && stride(l.index, ax.range) != 1) return false;
     if (check_stores)
       for (auto& s : store_index)
         if (stride(s, ax.range) != 1) return false;
     return true;
-  };
-
-  std::vector<Opt> opts;
-  int64_t lanes = 1;
-  // A narrow tile along the first reuse loop that the other operand moves along (no load that
-  // moves along `wide` moves along it), within the lanes left.
-  auto upcast_other_operand = [&](const KernelAxis* wide, int64_t lanes) {
-    for (auto* ax : outputs) {
-      if (ax == wide || !reused_along(*ax)) continue;
-      bool other_operand = true;
-      for (auto& l : loads)
-        if (l.ranges.count(wide->range.get()) && l.ranges.count(ax->range.get())) other_operand = false;
-      if (!other_operand) continue;
-      if (int64_t b = pick_amount(ax->size, {4, 2}, MAX_LANES / lanes)) opts.push_back({OptOp::UPCAST, ax->id, b});
-      return;
-    }
-  };
-  const KernelAxis* wide = nullptr;
-  for (auto* ax : outputs)
-    if (reused_along(*ax) && contiguous(*ax, true)) wide = ax;
+  }
   // Note [divided loads]: a load that moves along a loop only through a division (a max pool's
   // backward reads the pooled gradient at x/2) repeats its element between neighbours; the
   // partial sums of an unrolled loop load it once per pair, so it does not stop the unroll.
-  auto contiguous_or_divided = [&](const KernelAxis& ax) {
+  bool contiguous_or_divided(const KernelAxis& ax) const {
     bool one_contiguous = false;
     for (auto& l : loads) {
       if (!l.ranges.count(ax.range.get())) continue;
@@ -398,61 +343,56 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
       one_contiguous |= s == 1;
     }
     return one_contiguous;
-  };
-  const KernelAxis* red = reduces.back();
-  bool unroll_reduce = !wide && contiguous_or_divided(*red);
-  if (wide && wide->size < 8 && red->size >= 4 && contiguous(*red, false)) {
-    // Note [short output rows]: see below
-    int64_t u = pick_amount(red->size, {8, 4}, MAX_LANES);
-    int64_t a = pick_amount(wide->size, {4, 2}, MAX_LANES);
-    if (u && a) {
-      opts.push_back({OptOp::UNROLL, red->id, u});
-      opts.push_back({OptOp::UPCAST, wide->id, a});
-      lanes = u * a;
-      upcast_other_operand(wide, lanes);
-      return opts;
-    }
   }
-  if (wide) {
-    int64_t a = pick_amount(wide->size, {16, 8, 4, 2}, MAX_LANES);
-    if (a <= 4 && wide->size >= 8 && wide->size <= 32) {
-      // Note [whole rows]: see below
-      opts.push_back({OptOp::UPCAST, wide->id, wide->size});
-      lanes = wide->size;
-      upcast_other_operand(wide, lanes);
-      return contiguous_lanes_last(opts, wide->id);
-    }
-    if (a) {
-      opts.push_back({OptOp::UPCAST, wide->id, a});
-      lanes *= a;
-    }
-  } else if (!unroll_reduce) {
-    // Note [reduce across rows]: no reuse and a strided reduce loop (a column sum); the
-    // contiguous output loop becomes lanes that accumulate side by side
-    for (auto it = outputs.rbegin(); it != outputs.rend(); ++it)
-      if (contiguous(**it, true)) {
-        if (int64_t a = pick_amount((*it)->size, {16, 8, 4, 2}, MAX_LANES))
-          opts.push_back({OptOp::UPCAST, (*it)->id, a});
-        return opts;
-      }
-  } else {
-    // partial sums along the contiguous reduce loop, and one reuse loop (the outermost) by 2
-    if (int64_t a = pick_amount(red->size, {16, 8, 4, 2}, MAX_LANES)) {
-      opts.push_back({OptOp::UNROLL, red->id, a});
-      lanes *= a;
-    }
-    for (auto* ax : outputs)
-      if (reused_along(*ax)) {
-        if (int64_t a = pick_amount(ax->size, {2}, MAX_LANES / lanes)) opts.push_back({OptOp::UPCAST, ax->id, a});
-        break;
-      }
-    return opts;
+  // No load moves along both a and b: b belongs to the other operand than a.
+  bool other_operand(const KernelAxis& a, const KernelAxis& b) const {
+    for (auto& l : loads)
+      if (l.ranges.count(a.range.get()) && l.ranges.count(b.range.get())) return false;
+    return true;
   }
-  // narrower tiles along the other reuse loops, innermost first (Note [register tile size])
+};
+
+ReduceAccesses reduce_accesses(const UOpPtr& ast, std::vector<const KernelAxis*> outputs,
+                               std::vector<const KernelAxis*> reduces) {
+  ReduceAccesses k{std::move(outputs), std::move(reduces), {}, {}};
+  std::unordered_set<const UOp*> reduce_set;
+  for (auto* r : k.reduces) reduce_set.insert(r->range.get());
+  for (auto& n : toposort({ast})) {
+    if (n->op == Op::STORE) k.store_index.push_back(n->src[1]);
+    if (n->op != Op::LOAD) continue;
+    LoadInfo li{ranges_in(n->src[1]), n->src[1]};
+    bool in_loop = false;
+    for (auto* r : li.ranges) in_loop |= reduce_set.count(r) > 0;
+    if (in_loop) k.loads.push_back(std::move(li));
+  }
+  return k;
+}
+
+// The innermost output loop that is reused and contiguous for the loads and the stores (null
+// when there is none): the loop whose lanes become vector lanes.
+const KernelAxis* contiguous_reuse_loop(const ReduceAccesses& k) {
+  const KernelAxis* wide = nullptr;
+  for (auto* ax : k.outputs)
+    if (k.reused_along(*ax) && k.contiguous(*ax, true)) wide = ax;
+  return wide;
+}
+
+// A narrow tile along the first reuse loop that the other operand moves along (no load that
+// moves along `wide` moves along it), within the lanes left.
+void upcast_other_operand(const ReduceAccesses& k, const KernelAxis& wide, int64_t lanes, std::vector<Opt>& opts) {
+  for (auto* ax : k.outputs) {
+    if (ax == &wide || !k.reused_along(*ax) || !k.other_operand(wide, *ax)) continue;
+    if (int64_t b = pick_amount(ax->size, {4, 2}, MAX_LANES / lanes)) opts.push_back({OptOp::UPCAST, ax->id, b});
+    return;
+  }
+}
+
+// Narrower tiles along the other reuse loops, innermost first (Note [register tile size]).
+void upcast_reuse_loops(const ReduceAccesses& k, const KernelAxis* wide, int64_t lanes, std::vector<Opt>& opts) {
   int64_t max_tile = wide ? MAX_VECTOR_TILE : MAX_LANES;
-  for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) {
+  for (auto it = k.outputs.rbegin(); it != k.outputs.rend(); ++it) {
     const KernelAxis* ax = *it;
-    if (ax == wide || !reused_along(*ax)) continue;
+    if (ax == wide || !k.reused_along(*ax)) continue;
     int64_t a = wide ? pick_amount(ax->size, {5, 4, 3, 2}, max_tile / lanes)
                      : pick_amount(ax->size, {8, 4, 2}, max_tile / lanes);
     if (!a) continue;
@@ -460,11 +400,118 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
     lanes *= a;
     if (lanes * 2 > max_tile) break;
   }
-  if (!wide) return opts;
-  if (opts.size() == 2 && opts[0].axis == wide->id && reduces.size() == 1)  // Note [cache blocking]
-    return cache_blocked_opts(ast, *wide, opts[0].amount, *find_axis(axes, opts[1].axis), opts[1].amount,
-                              *red);
-  return contiguous_lanes_last(opts, wide->id);
+}
+
+// Note [short output rows]: a convolution's weight gradient stores rows of kw (3 or 5) elements
+// and reduces over the batch and the pixels, whose last loop (the output column) is contiguous
+// in both inputs. A short row cannot fill vector lanes, so the reduce loop is unrolled into
+// partial sums along that contiguous column instead (vector loads of both inputs), with the row
+// upcast and one loop of the other operand (the output channel) upcast for register reuse.
+// Returns nullopt where the loops' sizes have no such amounts.
+std::optional<std::vector<Opt>> short_row_opts(const ReduceAccesses& k, const KernelAxis& wide,
+                                               const KernelAxis& red) {
+  int64_t u = pick_amount(red.size, {8, 4}, MAX_LANES);
+  int64_t a = pick_amount(wide.size, {4, 2}, MAX_LANES);
+  if (!u || !a) return std::nullopt;
+  std::vector<Opt> opts{{OptOp::UNROLL, red.id, u}, {OptOp::UPCAST, wide.id, a}};
+  upcast_other_operand(k, wide, u * a, opts);
+  return opts;
+}
+
+// Note [whole rows]: a contiguous output row whose length has no larger power-of-two divisor
+// than 4 (a 20-wide convolution output) would get 4-wide lanes, half an AVX2 vector. Rows of
+// 8 to 32 elements are upcast whole instead (LLVM covers them with full vectors and one
+// shorter tail), with a narrow tile on the other operand's loop (the output channel, whose
+// weight loads are shared by the row). Measured on the CNN's second convolution (20x20
+// outputs): about twice as fast as the 4x4x8 tile.
+std::vector<Opt> whole_row_opts(const ReduceAccesses& k, const KernelAxis& wide) {
+  std::vector<Opt> opts{{OptOp::UPCAST, wide.id, wide.size}};
+  upcast_other_operand(k, wide, wide.size, opts);
+  return contiguous_lanes_last(opts, wide.id);
+}
+
+// A register tile on the contiguous reuse loop `wide`: its row whole when it is short (Note
+// [whole rows]), else vector lanes of it and narrower tiles on the other reuse loops, cache
+// blocked where the tile is a matmul's (Note [cache blocking]).
+std::vector<Opt> register_tile_opts(const UOpPtr& ast, const std::vector<KernelAxis>& axes, const ReduceAccesses& k,
+                                    const KernelAxis& wide, const KernelAxis& red) {
+  int64_t a = pick_amount(wide.size, {16, 8, 4, 2}, MAX_LANES);
+  if (a <= 4 && wide.size >= 8 && wide.size <= 32) return whole_row_opts(k, wide);
+  std::vector<Opt> opts;
+  if (a) opts.push_back({OptOp::UPCAST, wide.id, a});
+  upcast_reuse_loops(k, &wide, a ? a : 1, opts);
+  if (opts.size() == 2 && opts[0].axis == wide.id && k.reduces.size() == 1)  // Note [cache blocking]
+    return cache_blocked_opts(ast, wide, opts[0].amount, *find_axis(axes, opts[1].axis), opts[1].amount, red);
+  return contiguous_lanes_last(opts, wide.id);
+}
+
+// Partial sums along the contiguous reduce loop, and one reuse loop (the outermost) by 2.
+std::vector<Opt> partial_sum_opts(const ReduceAccesses& k, const KernelAxis& red) {
+  std::vector<Opt> opts;
+  int64_t lanes = 1;
+  if (int64_t a = pick_amount(red.size, {16, 8, 4, 2}, MAX_LANES)) {
+    opts.push_back({OptOp::UNROLL, red.id, a});
+    lanes *= a;
+  }
+  for (auto* ax : k.outputs)
+    if (k.reused_along(*ax)) {
+      if (int64_t a = pick_amount(ax->size, {2}, MAX_LANES / lanes)) opts.push_back({OptOp::UPCAST, ax->id, a});
+      break;
+    }
+  return opts;
+}
+
+// Note [reduce across rows]: a reduce without reuse whose reduce loop is strided (a column
+// sum, or adding up the weight gradient's partial sums) would keep one scalar accumulator per
+// output and walk memory with a stride; upcasting the contiguous output loop instead gives
+// lanes that load neighbouring elements and accumulate side by side (vector adds). Returns
+// nullopt when no output loop is contiguous.
+std::optional<std::vector<Opt>> lanes_across_rows(const ReduceAccesses& k) {
+  for (auto it = k.outputs.rbegin(); it != k.outputs.rend(); ++it)
+    if (k.contiguous(**it, true)) {
+      std::vector<Opt> opts;
+      if (int64_t a = pick_amount((*it)->size, {16, 8, 4, 2}, MAX_LANES)) opts.push_back({OptOp::UPCAST, (*it)->id, a});
+      return opts;
+    }
+  return std::nullopt;
+}
+
+// The opts of a reduce kernel without a contiguous reuse loop: partial sums along a contiguous
+// reduce loop, else lanes across the rows, else tiles along the reuse loops.
+std::vector<Opt> no_vector_loop_opts(const ReduceAccesses& k, const KernelAxis& red) {
+  if (k.contiguous_or_divided(red)) return partial_sum_opts(k, red);
+  if (auto opts = lanes_across_rows(k)) return *opts;  // Note [reduce across rows]
+  std::vector<Opt> opts;
+  upcast_reuse_loops(k, nullptr, 1, opts);
+  return opts;
+}
+
+}  // namespace
+
+// Note [hand-coded opts]: a reduce kernel whose inputs are reused along some output loops (a
+// matmul's A along the columns, its B along the rows; a convolution's weights along batch and
+// pixels, its input along the output channels) gets a register tile: the output loop that is
+// contiguous in memory for the stores and the reused loads is upcast widest (vector lanes), one
+// more reuse loop narrower, within MAX_LANES accumulators. When the contiguous loop is the
+// reduce loop itself (a matmul with a transposed operand, a sum over the last axis), that loop
+// is unrolled into partial accumulators, which vectorize. Elementwise kernels are left to the
+// compiler's loop vectorizer.
+std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
+  auto axes = kernel_axes(ast);
+  std::vector<const KernelAxis*> outputs, reduces;
+  for (auto& a : axes)
+    if (a.size > 1) (a.reduce ? reduces : outputs).push_back(&a);
+  if (reduces.empty()) return {};
+  if (std::vector<Opt> opts; fused_row_opts(ast, outputs, reduces, opts)) return opts;  // Note [fused rows]
+
+  ReduceAccesses k = reduce_accesses(ast, std::move(outputs), std::move(reduces));
+  if (k.loads.empty()) return {};
+  const KernelAxis* red = k.reduces.back();
+  const KernelAxis* wide = contiguous_reuse_loop(k);
+  if (!wide) return no_vector_loop_opts(k, *red);
+  if (wide->size < 8 && red->size >= 4 && k.contiguous(*red, false))  // Note [short output rows]
+    if (auto opts = short_row_opts(k, *wide, *red)) return *opts;
+  return register_tile_opts(ast, axes, k, *wide, *red);
 }
 
 }  // namespace tg

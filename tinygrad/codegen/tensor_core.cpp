@@ -32,8 +32,8 @@
 #include "tinygrad/codegen/tensor_core.h"
 
 #include <algorithm>
-#include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -200,33 +200,52 @@ Sub merged(std::initializer_list<const Sub*> parts) {
   return out;
 }
 
-}  // namespace
+// x with its loops replaced by a thread's indices, its addresses in 32 bits where they fit.
+UOpPtr placed(const UOpPtr& x, const Sub& sub) { return with_narrow_indices(substitute(x, sub)); }
 
-// Note [tensor-core contractions]
-std::optional<LinearKernel> tensor_core_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes) {
-  auto c = match(ast);
-  if (!c) return std::nullopt;
-  int64_t rows = product(c->m), cols = product(c->n), batch = product(c->batch);
-  // the innermost reduce loops whose product is a multiple of 8: one loop of steps
-  size_t first_flat = c->k.size();
+// The reduce loops split at the loop of steps along K: `flat` are the innermost ones whose
+// product (flat_len) is a multiple of 8, `outer` the loops outside them.
+struct KSteps {
+  std::vector<UOpPtr> outer, flat;
+  int64_t flat_len = 1;
+};
+
+std::optional<KSteps> k_steps(const std::vector<UOpPtr>& k) {
+  size_t first_flat = k.size();
   int64_t flat_len = 1;
   while (first_flat > 0) {
-    flat_len *= trip(c->k[--first_flat]);
+    flat_len *= trip(k[--first_flat]);
     if (flat_len % MMA_K == 0) break;
   }
   if (flat_len % MMA_K != 0) return std::nullopt;
-  std::vector<UOpPtr> outer_k(c->k.begin(), c->k.begin() + static_cast<std::ptrdiff_t>(first_flat));
-  std::vector<UOpPtr> flat_k(c->k.begin() + static_cast<std::ptrdiff_t>(first_flat), c->k.end());
-  Tiles tl = choose_tiles(rows / MMA_M, cols / MMA_N, batch);
-  if (tl.tm == 0) return std::nullopt;
+  auto split_at = k.begin() + static_cast<std::ptrdiff_t>(first_flat);
+  return KSteps{{k.begin(), split_at}, {split_at, k.end()}, flat_len};
+}
 
+// The kernel's parameters and launch: blocks of block_warps warps, one warp per tile.
+LinearKernel launch_shape(const std::vector<DType>& param_dtypes, const Tiles& tl) {
   LinearKernel k;
   for (size_t i = 0; i < param_dtypes.size(); i++) k.params.push_back({param_dtypes[i], i == 0});
   int64_t threads = WARP * tl.block_warps, blocks = tl.warps / tl.block_warps;
   k.global_size = {blocks * threads};
   k.local_size = {threads};
+  return k;
+}
 
-  // the warp's tile and the thread's place in it
+// The warp's tile and the thread's place in it: every loop's index for each row, column and K
+// slot that the thread's fragments and results touch.
+struct ThreadPlace {
+  Sub batch;                             // the warp's batch loops
+  std::vector<std::vector<Sub>> rows;    // [block][half]: rows l/4, l/4 + 8
+  std::vector<Sub> b_cols;               // [block]: column l/4
+  std::vector<std::vector<Sub>> c_cols;  // [block][j]: column 2(l%4) + j
+  UOpPtr step;                           // the loop of steps along K
+  std::vector<Sub> k;                    // [e]: K slot 2(l%4) + e of the step
+};
+
+ThreadPlace thread_place(const UOpPtr& ast, const Contraction& c, const Tiles& tl, const KSteps& ks) {
+  int64_t rows = product(c.m), cols = product(c.n), threads = WARP * tl.block_warps,
+          blocks = tl.warps / tl.block_warps;
   auto lid = thread_index(SpecialKind::LocalId, 0, threads),
        gid = thread_index(SpecialKind::GroupId, 0, blocks);
   auto lane = kalu(Op::MOD, lid, kint(WARP));
@@ -236,98 +255,148 @@ std::optional<LinearKernel> tensor_core_kernel(const UOpPtr& ast, const std::vec
   auto row0 = kalu(Op::MUL, kalu(Op::MOD, warp, kint(row_tiles)), kint(MMA_M * tl.tm));
   auto col0 = kalu(Op::MUL, kalu(Op::MOD, kalu(Op::IDIV, warp, kint(row_tiles)), kint(col_tiles)),
                    kint(MMA_N * tl.tn));
-  Sub batch_sub = split(kalu(Op::IDIV, warp, kint(row_tiles * col_tiles)), c->batch, batch);
+  ThreadPlace p;
+  p.batch = split(kalu(Op::IDIV, warp, kint(row_tiles * col_tiles)), c.batch, product(c.batch));
   auto at = [](const UOpPtr& base, int64_t off, const UOpPtr& lane_part) {
     return kalu(Op::ADD, kalu(Op::ADD, base, kint(off)), lane_part);
   };
-  std::vector<std::vector<Sub>> row_sub(static_cast<size_t>(tl.tm));  // [block][half]: rows l/4, l/4 + 8
+  p.rows.resize(static_cast<size_t>(tl.tm));
   for (int64_t i = 0; i < tl.tm; i++)
-    for (int64_t h = 0; h < 2; h++)
-      row_sub[i].push_back(split(at(row0, i * MMA_M + h * 8, group), c->m, rows));
-  std::vector<Sub> b_col_sub;                                           // [block]: column l/4
-  std::vector<std::vector<Sub>> c_col_sub(static_cast<size_t>(tl.tn));  // [block][j]: column 2(l%4) + j
+    for (int64_t h = 0; h < 2; h++) p.rows[i].push_back(split(at(row0, i * MMA_M + h * 8, group), c.m, rows));
+  p.c_cols.resize(static_cast<size_t>(tl.tn));
   for (int64_t j = 0; j < tl.tn; j++) {
-    b_col_sub.push_back(split(at(col0, j * MMA_N, group), c->n, cols));
-    for (int64_t e = 0; e < 2; e++) c_col_sub[j].push_back(split(at(col0, j * MMA_N + e, pair), c->n, cols));
+    p.b_cols.push_back(split(at(col0, j * MMA_N, group), c.n, cols));
+    for (int64_t e = 0; e < 2; e++) p.c_cols[j].push_back(split(at(col0, j * MMA_N + e, pair), c.n, cols));
   }
   int64_t next_id = 0;
   for (auto& u : toposort({ast}))
     if (u->op == Op::RANGE) next_id = std::max(next_id, u->arg_int() + 1);
-  auto step = make_uop(Op::RANGE, dtypes::index, {kint(flat_len / MMA_K)}, Arg{next_id});
-  std::vector<Sub> k_sub;  // [e]: K slot 2(l%4) + e of the step
+  p.step = make_uop(Op::RANGE, dtypes::index, {kint(ks.flat_len / MMA_K)}, Arg{next_id});
   for (int64_t e = 0; e < 2; e++)
-    k_sub.push_back(split(at(kalu(Op::MUL, step, kint(MMA_K)), e, pair), flat_k, flat_len));
+    p.k.push_back(split(at(kalu(Op::MUL, p.step, kint(MMA_K)), e, pair), ks.flat, ks.flat_len));
+  return p;
+}
 
-  // fragments: A[i][r] at row half r%2, K slot r/2; B[j][r] at K slot r
-  std::vector<std::vector<UOpPtr>> a(static_cast<size_t>(tl.tm)), b(static_cast<size_t>(tl.tn));
-  std::vector<UOpPtr> fragments;
-  auto place = [](const UOpPtr& x, const Sub& sub) { return with_narrow_indices(substitute(x, sub)); };
+// The thread's operand values: A[i][r] at row half r%2, K slot r/2; B[j][r] at K slot r.
+struct Fragments {
+  std::vector<std::vector<UOpPtr>> a, b;
+  std::vector<UOpPtr> all;  // in that order
+};
+
+Fragments fragments(const Contraction& c, const Tiles& tl, const ThreadPlace& p) {
+  Fragments f;
+  f.a.resize(static_cast<size_t>(tl.tm));
+  f.b.resize(static_cast<size_t>(tl.tn));
   for (int64_t i = 0; i < tl.tm; i++)
     for (size_t r = 0; r < 4; r++)
-      fragments.push_back(
-          a[i].emplace_back(place(c->a, merged({&batch_sub, &row_sub[i][r % 2], &k_sub[r / 2]}))));
+      f.all.push_back(f.a[i].emplace_back(placed(c.a, merged({&p.batch, &p.rows[i][r % 2], &p.k[r / 2]}))));
   for (int64_t j = 0; j < tl.tn; j++)
     for (size_t r = 0; r < 2; r++)
-      fragments.push_back(b[j].emplace_back(place(c->b, merged({&batch_sub, &b_col_sub[j], &k_sub[r]}))));
+      f.all.push_back(f.b[j].emplace_back(placed(c.b, merged({&p.batch, &p.b_cols[j], &p.k[r]}))));
+  return f;
+}
 
-  std::unordered_set<const UOp*> loops{step.get()}, emitted;
-  for (auto& l : outer_k) loops.insert(l.get());
-  std::unordered_map<const UOp*, bool> in_loop_memo;
-  std::function<bool(const UOpPtr&)> in_loop = [&](const UOpPtr& u) {
-    if (auto it = in_loop_memo.find(u.get()); it != in_loop_memo.end()) return it->second;
-    bool dep = loops.count(u.get()) > 0;
-    for (auto& s : u->src) dep = dep || in_loop(s);
-    return in_loop_memo[u.get()] = dep;
-  };
-  auto emit = [&](const UOpPtr& root, bool hoisted_only) {
-    for (auto& u : toposort({root}, [&](const UOp& n) { return !emitted.count(&n); })) {
-      if (emitted.count(u.get()) || u->op == Op::CONST || u->op == Op::RANGE) continue;
+// Appends a kernel's instructions: each node once, after its sources (constants and loops are
+// not instructions of their own); emit(root, true) leaves out what depends on the K loops.
+class Emitter {
+ public:
+  Emitter(LinearKernel& k, std::unordered_set<const UOp*> k_loops) : k_(k), k_loops_(std::move(k_loops)) {}
+
+  void emit(const UOpPtr& root, bool hoisted_only) {
+    for (auto& u : toposort({root}, [&](const UOp& n) { return !emitted_.count(&n); })) {
+      if (emitted_.count(u.get()) || u->op == Op::CONST || u->op == Op::RANGE) continue;
       if (hoisted_only && in_loop(u)) continue;
-      k.uops.push_back(u);
-      emitted.insert(u.get());
+      push(u);
     }
-  };
-  auto push = [&](const UOpPtr& u) {
-    k.uops.push_back(u);
-    emitted.insert(u.get());
-  };
+  }
+  void push(const UOpPtr& u) {
+    k_.uops.push_back(u);
+    emitted_.insert(u.get());
+  }
 
-  for (auto& f : fragments) emit(f, true);  // what does not move along K, before the loops
+ private:
+  bool in_loop(const UOpPtr& u) {
+    if (auto it = in_loop_memo_.find(u.get()); it != in_loop_memo_.end()) return it->second;
+    bool dep = k_loops_.count(u.get()) > 0;
+    for (auto& s : u->src) dep = dep || in_loop(s);
+    return in_loop_memo_[u.get()] = dep;
+  }
+
+  LinearKernel& k_;
+  std::unordered_set<const UOp*> k_loops_, emitted_;
+  std::unordered_map<const UOp*, bool> in_loop_memo_;
+};
+
+using Accumulators = std::vector<std::vector<std::vector<UOpPtr>>>;  // [i][j][result]
+
+// The 4 float32 accumulators of every block pair of the tile, zero before the loops along K.
+Accumulators emit_accumulators(Emitter& out, const Tiles& tl, const KSteps& ks, const UOpPtr& step) {
   std::vector<UOpPtr> acc_src{kconst(DType::Float32, 0)};
-  acc_src.insert(acc_src.end(), outer_k.begin(), outer_k.end());
+  acc_src.insert(acc_src.end(), ks.outer.begin(), ks.outer.end());
   acc_src.push_back(step);
-  std::vector<std::vector<std::vector<UOpPtr>>> acc(static_cast<size_t>(tl.tm));  // [i][j][result]
+  Accumulators acc(static_cast<size_t>(tl.tm));
   int64_t acc_id = 0;
   for (int64_t i = 0; i < tl.tm; i++)
     for (int64_t j = 0; j < tl.tn; j++) {
       auto& v = acc[i].emplace_back();
       for (int r = 0; r < 4; r++)
-        push(v.emplace_back(make_uop(Op::DEFINE_ACC, DType::Float32, acc_src, Arg{acc_id++})));
+        out.push(v.emplace_back(make_uop(Op::DEFINE_ACC, DType::Float32, acc_src, Arg{acc_id++})));
     }
-  for (auto& l : outer_k) push(l);
-  push(step);
-  for (auto& f : fragments) emit(f, false);
+  return acc;
+}
+
+// The loops along K and in them the mmas of every block pair of the tile into its accumulators.
+void emit_mma_loops(Emitter& out, const Tiles& tl, const KSteps& ks, const UOpPtr& step, const Fragments& f,
+                    const Accumulators& acc) {
+  for (auto& l : ks.outer) out.push(l);
+  out.push(step);
+  for (auto& x : f.all) out.emit(x, false);
   for (int64_t i = 0; i < tl.tm; i++)
     for (int64_t j = 0; j < tl.tn; j++) {
-      std::vector<UOpPtr> src(a[i].begin(), a[i].end());
-      src.insert(src.end(), b[j].begin(), b[j].end());
+      std::vector<UOpPtr> src(f.a[i].begin(), f.a[i].end());
+      src.insert(src.end(), f.b[j].begin(), f.b[j].end());
       src.insert(src.end(), acc[i][j].begin(), acc[i][j].end());
       std::vector<UOpPtr> results;
       for (int64_t r = 0; r < 4; r++)
-        push(results.emplace_back(make_uop(Op::WMMA, DType::Float32, src, Arg{r})));
-      for (size_t r = 0; r < 4; r++) push(make_uop(Op::ASSIGN, DType::Float32, {acc[i][j][r], results[r]}));
+        out.push(results.emplace_back(make_uop(Op::WMMA, DType::Float32, src, Arg{r})));
+      for (size_t r = 0; r < 4; r++) out.push(make_uop(Op::ASSIGN, DType::Float32, {acc[i][j][r], results[r]}));
     }
-  push(make_uop(Op::ENDRANGE, dtypes::index, {step}));
-  for (size_t l = outer_k.size(); l-- > 0;) push(make_uop(Op::ENDRANGE, dtypes::index, {outer_k[l]}));
+  out.push(make_uop(Op::ENDRANGE, dtypes::index, {step}));
+  for (size_t l = ks.outer.size(); l-- > 0;) out.push(make_uop(Op::ENDRANGE, dtypes::index, {ks.outer[l]}));
+}
 
-  // results r: row half r/2, column 2(l%4) + r%2
+// The store of each result r: row half r/2, column 2(l%4) + r%2.
+void emit_stores(Emitter& out, const Contraction& c, const Tiles& tl, const ThreadPlace& p, const Accumulators& acc) {
   for (int64_t i = 0; i < tl.tm; i++)
     for (int64_t j = 0; j < tl.tn; j++)
       for (size_t r = 0; r < 4; r++) {
-        Sub acc_sub{{c->reduce.get(), acc[i][j][r]}};
-        emit(place(c->store, merged({&batch_sub, &row_sub[i][r / 2], &c_col_sub[j][r % 2], &acc_sub})),
-             false);
+        Sub acc_sub{{c.reduce.get(), acc[i][j][r]}};
+        out.emit(placed(c.store, merged({&p.batch, &p.rows[i][r / 2], &p.c_cols[j][r % 2], &acc_sub})), false);
       }
+}
+
+}  // namespace
+
+// Note [tensor-core contractions]
+std::optional<LinearKernel> tensor_core_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes) {
+  auto c = match(ast);
+  if (!c) return std::nullopt;
+  auto ks = k_steps(c->k);  // the innermost reduce loops whose product is a multiple of 8: one loop of steps
+  if (!ks) return std::nullopt;
+  int64_t rows = product(c->m), cols = product(c->n), batch = product(c->batch);
+  Tiles tl = choose_tiles(rows / MMA_M, cols / MMA_N, batch);
+  if (tl.tm == 0) return std::nullopt;
+
+  LinearKernel k = launch_shape(param_dtypes, tl);
+  ThreadPlace place = thread_place(ast, *c, tl, *ks);
+  Fragments f = fragments(*c, tl, place);
+  std::unordered_set<const UOp*> k_loops{place.step.get()};
+  for (auto& l : ks->outer) k_loops.insert(l.get());
+  Emitter out(k, std::move(k_loops));
+  for (auto& x : f.all) out.emit(x, true);  // what does not move along K, before the loops
+  Accumulators acc = emit_accumulators(out, tl, *ks, place.step);
+  emit_mma_loops(out, tl, *ks, place.step, f, acc);
+  emit_stores(out, *c, tl, place, acc);
   k.name = "r_tc_" + std::to_string(batch) + "_" + std::to_string(rows) + "_" + std::to_string(cols) + "__" +
            std::to_string(product(c->k));
   return k;

@@ -354,95 +354,196 @@ size_t share_intermediates(std::vector<ExecItem>& items, const std::unordered_se
   return arena_bytes;
 }
 
-// Sorts a recording's buffers (Note [what a captured step is]). Returns null and sets `why`
-// when the step cannot be replayed.
-std::unique_ptr<TinyJit::Capture> build_capture(Recording& rec, const Tensors& inputs, const Tensors& outputs,
-                                                std::string& why) {
-  using Capture = TinyJit::Capture;
-  auto cap = std::make_unique<Capture>();
-  std::unordered_map<const Buffer*, size_t> input_of, state_of;
-  for (size_t i = 0; i < inputs.size(); i++) input_of.emplace(buffer_of(inputs[i]).get(), i);
+using Capture = TinyJit::Capture;
 
-  std::vector<ExecItem> items = rec.resolve();
-  std::unordered_set<const Buffer*> written, escaping;
-  for (auto& e : items) written.insert(e.item.buffers[0].get());
+// The step's state: every assigned tensor once (in cap.states), with the buffer it held first
+// and the one it holds last. A tensor whose first value was computed in the step itself is not
+// state: replays recompute it.
+struct StepState {
+  std::vector<std::shared_ptr<Buffer>> after;          // by state tensor: its buffer after the step
+  std::unordered_map<const Buffer*, size_t> state_of;  // a state tensor's buffer before the step
+};
 
-  // Every assigned tensor once, with the buffer it held first and the one it holds last. A
-  // tensor whose first value was computed in the step itself is not state: replays recompute it.
+// Returns false and sets `why` when an assigned tensor held no value before the step.
+bool collect_state(const Recording& rec, const std::unordered_set<const Buffer*>& written, Capture& cap,
+                   StepState& st, std::string& why) {
   std::unordered_map<const void*, size_t> state_index;
-  std::vector<std::shared_ptr<Buffer>> after;
   for (auto& a : rec.assigns) {
-    auto [it, fresh] = state_index.emplace(TensorAccess::identity(a.target), cap->states.size());
-    if (fresh) {
-      if (!a.before) {
-        why = "it assigns " + a.target.describe() + ", which held no realized value before the step";
-        return nullptr;
-      }
-      cap->states.push_back(a.target);
-      after.push_back(a.after);
-      if (!written.count(a.before.get())) state_of.emplace(a.before.get(), it->second);
-    } else {
-      after[it->second] = a.after;
+    auto [it, fresh] = state_index.emplace(TensorAccess::identity(a.target), cap.states.size());
+    if (!fresh) {
+      st.after[it->second] = a.after;
+      continue;
     }
+    if (!a.before) {
+      why = "it assigns " + a.target.describe() + ", which held no realized value before the step";
+      return false;
+    }
+    cap.states.push_back(a.target);
+    st.after.push_back(a.after);
+    if (!written.count(a.before.get())) st.state_of.emplace(a.before.get(), it->second);
+  }
+  return true;
+}
+
+// Sorts the captured buffers into those bound anew on every replay (slots: the inputs, the
+// state tensors' values, and the step's results that escape it) and the fixed ones.
+class SlotBinder {
+ public:
+  SlotBinder(Capture& cap, const Tensors& inputs, const StepState& st, const std::unordered_set<const Buffer*>& written,
+             const Tensors& outputs)
+      : cap_(cap), state_of_(st.state_of), written_(written) {
+    for (size_t i = 0; i < inputs.size(); i++) input_of_.emplace(buffer_of(inputs[i]).get(), i);
+    for (auto& b : st.after) escaping_.insert(b.get());
+    for (auto& o : outputs) escaping_.insert(buffer_of(o).get());
   }
 
-  for (auto& b : after) escaping.insert(b.get());
-  for (auto& o : outputs) escaping.insert(buffer_of(o).get());
-
-  std::unordered_map<const Buffer*, size_t> slot_of;
-  auto binding = [&](const std::shared_ptr<Buffer>& b) -> Capture::Binding {
-    if (auto it = slot_of.find(b.get()); it != slot_of.end()) return {it->second, nullptr};
+  Capture::Binding operator()(const std::shared_ptr<Buffer>& b) {
+    if (auto it = slot_of_.find(b.get()); it != slot_of_.end()) return {it->second, nullptr};
     Capture::Slot s{Capture::Part::Fresh, 0, b->device(), b->dtype(), b->numel()};
-    if (auto i = input_of.find(b.get()); i != input_of.end()) {
+    if (auto i = input_of_.find(b.get()); i != input_of_.end()) {
       s.part = Capture::Part::Input;
       s.index = i->second;
-    } else if (auto st = state_of.find(b.get()); st != state_of.end()) {
+    } else if (auto st = state_of_.find(b.get()); st != state_of_.end()) {
       s.part = Capture::Part::State;
       s.index = st->second;
-    } else if (!written.count(b.get()) || !escaping.count(b.get())) {
-      if (!written.count(b.get())) cap->fixed_inputs.insert(b.get());
+    } else if (!written_.count(b.get()) || !escaping_.count(b.get())) {
+      if (!written_.count(b.get())) cap_.fixed_inputs.insert(b.get());
       return {std::nullopt, b};  // fixed
     }
-    slot_of.emplace(b.get(), cap->slots.size());
-    cap->slots.push_back(s);
-    return {cap->slots.size() - 1, nullptr};
-  };
+    slot_of_.emplace(b.get(), cap_.slots.size());
+    cap_.slots.push_back(s);
+    return {cap_.slots.size() - 1, nullptr};
+  }
 
-  cap->items = std::move(items);
-  for (size_t i = 0; i < cap->items.size(); i++) {
-    auto& item = cap->items[i].item;
+ private:
+  Capture& cap_;
+  const std::unordered_map<const Buffer*, size_t>& state_of_;
+  const std::unordered_set<const Buffer*>& written_;
+  std::unordered_map<const Buffer*, size_t> input_of_, slot_of_;
+  std::unordered_set<const Buffer*> escaping_;
+};
+
+// Counts the captured items by kind and takes every slot's buffer out of the list (bound on
+// each replay; the captured buffer is not kept).
+void bind_items(Capture& cap, SlotBinder& binding) {
+  for (size_t i = 0; i < cap.items.size(); i++) {
+    auto& item = cap.items[i].item;
     switch (item.kind) {
-      case ScheduleItem::Kind::Kernel: cap->kernels++; break;
-      case ScheduleItem::Kind::Copy: cap->copies++; break;
-      case ScheduleItem::Kind::Collective: cap->collectives++; break;
+      case ScheduleItem::Kind::Kernel: cap.kernels++; break;
+      case ScheduleItem::Kind::Copy: cap.copies++; break;
+      case ScheduleItem::Kind::Collective: cap.collectives++; break;
     }
     for (size_t p = 0; p < item.buffers.size(); p++) {
       auto b = binding(item.buffers[p]);
       if (!b.slot) continue;
-      cap->uses.push_back({i, p, *b.slot});
-      item.buffers[p] = nullptr;  // bound on each replay; the captured buffer is not kept
+      cap.uses.push_back({i, p, *b.slot});
+      item.buffers[p] = nullptr;
     }
   }
-  cap->arena_bytes = share_intermediates(cap->items, written);  // only fixed ones are left in the list
-  for (auto& b : after) cap->state_after.push_back(binding(b));
-  for (auto& o : outputs) cap->outputs.emplace_back(binding(buffer_of(o)), o.shape());
-  cap->hooks = std::move(rec.hooks);
+}
 
-  // A device that turns captured lists into graphs (Note [device graphs]).
+// A graph of the list where all its items run on one device that turns captured lists into
+// graphs (Note [device graphs]); null elsewhere.
+std::unique_ptr<ExecGraph> device_graph(const std::vector<ExecItem>& items) {
   std::string base;
-  bool one_device = !cap->items.empty();
-  for (auto& e : cap->items) {
+  bool one_device = !items.empty();
+  for (auto& e : items) {
     std::string b = device_base(e.item.device);
     one_device = one_device && (base.empty() || b == base);
     base = b;
   }
-  if (one_device) {
-    auto& f = graph_factories();
-    std::lock_guard<std::mutex> lock(f.mu);
-    if (auto it = f.by_base.find(base); it != f.by_base.end()) cap->graph = it->second(cap->items);
-  }
+  if (!one_device) return nullptr;
+  auto& f = graph_factories();
+  std::lock_guard<std::mutex> lock(f.mu);
+  if (auto it = f.by_base.find(base); it != f.by_base.end()) return it->second(items);
+  return nullptr;
+}
+
+// Sorts a recording's buffers (Note [what a captured step is]). Returns null and sets `why`
+// when the step cannot be replayed.
+std::unique_ptr<Capture> build_capture(Recording& rec, const Tensors& inputs, const Tensors& outputs,
+                                       std::string& why) {
+  auto cap = std::make_unique<Capture>();
+  std::vector<ExecItem> items = rec.resolve();
+  std::unordered_set<const Buffer*> written;
+  for (auto& e : items) written.insert(e.item.buffers[0].get());
+  StepState st;
+  if (!collect_state(rec, written, *cap, st, why)) return nullptr;
+
+  SlotBinder binding(*cap, inputs, st, written, outputs);
+  cap->items = std::move(items);
+  bind_items(*cap, binding);
+  cap->arena_bytes = share_intermediates(cap->items, written);  // only fixed ones are left in the list
+  for (auto& b : st.after) cap->state_after.push_back(binding(b));
+  for (auto& o : outputs) cap->outputs.emplace_back(binding(buffer_of(o)), o.shape());
+  cap->hooks = std::move(rec.hooks);
+  cap->graph = device_graph(cap->items);
   cap->go_live();
   return cap;
+}
+
+// Inputs enter as plain buffers of exactly their shape, so any later input of the same shape
+// can take a captured input's place (a view would be indexed as the captured one was).
+Tensors as_plain_buffers(const Tensors& inputs) {
+  Tensors in = inputs;
+  Tensor::realize_all(in);
+  for (auto& t : in) {
+    auto b = TensorAccess::buffer(t);
+    if (!b || b->numel() != t.numel()) {
+      t = t.contiguous();
+      t.realize();
+      b = buffer_of(t);
+    }
+    if (t.uop()->op != Op::BUFFER) t = Tensor(lazy::buffer(b, t.shape()));
+  }
+  return in;
+}
+
+// Runs the step and realizes its outputs.
+Tensors run_realized(const TinyJit::StepFn& fn, const Tensors& in) {
+  Tensors out = fn(in);
+  Tensor::realize_all(out);
+  return out;
+}
+
+bool is_stale(const Capture& c) {
+  std::lock_guard<std::mutex> lock(live_captures().mu);
+  return c.stale;
+}
+
+// This replay's buffer for every slot of the capture.
+std::vector<std::shared_ptr<Buffer>> slot_buffers(Capture& c, const Tensors& in, const std::string& jit_name) {
+  std::vector<std::shared_ptr<Buffer>> bufs(c.slots.size());
+  for (size_t s = 0; s < c.slots.size(); s++) {
+    auto& sl = c.slots[s];
+    switch (sl.part) {
+      case Capture::Part::Input: bufs[s] = buffer_of(in[sl.index]); break;
+      case Capture::Part::State: {
+        auto b = TensorAccess::buffer(c.states[sl.index]);
+        TG_CHECK(b && b->numel() == sl.numel && b->dtype() == sl.dtype && b->device() == sl.device, "jit '", jit_name,
+                 "': the state tensor ", c.states[sl.index].describe(), " no longer holds a realized buffer like the captured one");
+        bufs[s] = std::move(b);
+        break;
+      }
+      case Capture::Part::Fresh: bufs[s] = c.fresh_buffer(s); break;
+    }
+  }
+  return bufs;
+}
+
+// Runs the step with this thread's kernels and tensor events going into rec.
+Tensors record_step(const TinyJit::StepFn& fn, const Tensors& in, Recording& rec) {
+  observe_tensors();
+  struct Scope {
+    Recording* prev_rec;
+    ExecRecorder* prev_items;
+    explicit Scope(Recording& r) : prev_rec(recording), prev_items(set_exec_recorder(&r.recorder)) { recording = &r; }
+    ~Scope() {
+      recording = prev_rec;
+      set_exec_recorder(prev_items);
+    }
+  } scope(rec);
+  return run_realized(fn, in);
 }
 
 }  // namespace
@@ -465,101 +566,55 @@ void TinyJit::reset() {
 }
 
 Tensors TinyJit::operator()(const Tensors& inputs) {
-  // Inputs enter as plain buffers of exactly their shape, so any later input of the same shape
-  // can take a captured input's place (a view would be indexed as the captured one was).
-  Tensors in = inputs;
-  Tensor::realize_all(in);
-  for (auto& t : in) {
-    auto b = TensorAccess::buffer(t);
-    if (!b || b->numel() != t.numel()) {
-      t = t.contiguous();
-      t.realize();
-      b = buffer_of(t);
-    }
-    if (t.uop()->op != Op::BUFFER) t = Tensor(lazy::buffer(b, t.shape()));
-  }
-  auto run_plain = [&] {
-    Tensors out = fn_(in);
-    Tensor::realize_all(out);
-    return out;
-  };
+  Tensors in = as_plain_buffers(inputs);
   // Off, or unusable, or inside another capture (whose record then holds this call's kernels).
-  if (!knobs::JIT.get() || !disabled_reason_.empty() || recording) return run_plain();
+  if (!knobs::JIT.get() || !disabled_reason_.empty() || recording) return run_realized(fn_, in);
 
   std::string sig = signature(in);
   auto& slot = entries_[sig];
   if (!slot) slot = std::make_unique<Entry>();
   Entry& e = *slot;
-  bool stale = false;
-  if (e.capture) {
-    std::lock_guard<std::mutex> lock(live_captures().mu);
-    stale = e.capture->stale;
-  }
-  if (stale) {  // a tensor it reads as fixed was assigned a new value: capture again now
+  if (e.capture && is_stale(*e.capture)) {  // a tensor it reads as fixed was assigned a new value: capture again now
     if (knobs::DEBUG >= 1)
       std::fprintf(stderr, "jit %s: a tensor the capture of [%s] reads was assigned since; capturing again\n",
                    name_.c_str(), sig.c_str());
     e.capture.reset();
   }
-  if (e.capture) {
-    Capture& c = *e.capture;
-    for (auto& h : c.hooks) h();
-    std::vector<std::shared_ptr<Buffer>> bufs(c.slots.size());
-    for (size_t s = 0; s < c.slots.size(); s++) {
-      auto& sl = c.slots[s];
-      switch (sl.part) {
-        case Capture::Part::Input: bufs[s] = buffer_of(in[sl.index]); break;
-        case Capture::Part::State: {
-          auto b = TensorAccess::buffer(c.states[sl.index]);
-          TG_CHECK(b && b->numel() == sl.numel && b->dtype() == sl.dtype && b->device() == sl.device, "jit '", name_,
-                   "': the state tensor ", c.states[sl.index].describe(), " no longer holds a realized buffer like the captured one");
-          bufs[s] = std::move(b);
-          break;
-        }
-        case Capture::Part::Fresh: bufs[s] = c.fresh_buffer(s); break;
-      }
-    }
-    for (auto& u : c.uses) c.items[u.item].item.buffers[u.pos] = bufs[u.slot];
-    struct Unbind {  // the captured list keeps only fixed buffers between replays
-      Capture& c;
-      ~Unbind() {
-        for (auto& u : c.uses) c.items[u.item].item.buffers[u.pos] = nullptr;
-      }
-    } unbind{c};
-    replays_++;
-    if (knobs::DEBUG >= 1)
-      std::fprintf(stderr, "jit %s: replay %lld: %zu kernels, %zu copies, %zu collectives\n", name_.c_str(),
-                   static_cast<long long>(replays_), c.kernels, c.copies, c.collectives);
-    if (c.graph) c.graph->run(c.items);
-    else run_exec_items(c.items);
-    for (size_t j = 0; j < c.states.size(); j++) TensorAccess::set_buffer(c.states[j], c.bound(c.state_after[j], bufs));
-    Tensors out;
-    for (auto& [b, shape] : c.outputs) out.emplace_back(lazy::buffer(c.bound(b, bufs), shape));
-    return out;
-  }
+  if (e.capture) return replay(*e.capture, in);
   if (e.calls++ == 0) {
     if (knobs::DEBUG >= 1)
       std::fprintf(stderr, "jit %s: first call with [%s]: running normally, capturing on the next call\n", name_.c_str(),
                    sig.c_str());
-    return run_plain();
+    return run_realized(fn_, in);
   }
+  return capture(e, in, sig);
+}
 
-  observe_tensors();
-  Recording rec;
+Tensors TinyJit::replay(Capture& c, const Tensors& in) {
+  for (auto& h : c.hooks) h();
+  std::vector<std::shared_ptr<Buffer>> bufs = slot_buffers(c, in, name_);
+  for (auto& u : c.uses) c.items[u.item].item.buffers[u.pos] = bufs[u.slot];
+  struct Unbind {  // the captured list keeps only fixed buffers between replays
+    Capture& c;
+    ~Unbind() {
+      for (auto& u : c.uses) c.items[u.item].item.buffers[u.pos] = nullptr;
+    }
+  } unbind{c};
+  replays_++;
+  if (knobs::DEBUG >= 1)
+    std::fprintf(stderr, "jit %s: replay %lld: %zu kernels, %zu copies, %zu collectives\n", name_.c_str(),
+                 static_cast<long long>(replays_), c.kernels, c.copies, c.collectives);
+  if (c.graph) c.graph->run(c.items);
+  else run_exec_items(c.items);
+  for (size_t j = 0; j < c.states.size(); j++) TensorAccess::set_buffer(c.states[j], c.bound(c.state_after[j], bufs));
   Tensors out;
-  {
-    struct Scope {
-      Recording* prev_rec;
-      ExecRecorder* prev_items;
-      explicit Scope(Recording& r) : prev_rec(recording), prev_items(set_exec_recorder(&r.recorder)) { recording = &r; }
-      ~Scope() {
-        recording = prev_rec;
-        set_exec_recorder(prev_items);
-      }
-    } scope(rec);
-    out = fn_(in);
-    Tensor::realize_all(out);
-  }
+  for (auto& [b, shape] : c.outputs) out.emplace_back(lazy::buffer(c.bound(b, bufs), shape));
+  return out;
+}
+
+Tensors TinyJit::capture(Entry& e, const Tensors& in, const std::string& sig) {
+  Recording rec;
+  Tensors out = record_step(fn_, in, rec);
   std::string why;
   if (!rec.host_read.empty())
     why = "it reads " + rec.host_read + " on the host while it runs (a data-dependent decision cannot be replayed)";

@@ -94,6 +94,8 @@ class TinyJit {
 
  private:
   struct Entry;
+  Tensors replay(Capture& c, const Tensors& in);
+  Tensors capture(Entry& e, const Tensors& in, const std::string& sig);  // the second call of a signature
   StepFn fn_;
   std::string name_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;  // by input signature
