@@ -141,6 +141,28 @@ TEST(Optim, AdamAndAdamW) {
   }
 }
 
+// AdamW with parameter groups: each group decays by its own weight decay (nanoGPT's groups:
+// matrices decay, biases and norms don't). With zero gradients the Adam update is zero, so what
+// changes is the decay alone.
+TEST(Optim, AdamWParameterGroups) {
+  Tensor w = Tensor::full({2, 3}, 2.0), b = Tensor::full({3}, 2.0), n = Tensor::full({3}, 2.0);
+  for (Tensor* t : {&w, &b, &n}) t->requires_grad_();
+  auto groups = decay_matrices_only({&w, &b, &n}, 0.1);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].params, (std::vector<Tensor*>{&w}));
+  EXPECT_EQ(groups[1].params, (std::vector<Tensor*>{&b, &n}));
+  AdamW opt(groups, 0.5);
+  EXPECT_EQ(opt.params(), (std::vector<Tensor*>{&w, &b, &n}));
+  for (int step = 0; step < 2; step++) {
+    for (Tensor* t : {&w, &b, &n}) t->set_grad(t->zeros_like());
+    opt.step();
+  }
+  for (float x : w.to_vector<float>()) EXPECT_FLOAT_EQ(x, 2.0f * 0.95f * 0.95f);
+  for (float x : b.to_vector<float>()) EXPECT_FLOAT_EQ(x, 2.0f);
+  for (float x : n.to_vector<float>()) EXPECT_FLOAT_EQ(x, 2.0f);
+  expect_error([&] { AdamW bad({{{&w}, -1.0}}); }, {"weight_decay must be non-negative, got -1"});
+}
+
 TEST(Optim, LAMBTrustRatio) {
   for (bool adam : {false, true}) {
     double lr = 0.05, b1 = 0.9, b2 = 0.999, eps = 1e-6, wd = 0.01;

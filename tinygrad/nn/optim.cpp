@@ -196,11 +196,39 @@ void SGD::after_load() { has_buffer_.assign(params_.size(), step_ > 0); }
 
 // ---- Adam, AdamW ----
 
+std::vector<ParamGroup> decay_matrices_only(const std::vector<Tensor*>& params, double weight_decay) {
+  ParamGroup matrices{{}, weight_decay}, vectors{{}, 0.0};
+  for (Tensor* p : params) (p->ndim() >= 2 ? matrices : vectors).params.push_back(p);
+  return {matrices, vectors};
+}
+
+namespace {
+std::vector<Tensor*> flatten(const std::vector<ParamGroup>& groups) {
+  std::vector<Tensor*> all;
+  for (auto& g : groups) all.insert(all.end(), g.params.begin(), g.params.end());
+  return all;
+}
+}  // namespace
+
 Adam::Adam(std::vector<Tensor*> params, double lr, double b1_, double b2_, double eps_, double weight_decay_)
     : Optimizer(std::move(params), lr), b1(b1_), b2(b2_), eps(eps_), weight_decay(weight_decay_) {
+  decay_of_.assign(params_.size(), weight_decay);
+  check_and_add_state();
+}
+
+Adam::Adam(std::vector<ParamGroup> groups, double lr, double b1_, double b2_, double eps_)
+    : Optimizer(flatten(groups), lr), b1(b1_), b2(b2_), eps(eps_), weight_decay(0) {
+  for (auto& g : groups) {
+    decay_of_.insert(decay_of_.end(), g.params.size(), g.weight_decay);
+    weight_decay = std::max(weight_decay, g.weight_decay);
+  }
+  check_and_add_state();
+}
+
+void Adam::check_and_add_state() {
   TG_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, "Adam: betas must be in [0, 1), got b1=", b1, " b2=", b2);
   TG_CHECK(eps >= 0, "Adam: eps must be non-negative, got ", eps);
-  TG_CHECK(weight_decay >= 0, "Adam: weight_decay must be non-negative, got ", weight_decay);
+  for (double wd : decay_of_) TG_CHECK(wd >= 0, "Adam: weight_decay must be non-negative, got ", wd);
   add_state("exp_avg");
   add_state("exp_avg_sq");
 }
@@ -210,19 +238,31 @@ AdamW::AdamW(std::vector<Tensor*> params, double lr, double b1, double b2, doubl
   decoupled_ = true;
 }
 
+AdamW::AdamW(std::vector<ParamGroup> groups, double lr, double b1, double b2, double eps)
+    : Adam(std::move(groups), lr, b1, b2, eps) {
+  decoupled_ = true;
+}
+
+namespace {
+// Note [scalars that change between steps]: one decay scalar per distinct weight decay.
+std::string decay_scalar(double wd) { return "decay " + std::to_string(wd); }
+}  // namespace
+
 void Adam::begin_step() {
   auto t = static_cast<double>(step_);
   set_scalar("step_size", lr / (1.0 - std::pow(b1, t)));
   set_scalar("inv_sqrt_bc2", 1.0 / std::sqrt(1.0 - std::pow(b2, t)));
-  set_scalar("decay", 1.0 - lr * weight_decay);
+  for (double wd : decay_of_)
+    if (wd != 0) set_scalar(decay_scalar(wd), 1.0 - lr * wd);
 }
 
 void Adam::update(size_t i, const Tensor& p, const Tensor& g_in, Updates& out) {
-  Tensor g = (!decoupled_ && weight_decay != 0) ? g_in + p * weight_decay : g_in;
+  double wd = decay_of_[i];
+  Tensor g = (!decoupled_ && wd != 0) ? g_in + p * wd : g_in;
   Tensor &m = state(i, "exp_avg"), &v = state(i, "exp_avg_sq");
   Tensor nm = m * b1 + g * (1.0 - b1);
   Tensor nv = v * b2 + g * g * (1.0 - b2);
-  Tensor base = (decoupled_ && weight_decay != 0) ? p * scalar_input("decay", p) : p;
+  Tensor base = (decoupled_ && wd != 0) ? p * scalar_input(decay_scalar(wd), p) : p;
   Tensor np = base - nm * scalar_input("step_size", p) / (nv.sqrt() * scalar_input("inv_sqrt_bc2", p) + eps);
   out.emplace_back(&m, nm);
   out.emplace_back(&v, nv);

@@ -132,6 +132,16 @@ class SGD : public Optimizer {
 // PyTorch's Adam (weight_decay is L2, added to the gradient):
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// Parameters that share a weight decay (PyTorch's parameter groups, for the options that differ
+// between groups in practice).
+struct ParamGroup {
+  std::vector<Tensor*> params;
+  double weight_decay = 0;
+};
+// nanoGPT's groups: `weight_decay` for matrices (ndim >= 2: Linear and embedding weights), none
+// for vectors (biases, LayerNorm weights). Matrices first, each group in the given order.
+std::vector<ParamGroup> decay_matrices_only(const std::vector<Tensor*>& params, double weight_decay);
+
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor*> params, double lr = 1e-3, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
@@ -140,9 +150,14 @@ class Adam : public Optimizer {
   double b1, b2, eps, weight_decay;
 
  protected:
+  Adam(std::vector<ParamGroup> groups, double lr, double b1, double b2, double eps);
   void begin_step() override;
   void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) override;
   bool decoupled_ = false;
+
+ private:
+  std::vector<double> decay_of_;  // per parameter
+  void check_and_add_state();
 };
 
 // PyTorch's AdamW: p *= 1 - lr * weight_decay, then the Adam update without L2.
@@ -150,6 +165,8 @@ class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor*> params, double lr = 1e-3, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
         double weight_decay = 0.01);
+  // Each group with its own weight decay (e.g. decay_matrices_only(model.parameters(), 0.1)).
+  AdamW(std::vector<ParamGroup> groups, double lr = 1e-3, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8);
 };
 
 // LAMB (You et al. 2019, as tinygrad): m, v as Adam; up = m_hat / (sqrt(v_hat) + eps) + wd * p;

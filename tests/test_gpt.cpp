@@ -1,0 +1,134 @@
+// nn::GPT (tinygrad/nn/gpt.h): shapes and parameter names, the parameter count, causality, the
+// tied embedding's gradient from both of its uses, a small model that learns a fixed batch, and
+// bad configs and inputs named.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "test_util.h"
+#include "tinygrad/nn/gpt.h"
+#include "tinygrad/nn/optim.h"
+
+using namespace tg;
+using namespace tg::nn;
+using tg::testutil::expect_error;
+
+namespace {
+
+GPTConfig tiny() {
+  GPTConfig c;
+  c.vocab_size = 17, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 8;
+  return c;
+}
+
+Tensor tokens(const std::vector<int32_t>& v, int64_t b, int64_t t) { return Tensor::from_vector(v, {b, t}); }
+
+// Cross entropy of [B, T, V] logits against [B, T] targets.
+Tensor lm_loss(const Tensor& logits, const Tensor& targets) {
+  int64_t v = logits.shape(2);
+  return logits.reshape({-1, v}).sparse_categorical_crossentropy(targets.reshape({targets.numel()}));
+}
+
+// Parameters of a GPT-2 model: embeddings, 12 D^2 + 13 D per block, the final norm (the output
+// projection is the token embedding). GPT-2 small (V 50257, T 1024, 12 x 768): 124,439,808.
+int64_t gpt_parameters(const GPTConfig& c) {
+  int64_t d = c.n_embd;
+  return c.vocab_size * d + c.block_size * d + c.n_layer * (12 * d * d + 13 * d) + 2 * d;
+}
+
+TEST(GPT, ShapesNamesAndParameterCount) {
+  Tensor::manual_seed(1);
+  GPT m(tiny());
+  Tensor logits = m(tokens({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 2, 5));
+  EXPECT_EQ(logits.shape(), (Shape{2, 5, 17}));
+  std::vector<std::string> names;
+  for (auto& [n, t] : m.named_parameters()) names.push_back(n);
+  for (const char* n : {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+                        "transformer.h.1.attn.c_attn.weight", "transformer.h.1.attn.c_proj.bias",
+                        "transformer.h.0.mlp.c_fc.weight", "transformer.ln_f.bias"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  for (auto& n : names) EXPECT_EQ(n.find("lm_head"), std::string::npos) << n;  // Note [tied embeddings]
+  EXPECT_EQ(m.num_parameters(), gpt_parameters(tiny()));
+  GPTConfig small;
+  small.vocab_size = 50257;
+  EXPECT_EQ(gpt_parameters(small), 124439808);
+}
+
+// Note [gpt initialisation]: the residual projections are narrower than the other weights.
+TEST(GPT, InitialisationIsGpt2s) {
+  Tensor::manual_seed(2);
+  GPTConfig c = tiny();
+  c.n_embd = 64, c.n_layer = 8, c.n_head = 4;
+  GPT m(c);
+  auto std_of = [](const Tensor& t) {
+    auto v = t.to_vector<float>();
+    double s = 0;
+    for (float x : v) s += static_cast<double>(x) * x;
+    return std::sqrt(s / static_cast<double>(v.size()));
+  };
+  auto& block = dynamic_cast<GPTBlock&>(m.transformer.h[0]);
+  EXPECT_NEAR(std_of(block.attn.c_attn.weight), 0.02, 0.002);
+  EXPECT_NEAR(std_of(block.mlp.c_proj.weight), 0.02 / std::sqrt(16.0), 0.001);
+  EXPECT_NEAR(std_of(m.transformer.wte.weight), 0.02, 0.003);
+  EXPECT_EQ(std_of(*block.attn.c_attn.bias), 0.0);
+}
+
+// Changing token t changes no logit before position t.
+TEST(GPT, IsCausal) {
+  Tensor::manual_seed(3);
+  GPT m(tiny());
+  auto a = m(tokens({1, 2, 3, 4, 5, 6}, 1, 6)).to_vector<float>();
+  auto b = m(tokens({1, 2, 3, 9, 5, 6}, 1, 6)).to_vector<float>();
+  for (size_t i = 0; i < 3 * 17; i++) EXPECT_EQ(a[i], b[i]) << "logit " << i << " saw a later token";
+  bool later_changed = false;
+  for (size_t i = 3 * 17; i < a.size(); i++) later_changed |= a[i] != b[i];
+  EXPECT_TRUE(later_changed);
+}
+
+// Note [tied embeddings]: a token that is never an input still gets a gradient through the output
+// projection, and the optimizer holds the tensor once.
+TEST(GPT, TiedEmbeddingGetsBothGradients) {
+  Tensor::manual_seed(4);
+  GPT m(tiny());
+  Tensor loss = lm_loss(m(tokens({1, 2, 3, 4}, 1, 4)), tokens({2, 3, 4, 5}, 1, 4));
+  loss.backward();
+  auto g = m.transformer.wte.weight.grad()->to_vector<float>();
+  double row16 = 0;  // token 16 is in no input
+  for (int64_t j = 0; j < 8; j++) row16 += std::abs(g[16 * 8 + j]);
+  EXPECT_GT(row16, 0.0);
+  auto params = m.parameters();
+  EXPECT_EQ(std::count(params.begin(), params.end(), &m.transformer.wte.weight), 1);
+}
+
+TEST(GPT, LearnsAFixedBatch) {
+  Tensor::manual_seed(5);
+  GPT m(tiny());
+  Tensor x = tokens({1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1}, 2, 8);
+  Tensor y = tokens({2, 3, 4, 5, 6, 7, 8, 9, 7, 6, 5, 4, 3, 2, 1, 0}, 2, 8);
+  AdamW opt(m.parameters(), 1e-2, 0.9, 0.95, 1e-8, 0.0);
+  float first = 0, last = 0;
+  for (int step = 0; step < 40; step++) {
+    Tensor loss = lm_loss(m(x), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step({loss});
+    (step == 0 ? first : last) = loss.item<float>();
+  }
+  EXPECT_NEAR(first, std::log(17.0), 0.3);  // about uniform at the start
+  EXPECT_LT(last, 0.25 * first);
+}
+
+TEST(GPT, BadConfigsAndInputsAreNamed) {
+  GPTConfig c = tiny();
+  c.n_head = 3;
+  expect_error([&] { GPT m(c); }, {"n_embd (8) must be divisible by n_head (3)"});
+  c = tiny();
+  c.n_layer = 0;
+  expect_error([&] { GPT m(c); }, {"n_layer must be positive"});
+  GPT m(tiny());
+  expect_error([&] { m(Tensor::zeros({1, 9}, {.dtype = DType::Int32})); }, {"longer than block_size 8"});
+  expect_error([&] { m(Tensor::zeros({1, 4})); }, {"integer token indices [B, T]"});
+}
+
+}  // namespace

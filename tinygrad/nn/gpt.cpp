@@ -1,0 +1,112 @@
+// The GPT-2 model: construction with GPT-2's initialisation and the forward pass.
+//
+// Note [gpt initialisation]: as GPT-2 (and nanoGPT, llm.c): every Linear and embedding weight
+// ~ N(0, 0.02), the projections that end a residual branch (attn.c_proj, mlp.c_proj) ~ N(0,
+// 0.02 / sqrt(2 * n_layer)) so the residual stream's variance does not grow with depth, biases
+// 0, LayerNorm weights 1 and biases 0.
+#include "tinygrad/nn/gpt.h"
+
+#include <cmath>
+
+#include "tinygrad/error.h"
+
+namespace tg::nn {
+
+namespace {
+
+void normal_init(Tensor& t, double std) { t.assign((Tensor::randn(t.shape()) * std).realize()); }
+
+void init_linear(Linear& l, double std) {
+  normal_init(l.weight, std);
+  if (l.bias) l.bias->assign(Tensor::zeros(l.bias->shape()).realize());
+}
+
+constexpr double INIT_STD = 0.02;  // Note [gpt initialisation]
+
+double residual_std(const GPTConfig& c) { return INIT_STD / std::sqrt(2.0 * static_cast<double>(c.n_layer)); }
+
+}  // namespace
+
+void GPTConfig::check() const {
+  auto positive = [](const char* name, int64_t v) { TG_CHECK(v > 0, "GPT: ", name, " must be positive, got ", v); };
+  positive("vocab_size", vocab_size);
+  positive("block_size", block_size);
+  positive("n_layer", n_layer);
+  positive("n_head", n_head);
+  positive("n_embd", n_embd);
+  TG_CHECK(n_embd % n_head == 0, "GPT: n_embd (", n_embd, ") must be divisible by n_head (", n_head, ")");
+  TG_CHECK(dropout >= 0 && dropout < 1, "GPT: dropout must be in [0, 1), got ", dropout);
+}
+
+// ---- attention ----
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
+    : n_head(c.n_head), dropout(c.dropout), c_attn(c.n_embd, 3 * c.n_embd), c_proj(c.n_embd, c.n_embd) {
+  init_linear(c_attn, INIT_STD);
+  init_linear(c_proj, residual_std(c));
+  register_module("c_attn", c_attn);
+  register_module("c_proj", c_proj);
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  TG_CHECK(x.ndim() == 3, "CausalSelfAttention: input must be [B, T, D], got ", x.describe());
+  int64_t b = x.shape(0), t = x.shape(1), d = x.shape(2), hd = d / n_head;
+  // [B, T, 3D] -> three [B, H, T, hd]
+  Tensors qkv = c_attn(x).reshape({b, t, 3, n_head, hd}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
+  auto head = [&](const Tensor& z) { return z.reshape({b, n_head, t, hd}); };
+  double p = is_training() ? dropout : 0.0;
+  Tensor y = head(qkv[0]).scaled_dot_product_attention(head(qkv[1]), head(qkv[2]), /*causal=*/true, p);
+  y = y.permute({0, 2, 1, 3}).reshape({b, t, d});
+  return c_proj(y).dropout(dropout, is_training());
+}
+
+// ---- MLP and block ----
+
+GPTMLP::GPTMLP(const GPTConfig& c) : dropout(c.dropout), c_fc(c.n_embd, 4 * c.n_embd), c_proj(4 * c.n_embd, c.n_embd) {
+  init_linear(c_fc, INIT_STD);
+  init_linear(c_proj, residual_std(c));
+  register_module("c_fc", c_fc);
+  register_module("c_proj", c_proj);
+}
+
+Tensor GPTMLP::forward(const Tensor& x) { return c_proj(c_fc(x).gelu()).dropout(dropout, is_training()); }
+
+GPTBlock::GPTBlock(const GPTConfig& c) : ln_1({c.n_embd}), attn(c), ln_2({c.n_embd}), mlp(c) {
+  register_module("ln_1", ln_1);
+  register_module("attn", attn);
+  register_module("ln_2", ln_2);
+  register_module("mlp", mlp);
+}
+
+Tensor GPTBlock::forward(const Tensor& x) {
+  Tensor h = x + attn(ln_1(x));
+  return h + mlp(ln_2(h));
+}
+
+// ---- the model ----
+
+GPTTrunk::GPTTrunk(const GPTConfig& c) : wte(c.vocab_size, c.n_embd), wpe(c.block_size, c.n_embd), ln_f({c.n_embd}) {
+  normal_init(wte.weight, INIT_STD);
+  normal_init(wpe.weight, INIT_STD);
+  for (int64_t i = 0; i < c.n_layer; i++) h.emplace<GPTBlock>(c);
+  register_module("wte", wte);
+  register_module("wpe", wpe);
+  register_module("h", h);
+  register_module("ln_f", ln_f);
+}
+
+GPT::GPT(const GPTConfig& c) : config((c.check(), c)), transformer(c) { register_module("transformer", transformer); }
+
+// Note [tied embeddings]
+Tensor GPT::forward(const Tensor& idx) {
+  TG_CHECK(idx.ndim() == 2 && is_int(idx.dtype()), "GPT: input must be integer token indices [B, T], got ",
+           idx.describe());
+  int64_t t = idx.shape(1);
+  TG_CHECK(t <= config.block_size, "GPT: sequence of ", t, " tokens is longer than block_size ", config.block_size);
+  Tensor pos = Tensor::arange(t, {.dtype = DType::Int32, .device = idx.device()});
+  Tensor x = (transformer.wte(idx) + transformer.wpe(pos)).dropout(config.dropout, is_training());
+  x = transformer.ln_f(transformer.h(x));
+  return x.matmul(transformer.wte.weight.transpose(0, 1));
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,82 @@
+// A GPT-2-class decoder-only transformer (Radford et al. 2019, as nanoGPT and llm.c build it):
+// token and position embeddings, pre-LayerNorm blocks of causal self-attention and a GELU (tanh)
+// MLP with residuals, a final LayerNorm and an output projection tied to the token embedding.
+// Parameter names follow Hugging Face's GPT2LMHeadModel ("transformer.h.0.attn.c_attn.weight"),
+// with Linear's [out, in] weight layout (transformers' Conv1D stores [in, out]).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "tinygrad/nn/layers.h"
+#include "tinygrad/nn/module.h"
+
+namespace tg::nn {
+
+struct GPTConfig {
+  int64_t vocab_size = 50304;  // GPT-2's 50257 padded to a multiple of 64, as llm.c
+  int64_t block_size = 1024;   // the longest sequence (position embeddings)
+  int64_t n_layer = 12, n_head = 12, n_embd = 768;
+  double dropout = 0.0;  // on attention weights, after attention and MLP, after the embeddings
+  // Checks the sizes (positive, n_embd divisible by n_head); throws naming the field.
+  void check() const;
+};
+
+// Multi-head causal self-attention: one Linear to q, k, v ([D] -> [3D]), attention per head
+// (Tensor::scaled_dot_product_attention, causal), heads joined and projected ([D] -> [D]).
+class CausalSelfAttention : public Module {
+ public:
+  explicit CausalSelfAttention(const GPTConfig& c);
+  Tensor forward(const Tensor& x) override;  // [B, T, D] -> [B, T, D]
+  std::string type_name() const override { return "CausalSelfAttention"; }
+  int64_t n_head;
+  double dropout;
+  Linear c_attn, c_proj;
+};
+
+// [D] -> [4D] -> GELU (tanh) -> [D].
+class GPTMLP : public Module {
+ public:
+  explicit GPTMLP(const GPTConfig& c);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "MLP"; }
+  double dropout;
+  Linear c_fc, c_proj;
+};
+
+// x + attn(ln_1(x)), then + mlp(ln_2(x)).
+class GPTBlock : public Module {
+ public:
+  explicit GPTBlock(const GPTConfig& c);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Block"; }
+  LayerNorm ln_1;
+  CausalSelfAttention attn;
+  LayerNorm ln_2;
+  GPTMLP mlp;
+};
+
+// The embeddings, blocks and final norm ("transformer." in the parameter names).
+class GPTTrunk : public Module {
+ public:
+  explicit GPTTrunk(const GPTConfig& c);
+  std::string type_name() const override { return "Transformer"; }
+  Embedding wte, wpe;
+  Sequential h;
+  LayerNorm ln_f;
+};
+
+// Note [tied embeddings]: the output projection is the token embedding's weight (logits = x @
+// wte.weight^T), one tensor registered once, so the optimizer updates it once with the sum of
+// both uses' gradients, and a state dict holds it once ("transformer.wte.weight"; no
+// "lm_head.weight").
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& c);
+  // Token indices [B, T] (integers, T <= block_size) -> logits [B, T, vocab_size].
+  Tensor forward(const Tensor& idx) override;
+  std::string type_name() const override { return "GPT"; }
+  GPTConfig config;
+  GPTTrunk transformer;
+};
+
+}  // namespace tg::nn
