@@ -9,6 +9,7 @@
 #include "test_util.h"
 #include "tinygrad/nn/gpt.h"
 #include "tinygrad/nn/optim.h"
+#include "tinygrad/nn/state.h"
 
 using namespace tg;
 using namespace tg::nn;
@@ -86,6 +87,24 @@ TEST(GPT, IsCausal) {
   EXPECT_TRUE(later_changed);
 }
 
+// bfloat16 autocast (set_compute_dtype) covers the attention's products too: the logits move by
+// bfloat16's rounding, not more.
+TEST(GPT, ComputesInBfloat16) {
+  Tensor::manual_seed(9);
+  GPT m(tiny());
+  Tensor x = tokens({1, 2, 3, 4, 5, 6, 7, 8}, 1, 8);
+  auto f32 = m(x).to_vector<float>();
+  m.set_compute_dtype(DType::BFloat16);
+  Tensor logits = m(x);
+  EXPECT_EQ(logits.dtype(), DType::Float32);
+  auto bf = logits.to_vector<float>();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < f32.size(); i++) diff = std::max(diff, std::abs(static_cast<double>(bf[i] - f32[i]))),
+                                          norm = std::max(norm, std::abs(static_cast<double>(f32[i])));
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 0.05 * norm + 1e-3);
+}
+
 // Note [tied embeddings]: a token that is never an input still gets a gradient through the output
 // projection, and the optimizer holds the tensor once.
 TEST(GPT, TiedEmbeddingGetsBothGradients) {
@@ -117,6 +136,56 @@ TEST(GPT, LearnsAFixedBatch) {
   }
   EXPECT_NEAR(first, std::log(17.0), 0.3);  // about uniform at the start
   EXPECT_LT(last, 0.25 * first);
+}
+
+class GPTHuggingFace : public tg::testutil::TempDirTest {};
+
+// Note [hugging face layout]: a file in transformers' layout (Conv1D weights [in, out], the tied
+// head, a mask buffer, with or without the "transformer." prefix) loads into a model that then
+// computes what the model that wrote it computes.
+TEST_F(GPTHuggingFace, WeightsRoundTripThroughTransformersLayout) {
+  Tensor::manual_seed(6);
+  GPT a(tiny());
+  StateDict hf = gpt2_to_hugging_face(a.state_dict());
+  EXPECT_EQ(hf.at("transformer.h.0.attn.c_attn.weight").shape(), (Shape{8, 24}));  // [in, out]
+  EXPECT_EQ(hf.at("transformer.h.1.mlp.c_proj.weight").shape(), (Shape{32, 8}));
+  EXPECT_EQ(hf.at("transformer.ln_f.weight").shape(), (Shape{8}));
+  EXPECT_TRUE(hf.count("lm_head.weight"));
+  hf["transformer.h.0.attn.bias"] = Tensor::ones({1, 1, 8, 8});  // an older version's mask buffer
+  std::string path = (dir_ / "model.safetensors").string();
+  safe_save(hf, path);
+  Tensor x = tokens({3, 1, 4, 1, 5, 9, 2, 6}, 1, 8);
+  auto expected = a(x).to_vector<float>();
+  Tensor::manual_seed(7);
+  GPT b(tiny());
+  EXPECT_NE(b(x).to_vector<float>(), expected);
+  load_hugging_face_gpt2(b, path);
+  EXPECT_EQ(b(x).to_vector<float>(), expected);
+  // GPT2Model's names, without the prefix
+  StateDict bare;
+  for (auto& [k, v] : gpt2_to_hugging_face(a.state_dict()))
+    if (k != "lm_head.weight") bare[k.substr(std::string("transformer.").size())] = v;
+  GPT c(tiny());
+  c.load_state_dict(gpt2_from_hugging_face(bare));
+  EXPECT_EQ(c(x).to_vector<float>(), expected);
+}
+
+TEST_F(GPTHuggingFace, BadFilesAreNamed) {
+  Tensor::manual_seed(8);
+  GPT a(tiny());
+  StateDict hf = gpt2_to_hugging_face(a.state_dict());
+  hf.erase("transformer.h.1.ln_2.bias");
+  std::string path = (dir_ / "missing.safetensors").string();
+  safe_save(hf, path);
+  expect_error([&] { load_hugging_face_gpt2(a, path); }, {path, "transformer.h.1.ln_2.bias"});
+  hf = gpt2_to_hugging_face(a.state_dict());
+  hf["lm_head.weight"] = hf["lm_head.weight"] * 2;
+  expect_error([&] { gpt2_from_hugging_face(hf); }, {"lm_head.weight differs from the token embedding"});
+  GPTConfig wider = tiny();
+  wider.n_embd = 16;
+  GPT w(wider);
+  safe_save(gpt2_to_hugging_face(w.state_dict()), path);
+  expect_error([&] { load_hugging_face_gpt2(a, path); }, {path, "transformer.wte.weight"});
 }
 
 TEST(GPT, BadConfigsAndInputsAreNamed) {

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "tinygrad/error.h"
+#include "tinygrad/nn/state.h"
 
 namespace tg::nn {
 
@@ -53,10 +54,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   int64_t b = x.shape(0), t = x.shape(1), d = x.shape(2), hd = d / n_head;
   // [B, T, 3D] -> three [B, H, T, hd]
   Tensors qkv = c_attn(x).reshape({b, t, 3, n_head, hd}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
-  auto head = [&](const Tensor& z) { return z.reshape({b, n_head, t, hd}); };
+  // with a compute dtype the attention's products run in it too (Note [compute dtype] in layers.cpp;
+  // its softmax stays float32: Note [attention as a composition])
+  std::optional<DType> cd = compute_dtype();
+  auto head = [&](const Tensor& z) {
+    Tensor h = z.reshape({b, n_head, t, hd});
+    return cd ? h.cast(*cd) : h;
+  };
   double p = is_training() ? dropout : 0.0;
   Tensor y = head(qkv[0]).scaled_dot_product_attention(head(qkv[1]), head(qkv[2]), /*causal=*/true, p);
-  y = y.permute({0, 2, 1, 3}).reshape({b, t, d});
+  y = y.permute({0, 2, 1, 3}).reshape({b, t, d}).cast(x.dtype());
   return c_proj(y).dropout(dropout, is_training());
 }
 
@@ -107,6 +114,64 @@ Tensor GPT::forward(const Tensor& idx) {
   Tensor x = (transformer.wte(idx) + transformer.wpe(pos)).dropout(config.dropout, is_training());
   x = transformer.ln_f(transformer.h(x));
   return x.matmul(transformer.wte.weight.transpose(0, 1));
+}
+
+// ---- Hugging Face GPT-2 weights (Note [hugging face layout]) ----
+
+namespace {
+
+const std::string PREFIX = "transformer.";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool is_conv1d_weight(const std::string& name) {
+  for (const char* layer : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (ends_with(name, layer)) return true;
+  return false;
+}
+
+bool is_mask_buffer(const std::string& name) { return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"); }
+
+Tensor transposed(const Tensor& t, const std::string& name) {
+  TG_CHECK(t.ndim() == 2, "GPT-2 weights: ", name, " must be 2-d, got ", t.describe());
+  return t.transpose(0, 1).contiguous().realize();
+}
+
+}  // namespace
+
+StateDict gpt2_from_hugging_face(const StateDict& hf) {
+  StateDict own;
+  for (auto& [key, value] : hf) {
+    if (key == "lm_head.weight" || is_mask_buffer(key)) continue;
+    std::string name = key.rfind(PREFIX, 0) == 0 ? key : PREFIX + key;
+    own[name] = is_conv1d_weight(name) ? transposed(value, key) : value;
+  }
+  if (auto head = hf.find("lm_head.weight"); head != hf.end()) {
+    auto wte = own.find(PREFIX + "wte.weight");
+    TG_CHECK(wte != own.end(), "GPT-2 weights: lm_head.weight without transformer.wte.weight");
+    TG_CHECK(head->second.shape() == wte->second.shape() &&
+                 head->second.to_vector<float>() == wte->second.to_vector<float>(),
+             "GPT-2 weights: lm_head.weight differs from the token embedding (an untied head; GPT ties them, "
+             "Note [tied embeddings])");
+  }
+  return own;
+}
+
+StateDict gpt2_to_hugging_face(const StateDict& own) {
+  StateDict hf;
+  for (auto& [name, value] : own) hf[name] = is_conv1d_weight(name) ? transposed(value, name) : value;
+  if (auto wte = own.find(PREFIX + "wte.weight"); wte != own.end()) hf["lm_head.weight"] = wte->second;
+  return hf;
+}
+
+void load_hugging_face_gpt2(GPT& model, const std::string& path) {
+  try {
+    model.load_state_dict(gpt2_from_hugging_face(safe_load(path)), /*strict=*/true);
+  } catch (const Error& e) {
+    TG_FAIL("loading GPT-2 weights from ", path, ": ", e.what());
+  }
 }
 
 }  // namespace tg::nn

@@ -79,4 +79,24 @@ class GPT : public Module {
   GPTTrunk transformer;
 };
 
+// ---- Hugging Face GPT-2 weights ----
+//
+// Note [hugging face layout]: transformers' GPT2LMHeadModel names its tensors as GPT does here
+// ("transformer.h.0.attn.c_attn.weight"; GPT2Model's files lack the "transformer." prefix), but
+// its Conv1D layers (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) store weights as [in, out],
+// Linear's transpose. Its files may also hold "lm_head.weight" (the tied embedding again) and
+// the attention mask buffers "attn.bias" / "attn.masked_bias" of older versions: the first must
+// equal the token embedding, the others are not weights and are skipped.
+
+// A transformers state dict (as safe_load reads model.safetensors) as GPT's own: Conv1D weights
+// transposed, names given the "transformer." prefix where missing, the tied head checked and
+// dropped, mask buffers dropped. What is then missing or unexpected, load_state_dict names.
+StateDict gpt2_from_hugging_face(const StateDict& hf);
+// GPT's state dict in transformers' layout (Conv1D weights [in, out], "lm_head.weight" tied),
+// as GPT2LMHeadModel.from_pretrained reads it from a safetensors file.
+StateDict gpt2_to_hugging_face(const StateDict& own);
+// Loads a model.safetensors written by transformers into `model` (strict: every weight present,
+// shapes checked; errors name the file).
+void load_hugging_face_gpt2(GPT& model, const std::string& path);
+
 }  // namespace tg::nn
