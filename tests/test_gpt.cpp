@@ -138,6 +138,51 @@ TEST(GPT, LearnsAFixedBatch) {
   EXPECT_LT(last, 0.25 * first);
 }
 
+// Note [kv cache]: the prompt at once and then one position per call give the logits of one
+// call over the whole sequence.
+TEST(GPT, KVCacheGivesTheFullSequencesLogits) {
+  Tensor::manual_seed(10);
+  GPT m(tiny());
+  std::vector<int32_t> seq{5, 1, 16, 2, 9, 4};
+  auto full = m(tokens(seq, 1, 6)).to_vector<float>();
+  std::vector<KVCache> caches(2);
+  std::vector<float> stepped = m.forward(tokens({5, 1, 16}, 1, 3), caches).to_vector<float>();
+  for (size_t i = 3; i < seq.size(); i++) {
+    auto next = m.forward(tokens({seq[i]}, 1, 1), caches).to_vector<float>();
+    stepped.insert(stepped.end(), next.begin(), next.end());
+  }
+  EXPECT_EQ(caches[1].length(), 6);
+  ASSERT_EQ(stepped.size(), full.size());
+  for (size_t i = 0; i < full.size(); i++) EXPECT_NEAR(stepped[i], full[i], 1e-5) << "logit " << i;
+}
+
+// Note [sampling]: greedy decoding through the cache picks what the full model's argmax picks; a
+// seed gives the same tokens every time.
+TEST(GPT, GenerateIsGreedyOrSeeded) {
+  Tensor::manual_seed(11);
+  GPT m(tiny());
+  std::vector<int32_t> prompt{3, 7};
+  auto greedy = generate(m, prompt, {.tokens = 5, .temperature = 0});
+  std::vector<int32_t> seq = prompt;
+  for (int i = 0; i < 5; i++) {
+    auto logits = m(tokens(seq, 1, static_cast<int64_t>(seq.size()))).to_vector<float>();
+    auto last = logits.end() - 17;
+    seq.push_back(static_cast<int32_t>(std::max_element(last, logits.end()) - last));
+  }
+  EXPECT_EQ(greedy, std::vector<int32_t>(seq.begin() + 2, seq.end()));
+  EXPECT_EQ(generate(m, prompt, {.tokens = 5, .temperature = 1, .top_k = 1, .seed = 3}), greedy);
+  SampleOptions o{.tokens = 6, .temperature = 1.5, .top_k = 0, .seed = 42};
+  auto a = generate(m, prompt, o);
+  EXPECT_EQ(generate(m, prompt, o), a);
+  for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 17);
+  bool differs = false;
+  for (uint64_t seed = 1; seed < 6 && !differs; seed++) differs = generate(m, prompt, {6, 1.5, 0, seed}) != a;
+  EXPECT_TRUE(differs);
+  expect_error([&] { generate(m, {}, o); }, {"at least one token"});
+  expect_error([&] { generate(m, prompt, {.tokens = 7}); }, {"longer than the model's block_size 8"});
+  expect_error([&] { generate(m, {17}, o); }, {"prompt token 17 is outside the vocabulary of 17"});
+}
+
 class GPTHuggingFace : public tg::testutil::TempDirTest {};
 
 // Note [hugging face layout]: a file in transformers' layout (Conv1D weights [in, out], the tied

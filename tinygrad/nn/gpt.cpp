@@ -6,7 +6,10 @@
 // 0, LayerNorm weights 1 and biases 0.
 #include "tinygrad/nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 
 #include "tinygrad/error.h"
 #include "tinygrad/nn/state.h"
@@ -50,6 +53,17 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
+  KVCache none;
+  return forward(x, none);
+}
+
+// Note [kv cache]: generation feeds the prompt once and then one token per step; each layer keeps
+// the keys and values of every position so far, and a step computes q, k, v for its new positions
+// only, appends k and v, and attends from the new queries to all keys. The new queries are the
+// last positions, so the causal mask applies only when the call has more than one of them and the
+// cache is empty (the prompt: L = S, masked as in training); a single new query sees every key.
+// A prompt after a non-empty cache (several new positions at once) is not supported.
+Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache) {
   TG_CHECK(x.ndim() == 3, "CausalSelfAttention: input must be [B, T, D], got ", x.describe());
   int64_t b = x.shape(0), t = x.shape(1), d = x.shape(2), hd = d / n_head;
   // [B, T, 3D] -> three [B, H, T, hd]
@@ -62,7 +76,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     return cd ? h.cast(*cd) : h;
   };
   double p = is_training() ? dropout : 0.0;
-  Tensor y = head(qkv[0]).scaled_dot_product_attention(head(qkv[1]), head(qkv[2]), /*causal=*/true, p);
+  Tensor k = head(qkv[1]), v = head(qkv[2]);
+  bool first = cache.length() == 0;
+  TG_CHECK(first || t == 1, "CausalSelfAttention: after a cached prefix, positions come one at a time (got ", t, ")");
+  if (!first) k = Tensor::cat({*cache.k, k}, 2), v = Tensor::cat({*cache.v, v}, 2);
+  Tensor y = head(qkv[0]).scaled_dot_product_attention(k, v, /*causal=*/first && t > 1, p);
+  cache.k = k.realize(), cache.v = v.realize();
   y = y.permute({0, 2, 1, 3}).reshape({b, t, d}).cast(x.dtype());
   return c_proj(y).dropout(dropout, is_training());
 }
@@ -86,7 +105,12 @@ GPTBlock::GPTBlock(const GPTConfig& c) : ln_1({c.n_embd}), attn(c), ln_2({c.n_em
 }
 
 Tensor GPTBlock::forward(const Tensor& x) {
-  Tensor h = x + attn(ln_1(x));
+  KVCache none;
+  return forward(x, none);
+}
+
+Tensor GPTBlock::forward(const Tensor& x, KVCache& cache) {
+  Tensor h = x + attn.forward(ln_1(x), cache);
   return h + mlp(ln_2(h));
 }
 
@@ -104,16 +128,78 @@ GPTTrunk::GPTTrunk(const GPTConfig& c) : wte(c.vocab_size, c.n_embd), wpe(c.bloc
 
 GPT::GPT(const GPTConfig& c) : config((c.check(), c)), transformer(c) { register_module("transformer", transformer); }
 
-// Note [tied embeddings]
 Tensor GPT::forward(const Tensor& idx) {
+  std::vector<KVCache> none(static_cast<size_t>(config.n_layer));
+  return forward(idx, none);
+}
+
+// Note [tied embeddings]
+Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>& caches) {
   TG_CHECK(idx.ndim() == 2 && is_int(idx.dtype()), "GPT: input must be integer token indices [B, T], got ",
            idx.describe());
-  int64_t t = idx.shape(1);
-  TG_CHECK(t <= config.block_size, "GPT: sequence of ", t, " tokens is longer than block_size ", config.block_size);
-  Tensor pos = Tensor::arange(t, {.dtype = DType::Int32, .device = idx.device()});
+  TG_ASSERT(caches.size() == static_cast<size_t>(config.n_layer), "GPT: one KV cache per layer");
+  int64_t t = idx.shape(1), past = caches[0].length();
+  TG_CHECK(past + t <= config.block_size, "GPT: sequence of ", past + t, " tokens is longer than block_size ",
+           config.block_size);
+  Tensor pos = Tensor::arange(static_cast<double>(past), static_cast<double>(past + t), 1,
+                              {.dtype = DType::Int32, .device = idx.device()});
   Tensor x = (transformer.wte(idx) + transformer.wpe(pos)).dropout(config.dropout, is_training());
-  x = transformer.ln_f(transformer.h(x));
+  for (size_t i = 0; i < transformer.h.size(); i++)
+    x = dynamic_cast<GPTBlock&>(transformer.h[i]).forward(x, caches[i]);
+  x = transformer.ln_f(x);
   return x.matmul(transformer.wte.weight.transpose(0, 1));
+}
+
+// ---- sampling ----
+
+namespace {
+
+// The next token from the last position's logits (Note [sampling]).
+int32_t pick_token(std::vector<float> logits, const SampleOptions& o, std::mt19937_64& gen) {
+  if (o.temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  size_t k = o.top_k > 0 ? std::min(order.size(), static_cast<size_t>(o.top_k)) : order.size();
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  double top = logits[order[0]];
+  std::vector<double> weights(k);
+  for (size_t i = 0; i < k; i++) weights[i] = std::exp((logits[order[i]] - top) / o.temperature);
+  std::discrete_distribution<size_t> dist(weights.begin(), weights.end());
+  return order[dist(gen)];
+}
+
+}  // namespace
+
+// Note [sampling]: the probabilities are softmax(logits / temperature) over the top_k logits (all
+// with top_k 0), drawn on the host from std::mt19937_64 seeded with opts.seed, so a seed gives the
+// same tokens on every device; temperature 0 takes the largest logit (greedy decoding).
+std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts) {
+  TG_CHECK(!prompt.empty(), "generate: the prompt needs at least one token");
+  TG_CHECK(opts.tokens >= 0 && opts.top_k >= 0 && opts.temperature >= 0,
+           "generate: tokens, top_k and temperature must not be negative");
+  int64_t total = static_cast<int64_t>(prompt.size()) + opts.tokens;
+  TG_CHECK(total <= model.config.block_size, "generate: prompt (", prompt.size(), " tokens) plus ", opts.tokens,
+           " new ones is longer than the model's block_size ", model.config.block_size);
+  for (int32_t tok : prompt)
+    TG_CHECK(tok >= 0 && tok < model.config.vocab_size, "generate: prompt token ", tok, " is outside the vocabulary of ",
+             model.config.vocab_size);
+  bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  std::mt19937_64 gen(opts.seed);
+  std::vector<KVCache> caches(static_cast<size_t>(model.config.n_layer));
+  std::vector<int32_t> out;
+  Tensor step = Tensor::from_vector(prompt, {1, static_cast<int64_t>(prompt.size())});
+  for (int64_t i = 0; i < opts.tokens; i++) {
+    Tensor logits = model.forward(step, caches);
+    int64_t t = logits.shape(1), v = logits.shape(2);
+    int32_t next = pick_token(logits.shrink({{0, 1}, {t - 1, t}, {0, v}}).reshape({v}).to_vector<float>(), opts, gen);
+    out.push_back(next);
+    step = Tensor::from_vector(std::vector<int32_t>{next}, {1, 1});
+  }
+  model.train(was_training);
+  return out;
 }
 
 // ---- Hugging Face GPT-2 weights (Note [hugging face layout]) ----

@@ -5,6 +5,7 @@
 // with Linear's [out, in] weight layout (transformers' Conv1D stores [in, out]).
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tinygrad/nn/layers.h"
@@ -23,10 +24,19 @@ struct GPTConfig {
 
 // Multi-head causal self-attention: one Linear to q, k, v ([D] -> [3D]), attention per head
 // (Tensor::scaled_dot_product_attention, causal), heads joined and projected ([D] -> [D]).
+// The keys and values of the positions seen so far, per layer ([B, H, T, hd] each; empty before
+// the first call), for generation one token at a time (Note [kv cache]).
+struct KVCache {
+  std::optional<Tensor> k, v;
+  int64_t length() const { return k ? k->shape(2) : 0; }
+};
+
 class CausalSelfAttention : public Module {
  public:
   explicit CausalSelfAttention(const GPTConfig& c);
   Tensor forward(const Tensor& x) override;  // [B, T, D] -> [B, T, D]
+  // x holds the positions after those in `cache`, which grows by them.
+  Tensor forward(const Tensor& x, KVCache& cache);
   std::string type_name() const override { return "CausalSelfAttention"; }
   int64_t n_head;
   double dropout;
@@ -48,6 +58,7 @@ class GPTBlock : public Module {
  public:
   explicit GPTBlock(const GPTConfig& c);
   Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, KVCache& cache);
   std::string type_name() const override { return "Block"; }
   LayerNorm ln_1;
   CausalSelfAttention attn;
@@ -74,10 +85,25 @@ class GPT : public Module {
   explicit GPT(const GPTConfig& c);
   // Token indices [B, T] (integers, T <= block_size) -> logits [B, T, vocab_size].
   Tensor forward(const Tensor& idx) override;
+  // The same for positions after those the caches hold (one cache per layer), which grow by them.
+  Tensor forward(const Tensor& idx, std::vector<KVCache>& caches);
   std::string type_name() const override { return "GPT"; }
   GPTConfig config;
   GPTTrunk transformer;
 };
+
+// ---- sampling ----
+
+struct SampleOptions {
+  int64_t tokens = 100;      // how many to generate
+  double temperature = 1.0;  // logits are divided by it; 0: the most likely token every time
+  int64_t top_k = 0;         // sample among the k most likely tokens (0: all)
+  uint64_t seed = 0;         // the same seed, prompt and model give the same tokens
+};
+// Continues `prompt` (token ids, at least one) by opts.tokens tokens, one forward step per token
+// through the KV cache (Note [kv cache]); prompt plus tokens must fit the model's block_size.
+// Runs in eval mode and without gradients; returns only the new tokens.
+std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts);
 
 // ---- Hugging Face GPT-2 weights ----
 //
