@@ -126,19 +126,21 @@ void register_config_keys(const std::string& owner, const std::vector<ConfigFiel
   const auto& builtins = builtin_keys();
   auto& schema = schema_storage();
   for (const auto& f : fields) {
-    TG_CHECK(f.key.find('.') != std::string::npos && f.key.front() != '.' && f.key.back() != '.', "register ", owner,
-             ": config key '", f.key, "' has no section (keys are section.name, e.g. data.seq_len)");
-    TG_CHECK(f.default_value.index() == static_cast<size_t>(f.type), "register ", owner, ": the default of ", f.key,
-             " is not of type ", value_type_name(f.type));
-    auto same = std::find_if(schema.begin(), schema.end(), [&](const ConfigField& g) { return g.key == f.key; });
+    TG_CHECK(f.key.find('.') != std::string::npos && f.key.front() != '.' && f.key.back() != '.', "register ",
+             owner, ": config key '", f.key, "' has no section (keys are section.name, e.g. data.seq_len)");
+    TG_CHECK(f.default_value.index() == static_cast<size_t>(f.type), "register ", owner, ": the default of ",
+             f.key, " is not of type ", value_type_name(f.type));
+    auto same =
+        std::find_if(schema.begin(), schema.end(), [&](const ConfigField& g) { return g.key == f.key; });
     if (same != schema.end()) {
       TG_CHECK(!builtins.count(f.key), "register ", owner, ": config key '", f.key, "' is built in");
-      TG_CHECK(same->type == f.type && same->default_value == f.default_value, "register ", owner, ": config key '",
-               f.key, "' is already registered with another type or default");
+      TG_CHECK(same->type == f.type && same->default_value == f.default_value, "register ", owner,
+               ": config key '", f.key, "' is already registered with another type or default");
       continue;  // shared with an earlier registration
     }
-    auto last_of_section = std::find_if(schema.rbegin(), schema.rend(),
-                                        [&](const ConfigField& g) { return section_of(g.key) == section_of(f.key); });
+    auto last_of_section = std::find_if(schema.rbegin(), schema.rend(), [&](const ConfigField& g) {
+      return section_of(g.key) == section_of(f.key);
+    });
     schema.insert(last_of_section == schema.rend() ? schema.end() : last_of_section.base(), f);
   }
 }

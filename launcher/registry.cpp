@@ -1,14 +1,15 @@
 // The model and dataset registries and the built-in entries: the MLP, tinygrad's MNIST CNN,
-// Fashion-MNIST, llm.c token shards and byte-level text. Built-ins are added when a registry is first used (not by static registrars,
-// which a linker drops from a static library when nothing else in their file is referenced).
+// Fashion-MNIST, llm.c token shards and byte-level text. Built-ins are added when a registry is
+// first used (not by static registrars, which a linker drops from a static library when nothing
+// else in their file is referenced).
 #include "launcher/registry.h"
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <set>
 #include <new>
+#include <set>
 #include <stdexcept>
 
 #include "tinygrad/error.h"
@@ -105,7 +106,8 @@ constexpr int64_t GPT2_VOCAB_SIZE = 50257;
 // before this file's constants are initialised.
 ConfigField seq_len_key() {
   return {"data.seq_len", ValueType::Int, int64_t{1024},
-          "tokens, text: window length T (an example is T+1 tokens: x the first T, y the last T)", int_at_least(1)};
+          "tokens, text: window length T (an example is T+1 tokens: x the first T, y the last T)",
+          int_at_least(1)};
 }
 
 // The shard files of one split of the `tokens` dataset: the glob in `key`, or, when it is empty,
@@ -134,7 +136,8 @@ DataSplits text_splits(const Config& c) {
   const std::string& path = c.get_string("data.text_file");
   std::error_code ec;
   TG_CHECK(path != nn::DEFAULT_TEXT_FILE || fs::exists(path, ec), "dataset text: '", path,
-           "' not found; install the Debian package jargon-text (scripts/setup.sh does), or set data.text_file");
+           "' not found; install the Debian package jargon-text (scripts/setup.sh does), or set "
+           "data.text_file");
   auto t = nn::text_windows(path, c.get_int("data.seq_len"), c.get_float("data.val_fraction"));
   return DataSplits{t.train, t.val, nn::BYTE_VOCAB_SIZE};
 }

@@ -7,7 +7,7 @@
 //   TG_REGISTER_MODEL("tiny", [](const tg::launcher::Config& c) {
 //     return std::make_unique<MyNet>(c.get_ints("model.hidden"));
 //   });
-//   TG_REGISTER_DATASET("my_data", [](const tg::launcher::Config& c) { return load_mine(c.get_int("data.my_size")); },
+//   TG_REGISTER_DATASET("my_data", [](const tg::launcher::Config& c) { return load_mine(c); },
 //                       {{"data.my_size", tg::launcher::ValueType::Int, int64_t{100}, "my_data: examples",
 //                         tg::launcher::int_at_least(1)}});
 #pragma once

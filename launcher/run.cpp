@@ -50,10 +50,10 @@ const char* USAGE =
     "  tg info                                build features, devices, memory pools, knobs\n"
     "  tg bench [--reps=N] [WORKLOAD ...]     time the benchmark workloads (JSON lines; all by default)\n"
     "  tg tokenize TEXT OUT.bin [--shard-tokens=N]\n"
-    "                                         write a UTF-8 text file (plain or gzipped) as llm.c token shards\n"
-    "                                         (dataset tokens), byte-level: token = byte, vocabulary 256 (GPT-2\n"
-    "                                         BPE is not implemented yet); more than N tokens (default 100000000)\n"
-    "                                         go to OUT_000000.bin, OUT_000001.bin, ...\n"
+    "                                         a UTF-8 text (plain or gzipped) as llm.c token shards\n"
+    "                                         for data.name=tokens; byte-level: token = byte, vocabulary\n"
+    "                                         256 (GPT-2 BPE is not implemented yet); past N tokens\n"
+    "                                         (default 10^8): OUT_000000.bin, OUT_000001.bin, ...\n"
     "  tg help                                this text\n";
 
 std::string value_text(const Value& v) {
@@ -203,7 +203,8 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   }
 }
 
-std::vector<std::string> tokenize_file(const std::string& text_path, const std::string& out_path, int64_t shard_tokens) {
+std::vector<std::string> tokenize_file(const std::string& text_path, const std::string& out_path,
+                                       int64_t shard_tokens) {
   std::vector<uint16_t> tokens = nn::byte_tokens(nn::read_text_file(text_path));
   return nn::write_token_shards(out_path, tokens, shard_tokens);
 }
@@ -283,7 +284,8 @@ int tg_main(int argc, char** argv) {
         if (a.rfind("--shard-tokens=", 0) == 0) shard_tokens = parse_shard_tokens(a.substr(15));
         else paths.push_back(a);
       }
-      TG_CHECK(paths.size() == 2, "tg tokenize: expected TEXT OUT.bin, got ", paths.size(), " paths (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N])");
+      TG_CHECK(paths.size() == 2, "tg tokenize: expected TEXT OUT.bin, got ", paths.size(),
+               " paths (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N])");
       for (const auto& p : tokenize_file(paths[0], paths[1], shard_tokens))
         std::cout << "wrote " << nn::TokenShard(p).size() << " tokens to " << p << "\n";
       return 0;

@@ -286,7 +286,7 @@ TrainSummary Trainer::fit() {
   int64_t window_examples = 0;
   while (step_ < total_steps_) {
     int64_t epoch = step_ / bpe;
-    train_loader_->start_epoch(epoch, step_ % bpe);  // a resumed run skips the batches it has seen
+    train_loader_->seek({epoch, step_ % bpe});  // a resumed run skips the batches it has seen
     while (step_ < total_steps_) {
       auto b = train_loader_->next();
       if (!b) break;

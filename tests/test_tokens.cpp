@@ -19,9 +19,9 @@
 #include "launcher/config.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
+#include "test_util.h"
 #include "tinygrad/nn/data.h"
 #include "tinygrad/nn/tokens.h"
-#include "test_util.h"
 
 using namespace tg;
 using namespace tg::nn;
@@ -122,36 +122,44 @@ TEST_F(TokensTest, BadShardsAreNamedWithTheirProblem) {
 
   write_file(path("short.bin"), std::string(100, '\0'));
   EXPECT_EQ(msg("short.bin"), "tokens: '" + path("short.bin") +
-                                  "': 100 bytes, shorter than the 1024-byte header of an llm.c token shard (truncated, or not a shard)");
+                                  "': 100 bytes, shorter than the 1024-byte header of an llm.c token shard "
+                                  "(truncated, or not a shard)");
 
   write_raw_shard(path("magic.bin"), {12345, 1, 10}, tokens);
-  EXPECT_EQ(msg("magic.bin"), "tokens: '" + path("magic.bin") +
-                                  "': bad magic 12345 (an llm.c token shard starts with 20240520); not a token shard");
+  EXPECT_EQ(msg("magic.bin"),
+            "tokens: '" + path("magic.bin") +
+                "': bad magic 12345 (an llm.c token shard starts with 20240520); not a token shard");
 
   write_raw_shard(path("v2.bin"), {20240520, 2, 10}, tokens);
-  EXPECT_EQ(msg("v2.bin"), "tokens: '" + path("v2.bin") +
-                               "': version 2 is not supported (only version 1, uint16 tokens; version 2 is llm.c's uint32 "
-                               "LLaMA-3 format)");
+  EXPECT_EQ(msg("v2.bin"),
+            "tokens: '" + path("v2.bin") +
+                "': version 2 is not supported (only version 1, uint16 tokens; version 2 is llm.c's uint32 "
+                "LLaMA-3 format)");
   write_raw_shard(path("v7.bin"), {20240520, 7, 10}, tokens);
-  EXPECT_EQ(msg("v7.bin"), "tokens: '" + path("v7.bin") + "': version 7 is not supported (only version 1, uint16 tokens)");
+  EXPECT_EQ(msg("v7.bin"),
+            "tokens: '" + path("v7.bin") + "': version 7 is not supported (only version 1, uint16 tokens)");
 
   write_raw_shard(path("neg.bin"), {20240520, 1, -4}, tokens);
   EXPECT_EQ(msg("neg.bin"), "tokens: '" + path("neg.bin") + "': the header's token count is negative (-4)");
 
   write_raw_shard(path("cut.bin"), {20240520, 1, 12}, tokens);  // 12 announced, 10 there
-  EXPECT_EQ(msg("cut.bin"), "tokens: '" + path("cut.bin") +
-                                "': truncated: the header says 12 tokens (24 bytes after the header), the file has 20 bytes "
-                                "of tokens");
+  EXPECT_EQ(msg("cut.bin"),
+            "tokens: '" + path("cut.bin") +
+                "': truncated: the header says 12 tokens (24 bytes after the header), the file has 20 bytes "
+                "of tokens");
 
   write_raw_shard(path("long.bin"), {20240520, 1, 10}, tokens, 3);  // 3 bytes too many (odd, too)
-  EXPECT_EQ(msg("long.bin"), "tokens: '" + path("long.bin") +
-                                 "': the header says 10 tokens (20 bytes after the header), but the file has 23 bytes of "
-                                 "tokens (3 trailing bytes)");
+  EXPECT_EQ(msg("long.bin"),
+            "tokens: '" + path("long.bin") +
+                "': the header says 10 tokens (20 bytes after the header), but the file has 23 bytes of "
+                "tokens (3 trailing bytes)");
 
-  write_raw_shard(path("small.bin"), {20240520, 1, 10}, tokens);  // sound, but shorter than a window of 10 + 1
+  write_raw_shard(path("small.bin"), {20240520, 1, 10},
+                  tokens);  // sound, but shorter than a window of 10 + 1
   EXPECT_EQ(TokenShard(path("small.bin")).size(), 10);
   EXPECT_EQ(error_of([&] { shard_windows({path("small.bin")}, 10); }),
-            "tokens: '" + path("small.bin") + "': 10 tokens, fewer than the 11 that one window of data.seq_len=10 needs (T+1)");
+            "tokens: '" + path("small.bin") +
+                "': 10 tokens, fewer than the 11 that one window of data.seq_len=10 needs (T+1)");
   EXPECT_EQ(shard_windows({path("small.bin")}, 9)->size(), 1);
 }
 
@@ -201,7 +209,8 @@ TEST_F(TokensTest, ShuffleIsDeterministicPerSeedAndEpoch) {
   auto a = iota_tokens(401);
   write_token_shard(path("t.bin"), a.data(), 401);
   auto w = shard_windows({path("t.bin")}, 4);  // 100 windows
-  DataLoader one(w, {.batch_size = 10, .seed = 5}), two(w, {.batch_size = 10, .seed = 5}), other(w, {.batch_size = 10, .seed = 6});
+  DataLoader one(w, {.batch_size = 10, .seed = 5}), two(w, {.batch_size = 10, .seed = 5}),
+      other(w, {.batch_size = 10, .seed = 6});
   auto e0 = epoch_rows(one, 0), e1 = epoch_rows(one, 1);
   EXPECT_EQ(e0, epoch_rows(two, 0));
   EXPECT_EQ(e1, epoch_rows(two, 1));
@@ -225,7 +234,8 @@ TEST_F(TokensTest, RanksTakeDisjointPartsOfEveryGlobalBatch) {
   DataLoader global(w, {.batch_size = 6, .seed = 11});
   std::vector<std::unique_ptr<DataLoader>> ranks;
   for (int r = 0; r < world; r++)
-    ranks.push_back(std::make_unique<DataLoader>(w, DataLoaderOptions{.batch_size = 6, .seed = 11, .rank = r, .world = world}));
+    ranks.push_back(std::make_unique<DataLoader>(
+        w, DataLoaderOptions{.batch_size = 6, .seed = 11, .rank = r, .world = world}));
   for (int64_t epoch : {0, 1}) {
     auto whole = epoch_rows(global, epoch);
     ASSERT_EQ(whole.size(), 4u);
@@ -243,7 +253,8 @@ TEST_F(TokensTest, RanksTakeDisjointPartsOfEveryGlobalBatch) {
           EXPECT_EQ(mine.size(), 2u) << "a full batch of 6 gives each of 3 ranks 2 rows";
         }
         joined.insert(joined.end(), mine.begin(), mine.end());
-        for (int32_t id : mine) EXPECT_TRUE(seen.insert(id).second) << "window starting with " << id << " served twice";
+        for (int32_t id : mine)
+          EXPECT_TRUE(seen.insert(id).second) << "window starting with " << id << " served twice";
       }
       EXPECT_EQ(joined, whole[k]) << "rank parts in rank order make the global batch " << k;
     }
@@ -254,7 +265,8 @@ TEST_F(TokensTest, RanksTakeDisjointPartsOfEveryGlobalBatch) {
     EXPECT_EQ(parts[2][3].size(), 2u);
   }
   EXPECT_EQ(ranks[1]->batch_ids(0, 0).size(), 2u);
-  EXPECT_HAS(error_of([&] { DataLoader(w, {.batch_size = 6, .rank = 3, .world = 3}); }), "rank 3 is outside a world of 3");
+  EXPECT_HAS(error_of([&] { DataLoader(w, {.batch_size = 6, .rank = 3, .world = 3}); }),
+             "rank 3 is outside a world of 3");
   EXPECT_HAS(error_of([&] { DataLoader(w, {.batch_size = 7, .world = 3}); }),
              "the global batch of 7 examples does not split evenly over 3 ranks");
 }
@@ -324,12 +336,15 @@ TEST_F(TokensTest, TextIsBytesSplitAtTheEnd) {
   // Refusals name the file and the problem.
   EXPECT_EQ(error_of([&] { text_windows(path("t.txt"), 10, 0.25); }),
             "text: the validation split of '" + path("t.txt") +
-                "' (its last 25%, 10 bytes): 10 tokens, fewer than the 11 that one window of data.seq_len=10 needs (T+1)");
-  EXPECT_HAS(error_of([&] { text_windows(path("t.txt"), 4, 1.0); }), "validation fraction must be in (0, 1), got 1");
+                "' (its last 25%, 10 bytes): 10 tokens, fewer than the 11 that one window of data.seq_len=10 "
+                "needs (T+1)");
+  EXPECT_HAS(error_of([&] { text_windows(path("t.txt"), 4, 1.0); }),
+             "validation fraction must be in (0, 1), got 1");
   write_file(path("bad.txt"), "ok\xff no");
   EXPECT_EQ(error_of([&] { read_text_file(path("bad.txt")); }),
             "text: '" + path("bad.txt") + "': not UTF-8 text (an invalid byte at offset 2)");
-  EXPECT_EQ(error_of([&] { read_text_file(path("none.txt")); }), "text: '" + path("none.txt") + "': no such file");
+  EXPECT_EQ(error_of([&] { read_text_file(path("none.txt")); }),
+            "text: '" + path("none.txt") + "': no such file");
   EXPECT_EQ(first_invalid_utf8("\xed\xa0\x80"), 0u) << "a surrogate";
   EXPECT_EQ(first_invalid_utf8("a\xc0\xaf"), 1u) << "an overlong form";
   EXPECT_EQ(first_invalid_utf8("\xf0\x9d\x84\x9e"), std::string::npos);
@@ -383,7 +398,9 @@ TEST_F(TokensTest, TokenizeWritesShardsThatReadBack) {
   EXPECT_EQ(TokenShard(path("cli.bin")).size(), n);
   auto [rc2, out2, err2] = cli({"tg", "tokenize", path("in.txt")});
   EXPECT_EQ(rc2, 1);
-  EXPECT_EQ(err2, "error: tg tokenize: expected TEXT OUT.bin, got 1 paths (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N])\n");
+  EXPECT_EQ(err2,
+            "error: tg tokenize: expected TEXT OUT.bin, got 1 paths (usage: tg tokenize TEXT OUT.bin "
+            "[--shard-tokens=N])\n");
   auto [rc3, out3, err3] = cli({"tg", "tokenize", path("in.txt"), path("x.bin"), "--shard-tokens=0"});
   EXPECT_EQ(rc3, 1);
   EXPECT_HAS(err3, "--shard-tokens must be a whole number from 1 to 2147483647, got '0'");
@@ -398,29 +415,34 @@ TEST_F(TokensTest, TokensDatasetThroughTheConfig) {
   write_token_shard(path("d_train_000000.bin"), a.data(), 81);
   write_token_shard(path("d_val_000000.bin"), b.data(), 41);
   // llm.c's names in data.root.
-  L::Config c = L::parse_config("data:\n  name: tokens\n  seq_len: 8\n", "c.yaml", {"data.root=" + dir_.string()});
+  L::Config c =
+      L::parse_config("data:\n  name: tokens\n  seq_len: 8\n", "c.yaml", {"data.root=" + dir_.string()});
   L::DataSplits s = L::make_dataset(c);
   EXPECT_EQ(s.train->size(), 10);
   EXPECT_EQ(s.test->size(), 5);
   EXPECT_EQ(s.num_classes, 50257);
   EXPECT_EQ(example(*s.test, 0).first, slice(b, 0, 8));
   // Globs.
-  L::Config g = L::parse_config("", "c.yaml",
-                                {"data.name=tokens", "data.seq_len=4", "data.train_files=" + path("*_train_*.bin"),
-                                 "data.val_files=" + path("d_val_000000.bin")});
+  L::Config g =
+      L::parse_config("", "c.yaml",
+                      {"data.name=tokens", "data.seq_len=4", "data.train_files=" + path("*_train_*.bin"),
+                       "data.val_files=" + path("d_val_000000.bin")});
   EXPECT_EQ(L::make_dataset(g).train->size(), 20);
   // Mistakes.
   L::Config none = L::parse_config("", "c.yaml", {"data.name=tokens", "data.root=" + path("nowhere")});
   EXPECT_EQ(error_of([&] { L::make_dataset(none); }),
-            "dataset tokens: data.train_files is empty, so llm.c's train shards in data.root: '" + path("nowhere") +
-                "/*_train_*.bin' matches no file");
-  L::Config both = L::parse_config("", "c.yaml",
-                                   {"data.name=tokens", "data.seq_len=4", "data.train_files=" + path("d_*.bin"),
-                                    "data.val_files=" + path("d_val_*.bin")});
+            "dataset tokens: data.train_files is empty, so llm.c's train shards in data.root: '" +
+                path("nowhere") + "/*_train_*.bin' matches no file");
+  L::Config both =
+      L::parse_config("", "c.yaml",
+                      {"data.name=tokens", "data.seq_len=4", "data.train_files=" + path("d_*.bin"),
+                       "data.val_files=" + path("d_val_*.bin")});
   EXPECT_EQ(error_of([&] { L::make_dataset(both); }),
             "dataset tokens: '" + path("d_val_000000.bin") +
-                "' is both a training and a validation shard (data.train_files and data.val_files must match different files)");
-  EXPECT_EQ(error_of([] { L::parse_config("", "c.yaml", {"data.seq_len=0"}); }), "config: data.seq_len must be >= 1, got 0");
+                "' is both a training and a validation shard (data.train_files and data.val_files must match "
+                "different files)");
+  EXPECT_EQ(error_of([] { L::parse_config("", "c.yaml", {"data.seq_len=0"}); }),
+            "config: data.seq_len must be >= 1, got 0");
   EXPECT_EQ(error_of([] { L::parse_config("", "c.yaml", {"data.val_fraction=1.5"}); }),
             "config: data.val_fraction must be in (0, 1), got 1.5");
   EXPECT_EQ(error_of([] { L::parse_config("", "c.yaml", {"data.seq_len=long"}); }),
@@ -433,8 +455,9 @@ TEST_F(TokensTest, TextDatasetThroughTheConfig) {
   std::string text(1000, 'a');
   for (size_t i = 0; i < text.size(); i++) text[i] = static_cast<char>('a' + i % 26);
   write_file(path("abc.txt"), text);
-  L::Config c = L::parse_config("", "c.yaml",
-                                {"data.name=text", "data.seq_len=10", "data.val_fraction=0.2", "data.text_file=" + path("abc.txt")});
+  L::Config c = L::parse_config(
+      "", "c.yaml",
+      {"data.name=text", "data.seq_len=10", "data.val_fraction=0.2", "data.text_file=" + path("abc.txt")});
   L::DataSplits s = L::make_dataset(c);
   EXPECT_EQ(s.num_classes, 256);
   EXPECT_EQ(s.train->size(), (800 - 1) / 10);
@@ -443,24 +466,30 @@ TEST_F(TokensTest, TextDatasetThroughTheConfig) {
   auto b = dl.next();
   ASSERT_TRUE(b);
   auto x = b->x.to_vector<int32_t>(), y = b->y.to_vector<int32_t>();
-  for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(y[i], 'a' + (x[i] - 'a' + 1) % 26) << "y is x shifted by one";
+  for (size_t i = 0; i < x.size(); i++)
+    EXPECT_EQ(y[i], 'a' + (x[i] - 'a' + 1) % 26) << "y is x shifted by one";
 }
 
 // A user's dataset with its own key, registered as a user would.
-TG_REGISTER_DATASET("test_counting", [](const L::Config& c) {
-  auto n = c.get_int("data.count_to");
-  auto tokens = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n));
-  std::iota(tokens->begin(), tokens->end(), uint16_t{0});
-  auto w = std::make_shared<TokenWindows>(std::vector<TokenSpan>{{tokens->data(), n, "counting"}}, 2, tokens);
-  return L::DataSplits{w, w, n};
-}, {{"data.count_to", L::ValueType::Int, int64_t{9}, "test_counting: how many tokens", L::int_at_least(3)}});
+TG_REGISTER_DATASET("test_counting",
+                    [](const L::Config& c) {
+                      auto n = c.get_int("data.count_to");
+                      auto tokens = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n));
+                      std::iota(tokens->begin(), tokens->end(), uint16_t{0});
+                      auto w = std::make_shared<TokenWindows>(
+                          std::vector<TokenSpan>{{tokens->data(), n, "counting"}}, 2, tokens);
+                      return L::DataSplits{w, w, n};
+                    },
+                    {{"data.count_to", L::ValueType::Int, int64_t{9}, "test_counting: how many tokens",
+                      L::int_at_least(3)}});
 
 TEST(TokensConfig, DatasetsRegisterTheirOwnKeys) {
   L::Config c = L::parse_config("data:\n  name: test_counting\n  count_to: 21\n", "c.yaml");
   EXPECT_EQ(c.get_int("data.count_to"), 21);
   EXPECT_EQ(L::make_dataset(c).train->size(), 10);
   EXPECT_EQ(L::Config().get_int("data.count_to"), 9) << "the registered default";
-  EXPECT_EQ(error_of([] { L::parse_config("", "c.yaml", {"data.count_to=2"}); }), "config: data.count_to must be >= 3, got 2");
+  EXPECT_EQ(error_of([] { L::parse_config("", "c.yaml", {"data.count_to=2"}); }),
+            "config: data.count_to must be >= 3, got 2");
   // Registered keys sit in their section: config.yaml keeps one data section, and reads back.
   std::string yaml = c.to_yaml();
   size_t first = yaml.find("data:");
@@ -471,31 +500,45 @@ TEST(TokensConfig, DatasetsRegisterTheirOwnKeys) {
   EXPECT_EQ(L::parse_config(yaml, "back.yaml").get_int("data.count_to"), 21);
   const auto& schema = L::config_schema();
   auto pos = [&](const std::string& k) {
-    return std::find_if(schema.begin(), schema.end(), [&](const L::ConfigField& f) { return f.key == k; }) - schema.begin();
+    return std::find_if(schema.begin(), schema.end(), [&](const L::ConfigField& f) { return f.key == k; }) -
+           schema.begin();
   };
   EXPECT_LT(pos("data.count_to"), pos("optim.name"));
   EXPECT_GT(pos("data.count_to"), pos("data.seed"));
 
   // Registration mistakes.
   using L::ValueType;
-  EXPECT_EQ(error_of([] { L::register_config_keys("dataset 'x'", {{"optim.lr", ValueType::Float, 0.1, ""}}); }),
+  EXPECT_EQ(error_of([] {
+              L::register_config_keys("dataset 'x'", {{"optim.lr", ValueType::Float, 0.1, ""}});
+            }),
             "register dataset 'x': config key 'optim.lr' is built in");
-  EXPECT_EQ(error_of([] { L::register_config_keys("dataset 'x'", {{"data.seq_len", ValueType::Int, int64_t{64}, ""}}); }),
-            "register dataset 'x': config key 'data.seq_len' is already registered with another type or default");
-  EXPECT_EQ(error_of([] { L::register_config_keys("dataset 'x'", {{"seq", ValueType::Int, int64_t{1}, ""}}); }),
-            "register dataset 'x': config key 'seq' has no section (keys are section.name, e.g. data.seq_len)");
-  EXPECT_EQ(error_of([] { L::register_config_keys("dataset 'x'", {{"data.k", ValueType::Int, 1.5, ""}}); }),
+  EXPECT_EQ(
+      error_of([] {
+        L::register_config_keys("dataset 'x'", {{"data.seq_len", ValueType::Int, int64_t{64}, ""}});
+      }),
+      "register dataset 'x': config key 'data.seq_len' is already registered with another type or default");
+  EXPECT_EQ(
+      error_of([] {
+        L::register_config_keys("dataset 'x'", {{"seq", ValueType::Int, int64_t{1}, ""}});
+      }),
+      "register dataset 'x': config key 'seq' has no section (keys are section.name, e.g. data.seq_len)");
+  EXPECT_EQ(error_of([] {
+              L::register_config_keys("dataset 'x'", {{"data.k", ValueType::Int, 1.5, ""}});
+            }),
             "register dataset 'x': the default of data.k is not of type int");
   // The same type and default: shared, listed once.
   L::register_config_keys("dataset 'y'", {{"data.seq_len", ValueType::Int, int64_t{1024}, "again"}});
-  EXPECT_EQ(std::count_if(schema.begin(), schema.end(), [](const L::ConfigField& f) { return f.key == "data.seq_len"; }), 1);
+  EXPECT_EQ(std::count_if(schema.begin(), schema.end(),
+                          [](const L::ConfigField& f) { return f.key == "data.seq_len"; }),
+            1);
 }
 
 // ---- the Debian-installed text ----
 
 TEST(TokensDefaultText, JargonFileWhenInstalled) {
   if (!fs::exists(DEFAULT_TEXT_FILE))
-    GTEST_SKIP() << DEFAULT_TEXT_FILE << " is absent: install the Debian package jargon-text (scripts/setup.sh does)";
+    GTEST_SKIP() << DEFAULT_TEXT_FILE
+                 << " is absent: install the Debian package jargon-text (scripts/setup.sh does)";
   std::string text = read_text_file(DEFAULT_TEXT_FILE);
   EXPECT_GT(text.size(), 1'500'000u);
   EXPECT_HAS(text.substr(0, 200), "The Jargon File");

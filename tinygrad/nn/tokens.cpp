@@ -27,7 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "token shards are little-endian; this reader maps them as they are");
+static_assert(std::endian::native == std::endian::little,
+              "token shards are little-endian; this reader maps them as they are");
 
 // A file descriptor that closes itself.
 struct Fd {
@@ -38,7 +39,8 @@ struct Fd {
 };
 
 int32_t le_int32(const unsigned char* p) {
-  return static_cast<int32_t>(uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24));
+  return static_cast<int32_t>(uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) |
+                              (uint32_t{p[3]} << 24));
 }
 
 }  // namespace
@@ -64,17 +66,18 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
     // Note [llm.c token shards] in tokens.h
     const auto* head = static_cast<const unsigned char*>(map_);
     const int32_t magic = le_int32(head), version = le_int32(head + 4), count = le_int32(head + 8);
-    TG_CHECK(magic == TOKEN_SHARD_MAGIC, "tokens: '", path, "': bad magic ", magic, " (an llm.c token shard starts with ",
-             TOKEN_SHARD_MAGIC, "); not a token shard");
-    TG_CHECK(version == TOKEN_SHARD_VERSION, "tokens: '", path, "': version ", version, " is not supported (only version ",
-             TOKEN_SHARD_VERSION, ", uint16 tokens", version == 2 ? "; version 2 is llm.c's uint32 LLaMA-3 format" : "", ")");
+    TG_CHECK(magic == TOKEN_SHARD_MAGIC, "tokens: '", path, "': bad magic ", magic,
+             " (an llm.c token shard starts with ", TOKEN_SHARD_MAGIC, "); not a token shard");
+    TG_CHECK(version == TOKEN_SHARD_VERSION, "tokens: '", path, "': version ", version,
+             " is not supported (only version ", TOKEN_SHARD_VERSION, ", uint16 tokens",
+             version == 2 ? "; version 2 is llm.c's uint32 LLaMA-3 format" : "", ")");
     TG_CHECK(count >= 0, "tokens: '", path, "': the header's token count is negative (", count, ")");
     const int64_t data_bytes = bytes - TOKEN_SHARD_HEADER_BYTES, want = int64_t{count} * 2;
-    TG_CHECK(data_bytes >= want, "tokens: '", path, "': truncated: the header says ", count, " tokens (", want,
-             " bytes after the header), the file has ", data_bytes, " bytes of tokens");
+    TG_CHECK(data_bytes >= want, "tokens: '", path, "': truncated: the header says ", count, " tokens (",
+             want, " bytes after the header), the file has ", data_bytes, " bytes of tokens");
     TG_CHECK(data_bytes == want, "tokens: '", path, "': the header says ", count, " tokens (", want,
-             " bytes after the header), but the file has ", data_bytes, " bytes of tokens (", data_bytes - want,
-             " trailing bytes)");
+             " bytes after the header), but the file has ", data_bytes, " bytes of tokens (",
+             data_bytes - want, " trailing bytes)");
     count_ = count;
     tokens_ = reinterpret_cast<const uint16_t*>(head + TOKEN_SHARD_HEADER_BYTES);
   } catch (...) {
@@ -151,7 +154,8 @@ std::vector<uint16_t> byte_tokens(const std::string& text) {
 std::string byte_text(const uint16_t* tokens, int64_t n) {
   std::string out(static_cast<size_t>(n), '\0');
   for (int64_t i = 0; i < n; i++) {
-    TG_CHECK(tokens[i] < BYTE_VOCAB_SIZE, "byte_text: token ", tokens[i], " at ", i, " is no byte (vocabulary 256)");
+    TG_CHECK(tokens[i] < BYTE_VOCAB_SIZE, "byte_text: token ", tokens[i], " at ", i,
+             " is no byte (vocabulary 256)");
     out[static_cast<size_t>(i)] = static_cast<char>(tokens[i]);
   }
   return out;
@@ -190,7 +194,8 @@ std::string read_text_file(const std::string& path) {
   gzclose(g);
   TG_CHECK(why.empty(), "text: '", path, "': cannot read: ", why, " (a corrupt or cut-off gzip stream?)");
   size_t bad = first_invalid_utf8(out);
-  TG_CHECK(bad == std::string::npos, "text: '", path, "': not UTF-8 text (an invalid byte at offset ", bad, ")");
+  TG_CHECK(bad == std::string::npos, "text: '", path, "': not UTF-8 text (an invalid byte at offset ", bad,
+           ")");
   return out;
 }
 
@@ -246,16 +251,20 @@ std::shared_ptr<TokenWindows> shard_windows(const std::vector<std::string>& file
 }
 
 TextSplits text_windows(const std::string& path, int64_t seq_len, double val_fraction) {
-  TG_CHECK(std::isfinite(val_fraction) && val_fraction > 0 && val_fraction < 1, "text: the validation fraction must be in (0, 1), got ",
-           val_fraction);
+  TG_CHECK(std::isfinite(val_fraction) && val_fraction > 0 && val_fraction < 1,
+           "text: the validation fraction must be in (0, 1), got ", val_fraction);
   auto tokens = std::make_shared<const std::vector<uint16_t>>(byte_tokens(read_text_file(path)));
   const auto n = static_cast<int64_t>(tokens->size());
   const auto n_val = static_cast<int64_t>(std::llround(static_cast<double>(n) * val_fraction));
   const int64_t n_train = n - n_val;
   char pct[32];
   std::snprintf(pct, sizeof pct, "%g%%", val_fraction * 100);
-  TokenSpan train{tokens->data(), n_train, "text: the training split of '" + path + "' (the first " + std::to_string(n_train) + " of its " + std::to_string(n) + " bytes)"};
-  TokenSpan val{tokens->data() + n_train, n_val, "text: the validation split of '" + path + "' (its last " + pct + ", " + std::to_string(n_val) + " bytes)"};
+  TokenSpan train{tokens->data(), n_train,
+                  "text: the training split of '" + path + "' (the first " + std::to_string(n_train) +
+                      " of its " + std::to_string(n) + " bytes)"};
+  TokenSpan val{tokens->data() + n_train, n_val,
+                "text: the validation split of '" + path + "' (its last " + pct + ", " +
+                    std::to_string(n_val) + " bytes)"};
   TextSplits out;
   out.train = std::make_shared<TokenWindows>(std::vector<TokenSpan>{train}, seq_len, tokens);
   out.val = std::make_shared<TokenWindows>(std::vector<TokenSpan>{val}, seq_len, tokens);

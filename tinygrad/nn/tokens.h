@@ -28,7 +28,9 @@ constexpr int64_t TOKEN_SHARD_DEFAULT_TOKENS = 100'000'000;
 
 // One shard, mapped read-only. The constructor checks the header against the file's size and
 // throws tg::Error naming the file and what is wrong (missing, too short for the header, wrong
-// magic, unsupported version, negative count, truncated or trailing data).
+// magic, unsupported version, negative count, truncated or trailing data). The tokens are read
+// from the page cache as windows are gathered, so a shard must not be rewritten or truncated
+// while it is mapped (reading a page cut off the file ends the process with SIGBUS).
 class TokenShard {
  public:
   explicit TokenShard(const std::string& path);
