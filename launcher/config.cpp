@@ -8,11 +8,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "launcher/registry.h"
 #include "tinygrad/error.h"
 #include "tinygrad/nn/data.h"
+#include "tinygrad/nn/tokens.h"
 
 namespace fs = std::filesystem;
 
@@ -29,13 +31,16 @@ const char* value_type_name(ValueType t) {
   return "?";
 }
 
-const std::vector<ConfigField>& config_schema() {
+namespace {
+
+// The built-in keys, then the registered ones (Note [registered config keys]).
+std::vector<ConfigField>& schema_storage() {
   using V = std::vector<int64_t>;
-  static const std::vector<ConfigField> schema = {
+  static std::vector<ConfigField> schema = {
       {"model.name", ValueType::String, std::string("mlp"), "registered model: mlp, cnn, or one of yours"},
       {"model.hidden", ValueType::IntList, V{256}, "mlp: hidden layer widths"},
       {"data.name", ValueType::String, std::string("fashion_mnist"), "registered dataset"},
-      {"data.root", ValueType::String, std::string(nn::FASHION_MNIST_ROOT), "dataset directory"},
+      {"data.root", ValueType::String, std::string(nn::FASHION_MNIST_ROOT), "dataset directory (fashion_mnist's files; tokens: llm.c's shards)"},
       {"data.batch_size", ValueType::Int, int64_t{128}, "training batch size"},
       {"data.eval_batch_size", ValueType::Int, int64_t{1000}, "evaluation batch size"},
       {"data.shuffle", ValueType::Bool, true, "shuffle the training set every epoch"},
@@ -76,6 +81,75 @@ const std::vector<ConfigField>& config_schema() {
       {"distributed.skip_nonfinite", ValueType::Bool, true, "ddp: skip a step (on every rank) when a gradient is inf/NaN"},
   };
   return schema;
+}
+
+const std::set<std::string>& builtin_keys() {
+  static const std::set<std::string> keys = [] {  // taken before anything is registered
+    std::set<std::string> k;
+    for (const auto& f : schema_storage()) k.insert(f.key);
+    return k;
+  }();
+  return keys;
+}
+
+std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+}  // namespace
+
+ConfigCheck int_at_least(int64_t min) {
+  return [min](const Value& v) {
+    int64_t i = std::get<int64_t>(v);
+    return i >= min ? std::string() : "must be >= " + std::to_string(min) + ", got " + std::to_string(i);
+  };
+}
+
+ConfigCheck float_in_open_interval(double lo, double hi) {
+  return [lo, hi](const Value& v) {
+    double d = std::get<double>(v);
+    if (d > lo && d < hi) return std::string();
+    std::ostringstream os;
+    os << "must be in (" << lo << ", " << hi << "), got " << d;
+    return os.str();
+  };
+}
+
+// Note [registered config keys]: the schema is closed to typos (an unknown key is an error with
+// a suggestion) but open to extension: a model or dataset registers its own keys with type,
+// default, help and an optional check, and from then on they are parsed, typed, validated,
+// listed by `tg keys`, written to config.yaml and compared across ranks like built-in keys. A
+// registered key is inserted after the last key of its section, so to_yaml's sections stay
+// whole. Keys are registered while registries are built (static initialisation or first use),
+// before any config is read: the insertion moves the schema's entries, so pointers from
+// find_field must not be held across a registration. The built-in registries register theirs
+// when first used, and config_schema() uses them first, so their keys are always there.
+void register_config_keys(const std::string& owner, const std::vector<ConfigField>& fields) {
+  const auto& builtins = builtin_keys();
+  auto& schema = schema_storage();
+  for (const auto& f : fields) {
+    TG_CHECK(f.key.find('.') != std::string::npos && f.key.front() != '.' && f.key.back() != '.', "register ",
+             owner, ": config key '", f.key, "' has no section (keys are section.name, e.g. data.seq_len)");
+    TG_CHECK(f.default_value.index() == static_cast<size_t>(f.type), "register ", owner, ": the default of ",
+             f.key, " is not of type ", value_type_name(f.type));
+    auto same =
+        std::find_if(schema.begin(), schema.end(), [&](const ConfigField& g) { return g.key == f.key; });
+    if (same != schema.end()) {
+      TG_CHECK(!builtins.count(f.key), "register ", owner, ": config key '", f.key, "' is built in");
+      TG_CHECK(same->type == f.type && same->default_value == f.default_value, "register ", owner,
+               ": config key '", f.key, "' is already registered with another type or default");
+      continue;  // shared with an earlier registration
+    }
+    auto last_of_section = std::find_if(schema.rbegin(), schema.rend(), [&](const ConfigField& g) {
+      return section_of(g.key) == section_of(f.key);
+    });
+    schema.insert(last_of_section == schema.rend() ? schema.end() : last_of_section.base(), f);
+  }
+}
+
+const std::vector<ConfigField>& config_schema() {
+  builtin_keys();
+  dataset_registry();  // registers the built-in datasets' keys
+  model_registry();
+  return schema_storage();
 }
 
 const ConfigField* find_field(const std::string& key) {
@@ -141,25 +215,7 @@ bool parse_bool(const std::string& s, bool& out) {
 // that is not part of valid UTF-8 as U+FFFD, so a string value with such bytes (a Latin-1 path,
 // say) would come back changed from the resolved config.yaml that a run directory keeps. Such a
 // value is refused, naming the key and the offset of the first bad byte, in files and overrides.
-// Returns the offset of the first byte that does not belong to a well-formed UTF-8 sequence
-// (overlong forms, surrogates and code points past U+10FFFF included), or npos.
-size_t first_invalid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return i;
-    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
-    for (size_t k = 1; k < len; k++) {
-      unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc >> 6) != 0x2) return i;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::string::npos;
-}
+// The check is nn::first_invalid_utf8 (tinygrad/nn/tokens.h).
 
 std::string shown(const YAML::Node& n) {
   if (n.IsScalar()) return "'" + n.Scalar() + "'";
@@ -209,7 +265,7 @@ Value convert(const ConfigField& f, const YAML::Node& n, const std::string& orig
     }
     default: {
       // Note [config strings are UTF-8]
-      size_t bad = first_invalid_utf8(s);
+      size_t bad = nn::first_invalid_utf8(s);
       TG_CHECK(bad == std::string::npos, origin, ": ", f.key, " must be UTF-8 text, got an invalid byte at offset ", bad);
       return s;
     }
@@ -254,7 +310,8 @@ const Value& Config::at(const std::string& key, ValueType want) const {
   const ConfigField* f = find_field(key);
   TG_CHECK(f, "config: unknown key '", key, "'", suggestion(key));
   TG_CHECK(f->type == want, "config: ", key, " is a ", value_type_name(f->type), ", not a ", value_type_name(want));
-  return values_.at(key);
+  auto it = values_.find(key);
+  return it != values_.end() ? it->second : f->default_value;  // a key registered after this config was made
 }
 
 int64_t Config::get_int(const std::string& key) const { return std::get<int64_t>(at(key, ValueType::Int)); }
@@ -343,6 +400,11 @@ void Config::validate() const {
            format_float(get_float("distributed.bucket_mb")));
   TG_CHECK(get_float("distributed.timeout_s") > 0, "config: distributed.timeout_s must be > 0, got ",
            format_float(get_float("distributed.timeout_s")));
+  for (const auto& f : config_schema()) {
+    if (!f.check) continue;
+    std::string why = f.check(values_.count(f.key) ? values_.at(f.key) : f.default_value);
+    TG_CHECK(why.empty(), "config: ", f.key, " ", why);
+  }
   for (int64_t h : get_ints("model.hidden")) TG_CHECK(h > 0, "config: model.hidden widths must be > 0, got ", h);
   positive("data.batch_size");
   positive("data.eval_batch_size");
@@ -389,7 +451,7 @@ std::string Config::to_yaml() const {
       section = sec;
     }
     out << YAML::Key << leaf(f.key) << YAML::Value;
-    const Value& v = values_.at(f.key);
+    const Value& v = at(f.key, f.type);
     switch (f.type) {
       case ValueType::Int: out << std::get<int64_t>(v); break;
       case ValueType::Float: out << format_float(std::get<double>(v)); break;

@@ -1,8 +1,10 @@
 // The experiment config of `tg train`: a typed schema (every key with its type, default and a
-// line of help), loading from YAML plus dotted `key=value` overrides, validation with one-line
-// errors (an unknown key suggests the nearest known one), and writing the resolved config back.
+// line of help; built-in keys plus those a model or dataset registers), loading from YAML plus
+// dotted `key=value` overrides, validation with one-line errors (an unknown key suggests the
+// nearest known one), and writing the resolved config back.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <variant>
@@ -15,16 +17,31 @@ const char* value_type_name(ValueType t);  // "int", "float", "bool", "string", 
 
 using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
 
+// A registered key's own check of a value of its type: why the value is wrong ("must be >= 1,
+// got 0"), or empty when it is fine. Config::validate runs it.
+using ConfigCheck = std::function<std::string(const Value&)>;
+ConfigCheck int_at_least(int64_t min);
+ConfigCheck float_in_open_interval(double lo, double hi);
+
 struct ConfigField {
   std::string key;  // dotted: "optim.lr"
   ValueType type;
   Value default_value;
   std::string help;
+  ConfigCheck check = nullptr;  // registered keys: a range check (built-in keys: Config::validate)
 };
 
-// Every key `tg train` understands, in display order (sections model, data, optim, schedule, train).
+// Every key `tg train` understands, in display order (sections model, data, optim, schedule,
+// train, distributed; a registered key comes after the others of its section).
 const std::vector<ConfigField>& config_schema();
 const ConfigField* find_field(const std::string& key);
+
+// Adds a model's or a dataset's own keys to the schema (Note [registered config keys] in
+// config.cpp); `owner` names it in errors ("dataset 'tokens'"). Throws for a key without a
+// section, a default of another type than the key's, a built-in key, or a key registered before
+// with another type or default (the same type and default share it: data.seq_len serves both
+// datasets tokens and text).
+void register_config_keys(const std::string& owner, const std::vector<ConfigField>& fields);
 
 // The known key nearest to `key` by edit distance (empty when none is reasonably close).
 std::string nearest_key(const std::string& key);
@@ -50,7 +67,8 @@ class Config {
   void set(const std::string& key, Value v);
   // Applies one "key=value" override.
   void apply_override(const std::string& assignment);
-  // Checks ranges and names (lr >= 0, batch_size > 0, registered model, ...); throws tg::Error.
+  // Checks ranges and names (lr >= 0, batch_size > 0, registered model, each registered key's
+  // check, ...); throws tg::Error.
   void validate() const;
 
   // The resolved config as YAML, one section per top-level name.

@@ -1,16 +1,20 @@
-// The model and dataset registries and the built-in entries: the MLP, tinygrad's MNIST CNN and
-// Fashion-MNIST. Built-ins are added when a registry is first used (not by static registrars,
-// which a linker drops from a static library when nothing else in their file is referenced).
+// The model and dataset registries and the built-in entries: the MLP, tinygrad's MNIST CNN,
+// Fashion-MNIST, llm.c token shards and byte-level text. Built-ins are added when a registry is
+// first used (not by static registrars, which a linker drops from a static library when nothing
+// else in their file is referenced).
 #include "launcher/registry.h"
 
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <new>
+#include <set>
 #include <stdexcept>
 
 #include "tinygrad/error.h"
 #include "tinygrad/nn/layers.h"
+#include "tinygrad/nn/tokens.h"
 
 namespace tg::launcher {
 
@@ -85,16 +89,98 @@ Registry<ModelFactory>& model_registry() {
   return r;
 }
 
+DataSplits image_splits(nn::Dataset train, nn::Dataset test, double mean, double std, int64_t num_classes) {
+  const double scale = nn::DataLoaderOptions{}.scale;  // 1/255
+  return DataSplits{std::make_shared<nn::ImageExamples>(std::move(train), scale, mean, std),
+                    std::make_shared<nn::ImageExamples>(std::move(test), scale, mean, std), num_classes};
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// GPT-2's vocabulary: what llm.c's version-1 shards hold.
+constexpr int64_t GPT2_VOCAB_SIZE = 50257;
+
+// A function, not a namespace-scope constant: a user's static registrar may build the registry
+// before this file's constants are initialised.
+ConfigField seq_len_key() {
+  return {"data.seq_len", ValueType::Int, int64_t{1024},
+          "tokens, text: window length T (an example is T+1 tokens: x the first T, y the last T)",
+          int_at_least(1)};
+}
+
+// The shard files of one split of the `tokens` dataset: the glob in `key`, or, when it is empty,
+// llm.c's names in data.root (*_train_*.bin, *_val_*.bin).
+std::vector<std::string> shard_files(const Config& c, const std::string& key, const std::string& part) {
+  std::string pattern = c.get_string(key);
+  std::string what = "dataset tokens: " + key;
+  if (pattern.empty()) {
+    pattern = (fs::path(c.get_string("data.root")) / ("*_" + part + "_*.bin")).string();
+    what += " is empty, so llm.c's " + part + " shards in data.root";
+  }
+  return nn::glob_files(pattern, what);
+}
+
+DataSplits token_splits(const Config& c) {
+  const int64_t seq_len = c.get_int("data.seq_len");
+  auto train = shard_files(c, "data.train_files", "train"), val = shard_files(c, "data.val_files", "val");
+  std::set<std::string> train_set(train.begin(), train.end());
+  for (const auto& f : val)
+    TG_CHECK(!train_set.count(f), "dataset tokens: '", f, "' is both a training and a validation shard "
+             "(data.train_files and data.val_files must match different files)");
+  return DataSplits{nn::shard_windows(train, seq_len), nn::shard_windows(val, seq_len), GPT2_VOCAB_SIZE};
+}
+
+DataSplits text_splits(const Config& c) {
+  const std::string& path = c.get_string("data.text_file");
+  std::error_code ec;
+  TG_CHECK(path != nn::DEFAULT_TEXT_FILE || fs::exists(path, ec), "dataset text: '", path,
+           "' not found; install the Debian package jargon-text (scripts/setup.sh does), or set "
+           "data.text_file");
+  auto t = nn::text_windows(path, c.get_int("data.seq_len"), c.get_float("data.val_fraction"));
+  return DataSplits{t.train, t.val, nn::BYTE_VOCAB_SIZE};
+}
+
+}  // namespace
+
 Registry<DatasetFactory>& dataset_registry() {
+  // Note [registered config keys] in config.cpp: the built-ins' keys are registered here, not by
+  // register_dataset, which would use this registry while it is being built.
   static Registry<DatasetFactory> r = [] {
     Registry<DatasetFactory> d("dataset");
     d.add("fashion_mnist", [](const Config& c) {
       const std::string& root = c.get_string("data.root");
-      return DataSplits{nn::fashion_mnist("train", root), nn::fashion_mnist("test", root), 0.2860, 0.3530, 10};
+      return image_splits(nn::fashion_mnist("train", root), nn::fashion_mnist("test", root), 0.2860, 0.3530, 10);
     });
+    d.add("tokens", token_splits);
+    register_config_keys("dataset 'tokens'",
+                         {seq_len_key(),
+                          {"data.train_files", ValueType::String, std::string(""),
+                           "tokens: glob of the llm.c training shards (empty: data.root/*_train_*.bin)"},
+                          {"data.val_files", ValueType::String, std::string(""),
+                           "tokens: glob of the llm.c validation shards (empty: data.root/*_val_*.bin)"}});
+    d.add("text", text_splits);
+    register_config_keys("dataset 'text'",
+                         {seq_len_key(),
+                          {"data.text_file", ValueType::String, std::string(nn::DEFAULT_TEXT_FILE),
+                           "text: a UTF-8 text file, plain or gzipped, tokenized by bytes (vocabulary 256)"},
+                          {"data.val_fraction", ValueType::Float, 0.1,
+                           "text: the fraction at the end of the text held out for validation",
+                           float_in_open_interval(0, 1)}});
     return d;
   }();
   return r;
+}
+
+void register_model(const std::string& name, ModelFactory f, const std::vector<ConfigField>& keys) {
+  model_registry().add(name, std::move(f));
+  register_config_keys("model '" + name + "'", keys);
+}
+
+void register_dataset(const std::string& name, DatasetFactory f, const std::vector<ConfigField>& keys) {
+  dataset_registry().add(name, std::move(f));
+  register_config_keys("dataset '" + name + "'", keys);
 }
 
 namespace {

@@ -1,11 +1,15 @@
 // Models and datasets by name, so a config names them (`model.name: cnn`). The built-in ones
-// (models mlp and cnn, dataset fashion_mnist) are registered here; a user's own adds itself with
-// one line at namespace scope in any source file linked into the program:
+// (models mlp and cnn, datasets fashion_mnist, tokens and text) are registered here; a user's own
+// adds itself with one line at namespace scope in any source file linked into the program, with
+// the config keys it reads, if any, that are not built in (each with type, default, help and an
+// optional check; Note [registered config keys] in config.cpp):
 //
 //   TG_REGISTER_MODEL("tiny", [](const tg::launcher::Config& c) {
 //     return std::make_unique<MyNet>(c.get_ints("model.hidden"));
 //   });
-//   TG_REGISTER_DATASET("my_data", [](const tg::launcher::Config& c) { return load_mine(c.get_string("data.root")); });
+//   TG_REGISTER_DATASET("my_data", [](const tg::launcher::Config& c) { return load_mine(c); },
+//                       {{"data.my_size", tg::launcher::ValueType::Int, int64_t{100}, "my_data: examples",
+//                         tg::launcher::int_at_least(1)}});
 #pragma once
 #include <functional>
 #include <map>
@@ -19,12 +23,17 @@
 
 namespace tg::launcher {
 
-// A dataset as the trainer sees it: train and test splits and the normalisation of the pixels.
+// A dataset as the trainer sees it: the examples it trains on and those it evaluates on (the
+// test set of fashion_mnist; the validation split of tokens and text), each batched by a
+// DataLoader (tinygrad/nn/data.h). Examples are pairs x, y of any dtype and shape: normalised
+// images and labels (image_splits), windows of tokens (tinygrad/nn/tokens.h), or a user's own.
 struct DataSplits {
-  nn::Dataset train, test;
-  double mean = 0.0, std = 1.0;
-  int64_t num_classes = 10;
+  std::shared_ptr<const nn::Examples> train, test;
+  int64_t num_classes = 0;  // a classifier's classes, or a token dataset's vocabulary size (0: not known)
 };
+
+// Images and labels as splits: x = (pixel / 255 - mean) / std in float32, y the int32 label.
+DataSplits image_splits(nn::Dataset train, nn::Dataset test, double mean, double std, int64_t num_classes);
 
 using ModelFactory = std::function<std::unique_ptr<nn::Module>(const Config&)>;
 using DatasetFactory = std::function<DataSplits(const Config&)>;
@@ -58,18 +67,27 @@ DataSplits make_dataset(const Config& cfg);                 // by data.name
 std::unique_ptr<nn::Module> make_mlp(const std::vector<int64_t>& hidden, int64_t in = 784, int64_t classes = 10);
 std::unique_ptr<nn::Module> make_mnist_cnn(int64_t classes = 10);
 
+// Registers a model or dataset by name with the config keys it adds (register_config_keys).
+void register_model(const std::string& name, ModelFactory f, const std::vector<ConfigField>& keys = {});
+void register_dataset(const std::string& name, DatasetFactory f, const std::vector<ConfigField>& keys = {});
+
 struct ModelRegistrar {
-  ModelRegistrar(const std::string& name, ModelFactory f) { model_registry().add(name, std::move(f)); }
+  ModelRegistrar(const std::string& name, ModelFactory f, const std::vector<ConfigField>& keys = {}) {
+    register_model(name, std::move(f), keys);
+  }
 };
 struct DatasetRegistrar {
-  DatasetRegistrar(const std::string& name, DatasetFactory f) { dataset_registry().add(name, std::move(f)); }
+  DatasetRegistrar(const std::string& name, DatasetFactory f, const std::vector<ConfigField>& keys = {}) {
+    register_dataset(name, std::move(f), keys);
+  }
 };
 
 }  // namespace tg::launcher
 
 #define TG_LAUNCHER_CAT2(a, b) a##b
 #define TG_LAUNCHER_CAT(a, b) TG_LAUNCHER_CAT2(a, b)
-// Variadic, so a factory lambda may contain unparenthesised commas.
+// Variadic, so a factory lambda may contain unparenthesised commas; an optional last argument
+// lists the config keys it registers.
 #define TG_REGISTER_MODEL(name, ...) \
   static ::tg::launcher::ModelRegistrar TG_LAUNCHER_CAT(tg_model_registrar_, __LINE__)(name, __VA_ARGS__)
 #define TG_REGISTER_DATASET(name, ...) \

@@ -1,4 +1,5 @@
-// run_train, the run directory, `tg info` and the argv dispatch of the tg command (see run.h).
+// run_train, the run directory, `tg info`, `tg tokenize` and the argv dispatch of the tg command
+// (see run.h).
 #include "launcher/run.h"
 
 #include "launcher/bench.h"
@@ -23,6 +24,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/nn/tokens.h"
 #include "tinygrad/runtime/cpu.h"
 
 namespace fs = std::filesystem;
@@ -47,6 +49,11 @@ const char* USAGE =
     "  tg keys                                list every config key with its type and default\n"
     "  tg info                                build features, devices, memory pools, knobs\n"
     "  tg bench [--reps=N] [WORKLOAD ...]     time the benchmark workloads (JSON lines; all by default)\n"
+    "  tg tokenize TEXT OUT.bin [--shard-tokens=N]\n"
+    "                                         a UTF-8 text (plain or gzipped) as llm.c token shards\n"
+    "                                         for data.name=tokens; byte-level: token = byte, vocabulary\n"
+    "                                         256 (GPT-2 BPE is not implemented yet); past N tokens\n"
+    "                                         (default 10^8): OUT_000000.bin, OUT_000001.bin, ...\n"
     "  tg help                                this text\n";
 
 std::string value_text(const Value& v) {
@@ -90,6 +97,16 @@ int parse_reps(const std::string& text) {
   TG_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && reps > 0 && reps <= 1000000,
            "tg bench: --reps must be a whole number from 1 to 1000000, got '", text, "'");
   return reps;
+}
+
+// The N of `tg tokenize --shard-tokens=N`: a whole number from 1 to 2^31 - 1 (a shard's header
+// counts its tokens in an int32).
+int64_t parse_shard_tokens(const std::string& text) {
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  TG_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && n > 0 && n <= INT32_MAX,
+           "tg tokenize: --shard-tokens must be a whole number from 1 to 2147483647, got '", text, "'");
+  return n;
 }
 
 // Rank 0's string on every rank.
@@ -186,6 +203,12 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   }
 }
 
+std::vector<std::string> tokenize_file(const std::string& text_path, const std::string& out_path,
+                                       int64_t shard_tokens) {
+  std::vector<uint16_t> tokens = nn::byte_tokens(nn::read_text_file(text_path));
+  return nn::write_token_shards(out_path, tokens, shard_tokens);
+}
+
 std::string info_text() {
   std::ostringstream os;
   os << "tinygrad++ (tg) built " << __DATE__ << " with " <<
@@ -253,6 +276,20 @@ int tg_main(int argc, char** argv) {
       }
       return 0;
     }
+    if (cmd == "tokenize") {
+      std::vector<std::string> paths;
+      int64_t shard_tokens = nn::TOKEN_SHARD_DEFAULT_TOKENS;
+      for (int i = 2; i < argc; i++) {
+        std::string a = argv[i];
+        if (a.rfind("--shard-tokens=", 0) == 0) shard_tokens = parse_shard_tokens(a.substr(15));
+        else paths.push_back(a);
+      }
+      TG_CHECK(paths.size() == 2, "tg tokenize: expected TEXT OUT.bin, got ", paths.size(),
+               " paths (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N])");
+      for (const auto& p : tokenize_file(paths[0], paths[1], shard_tokens))
+        std::cout << "wrote " << nn::TokenShard(p).size() << " tokens to " << p << "\n";
+      return 0;
+    }
     if (cmd == "keys") {
       std::cout << "config keys (type, default):\n" << keys_text();
       return 0;
@@ -276,7 +313,7 @@ int tg_main(int argc, char** argv) {
       if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
       return 0;
     }
-    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, help)");
+    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, help)");
   } catch (const std::exception& e) {
     // The whole message: some errors list their details on indented lines after the first
     // (load_state_dict's missing and unexpected keys, the ranks that disagree).

@@ -1,6 +1,7 @@
 // The entry points behind the `tg` command, callable from tests and other programs:
 // run_train (one experiment: run directory, observers, resume, training), info (build and
-// device report) and tg_main (argv dispatch; returns the exit status, prints `error: ...`).
+// device report), tokenize_file (`tg tokenize`) and tg_main (argv dispatch; returns the exit
+// status, prints `error: ...`).
 #pragma once
 #include <cstdio>
 #include <string>
@@ -31,9 +32,15 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt = {});
 // `tg info`: build features, devices, memory pools, versions and knobs.
 std::string info_text();
 
+// `tg tokenize TEXT OUT.bin`: the text's bytes as llm.c token shards (byte-level tokenizer,
+// vocabulary 256), at most shard_tokens a file (nn::write_token_shards). Returns the paths.
+std::vector<std::string> tokenize_file(const std::string& text_path, const std::string& out_path,
+                                       int64_t shard_tokens = 100'000'000);
+
 // The whole command line: `tg train CONFIG [key=value ...]`, `tg config CONFIG [key=value ...]`,
-// `tg keys`, `tg info`, `tg help`. Errors print `error: ` and the whole message (details on
-// indented lines after the first) to stderr and return 1.
+// `tg keys`, `tg info`, `tg bench`, `tg tokenize TEXT OUT.bin`, `tg help`. Errors print
+// `error: ` and the whole message (details on indented lines after the first) to stderr and
+// return 1.
 int tg_main(int argc, char** argv);
 
 }  // namespace tg::launcher

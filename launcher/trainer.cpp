@@ -177,18 +177,15 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
     knobs::DEVICE.set(canonical_device(device));
   }
   data_ = make_dataset(cfg_);
-  TG_CHECK(data_.train.size() > 0 && data_.test.size() > 0, "dataset '", cfg_.get_string("data.name"),
-           "' has an empty split (train ", data_.train.size(), ", test ", data_.test.size(), " examples)");
-  // the loaders take the splits' host arrays
+  const int64_t n_train = data_.train ? data_.train->size() : 0, n_test = data_.test ? data_.test->size() : 0;
+  TG_CHECK(n_train > 0 && n_test > 0, "dataset '", cfg_.get_string("data.name"), "' has an empty split (train ",
+           n_train, ", test ", n_test, " examples)");
   train_loader_ = std::make_unique<nn::DataLoader>(
-      std::move(data_.train), nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.batch_size"),
-                                                    .shuffle = cfg_.get_bool("data.shuffle"),
-                                                    .seed = static_cast<uint64_t>(cfg_.get_int("data.seed")),
-                                                    .mean = data_.mean,
-                                                    .std = data_.std});
+      data_.train, nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.batch_size"),
+                                         .shuffle = cfg_.get_bool("data.shuffle"),
+                                         .seed = static_cast<uint64_t>(cfg_.get_int("data.seed"))});
   test_loader_ = std::make_unique<nn::DataLoader>(
-      std::move(data_.test), nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.eval_batch_size"),
-                                                   .shuffle = false, .mean = data_.mean, .std = data_.std});
+      data_.test, nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.eval_batch_size"), .shuffle = false});
   int64_t steps = cfg_.get_int("train.steps");
   total_steps_ = steps > 0 ? steps : cfg_.get_int("train.epochs") * train_loader_->batches_per_epoch();
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
@@ -289,7 +286,7 @@ TrainSummary Trainer::fit() {
   int64_t window_examples = 0;
   while (step_ < total_steps_) {
     int64_t epoch = step_ / bpe;
-    train_loader_->start_epoch(epoch, step_ % bpe);  // a resumed run skips the batches it has seen
+    train_loader_->seek({epoch, step_ % bpe});  // a resumed run skips the batches it has seen
     while (step_ < total_steps_) {
       auto b = train_loader_->next();
       if (!b) break;

@@ -12,19 +12,22 @@ set -euo pipefail
 REQUIRED=(build-essential cmake ninja-build pkg-config git python3
           libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev)
 # Features that switch off (or tests that skip) when absent. libgmock-dev: GoogleMock, next to GoogleTest.
-# clang and libclang-rt-14-dev (libFuzzer): the fuzz targets (scripts/fuzz.sh).
+# clang and libclang-rt-14-dev (libFuzzer): the fuzz targets (scripts/fuzz.sh). jargon-text: the
+# Jargon File 4.4.7 (public domain, 1.7 MB of English as gzipped UTF-8 text), the default text of
+# the `text` dataset (character-level language models).
 OPTIONAL=(libgmock-dev
           libopenmpi-dev openmpi-bin iproute2
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
           libboost-dev
           clang libclang-rt-14-dev
-          dataset-fashion-mnist)
+          dataset-fashion-mnist jargon-text)
 # First one the apt sources have wins. LLVM is optional: without it the CPU backend uses the C compiler.
 LLVM_CHOICES=(llvm-19-dev llvm-16-dev)
 # Debian's llvm-19-dev CMake package calls find_package(zstd) and fails without it, yet doesn't depend on it.
 LLVM_EXTRAS=(libzstd-dev)
 
 FMNIST_DIR=/usr/share/datasets/fashion-mnist
+TEXT_FILE=/usr/share/doc/jargon-text/jargon.txt.gz
 
 say()  { echo "setup: $*"; }
 warn() { echo "setup: warning: $*" >&2; }
@@ -134,6 +137,11 @@ summary() {
     say "Fashion-MNIST: $FMNIST_DIR"
   else
     warn "Fashion-MNIST not found in $FMNIST_DIR (package dataset-fashion-mnist)"
+  fi
+  if [[ -f "$TEXT_FILE" ]]; then
+    say "text dataset: $TEXT_FILE"
+  else
+    warn "the text dataset's default file $TEXT_FILE is missing (package jargon-text; a dpkg path-exclude of /usr/share/doc also drops it)"
   fi
 }
 

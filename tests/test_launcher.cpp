@@ -69,7 +69,7 @@ nn::Dataset synth(int64_t n, int seed) {
   return d;
 }
 TG_REGISTER_MODEL("test_mlp", [](const Config&) { return make_mlp({16}, 4, 3); });
-TG_REGISTER_DATASET("test_synth", [](const Config&) { return DataSplits{synth(48, 0), synth(24, 1), 0.3, 0.3, 3}; });
+TG_REGISTER_DATASET("test_synth", [](const Config&) { return image_splits(synth(48, 0), synth(24, 1), 0.3, 0.3, 3); });
 
 std::vector<std::pair<int64_t, double>> train_losses(const fs::path& run_dir) {
   std::vector<std::pair<int64_t, double>> out;
@@ -351,7 +351,7 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(err, "error: override: unknown config key 'optim.lrr' (did you mean 'optim.lr'?)\n");
   EXPECT_EQ(run({"tg", "frobnicate"}).second,
-            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, help)\n");
+            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, help)\n");
   EXPECT_EQ(run({"tg", "bench", "matmul_999"}).second,
             "error: tg bench: unknown workload 'matmul_999' (workloads: cnn_step, conv2d, copy, copy_8192, "
             "elementwise, elementwise_8192, layernorm, layernorm_8192, matmul_1024, matmul_2048, matmul_8192_bf16, "

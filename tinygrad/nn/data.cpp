@@ -1,5 +1,5 @@
-// IDX reading/writing through zlib, Fashion-MNIST loading, and DataLoader's permutation, host-side
-// batch building and prefetch thread.
+// IDX reading/writing through zlib, Fashion-MNIST loading, image examples, and DataLoader's
+// permutation, rank split, host-side batch building and prefetch thread.
 #include "tinygrad/nn/data.h"
 
 #include <zlib.h>
@@ -220,27 +220,59 @@ Tensor Dataset::images() const {
 
 Tensor Dataset::labels() const { return Tensor::from_data(host_labels.data(), DType::Int32, {size()}); }
 
+// ---- image examples ----
+
+ImageExamples::ImageExamples(Dataset ds, double scale, double mean, double std) : ds_(std::move(ds)) {
+  TG_CHECK(std::isfinite(std) && std > 0, "DataLoader: std must be positive and finite, got ", std);
+  TG_CHECK(std::isfinite(mean) && std::isfinite(scale), "DataLoader: mean (", mean, ") and scale (", scale,
+           ") must be finite");
+  for (auto d : ds_.item_shape) TG_CHECK(d >= 0, "DataLoader: negative dim in item shape ", shape_str(ds_.item_shape));
+  item_size_ = tg::prod(ds_.item_shape);
+  const int64_t n = size();
+  TG_CHECK(static_cast<int64_t>(ds_.host_images.size()) == n * item_size_, "DataLoader: ", ds_.host_images.size(),
+           " image bytes, but ", n, " labels of item shape ", shape_str(ds_.item_shape), " need ", n * item_size_);
+  for (int v = 0; v < 256; v++) lut_[v] = static_cast<float>((v * scale - mean) / std);
+}
+
+void ImageExamples::gather(const int64_t* ids, int64_t n, void* x, void* y) const {
+  auto* xf = static_cast<float*>(x);
+  auto* yi = static_cast<int32_t*>(y);
+  for (int64_t r = 0; r < n; r++) {
+    const int64_t s = ids[r];
+    TG_ASSERT(s >= 0 && s < size(), "ImageExamples: example ", s, " of ", size());
+    const uint8_t* src = ds_.host_images.data() + s * item_size_;
+    float* dst = xf + r * item_size_;
+    for (int64_t k = 0; k < item_size_; k++) dst[k] = lut_[src[k]];
+    yi[r] = ds_.host_labels[s];
+  }
+}
+
 // ---- DataLoader ----
 
-DataLoader::DataLoader(std::vector<uint8_t> images, Shape item_shape, std::vector<int32_t> labels,
-                       DataLoaderOptions opt)
-    : opt_(std::move(opt)), images_(std::move(images)), labels_(std::move(labels)), item_shape_(std::move(item_shape)) {
+DataLoader::DataLoader(std::shared_ptr<const Examples> data, DataLoaderOptions opt)
+    : opt_(std::move(opt)), data_(std::move(data)) {
+  TG_CHECK(data_, "DataLoader: no examples");
   TG_CHECK(opt_.batch_size > 0, "DataLoader: batch_size must be positive, got ", opt_.batch_size);
   TG_CHECK(opt_.prefetch >= 1, "DataLoader: prefetch must be at least 1, got ", opt_.prefetch);
-  TG_CHECK(std::isfinite(opt_.std) && opt_.std > 0, "DataLoader: std must be positive and finite, got ", opt_.std);
-  TG_CHECK(std::isfinite(opt_.mean) && std::isfinite(opt_.scale), "DataLoader: mean (", opt_.mean, ") and scale (",
-           opt_.scale, ") must be finite");
-  for (auto d : item_shape_) TG_CHECK(d >= 0, "DataLoader: negative dim in item shape ", shape_str(item_shape_));
-  n_ = static_cast<int64_t>(labels_.size());
-  item_size_ = tg::prod(item_shape_);
-  TG_CHECK(static_cast<int64_t>(images_.size()) == n_ * item_size_, "DataLoader: ", images_.size(),
-           " image bytes, but ", n_, " labels of item shape ", shape_str(item_shape_), " need ", n_ * item_size_);
-  for (int v = 0; v < 256; v++) lut_[v] = static_cast<float>((v * opt_.scale - opt_.mean) / opt_.std);
+  TG_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "DataLoader: rank ", opt_.rank,
+           " is outside a world of ", opt_.world);
+  TG_CHECK(opt_.batch_size % opt_.world == 0, "DataLoader: the global batch of ", opt_.batch_size,
+           " examples does not split evenly over ", opt_.world, " ranks");
+  n_ = data_->size();
+  x_dtype_ = data_->x_dtype();
+  y_dtype_ = data_->y_dtype();
+  x_shape_ = data_->x_shape();
+  y_shape_ = data_->y_shape();
+  x_bytes_ = tg::prod(x_shape_) * static_cast<int64_t>(itemsize(x_dtype_));
+  y_bytes_ = tg::prod(y_shape_) * static_cast<int64_t>(itemsize(y_dtype_));
   thread_ = std::thread(&DataLoader::worker, this);
 }
 
+DataLoader::DataLoader(std::vector<uint8_t> images, Shape item_shape, std::vector<int32_t> labels, DataLoaderOptions opt)
+    : DataLoader(Dataset{std::move(images), std::move(labels), std::move(item_shape)}, std::move(opt)) {}
+
 DataLoader::DataLoader(Dataset ds, DataLoaderOptions opt)
-    : DataLoader(std::move(ds.host_images), std::move(ds.item_shape), std::move(ds.host_labels), std::move(opt)) {}
+    : DataLoader(std::make_shared<ImageExamples>(std::move(ds), opt.scale, opt.mean, opt.std), opt) {}
 
 DataLoader::~DataLoader() {
   {
@@ -261,6 +293,11 @@ int64_t DataLoader::epoch() const {
   return epoch_;
 }
 
+LoaderPosition DataLoader::position() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return {epoch_, consume_next_};
+}
+
 // Note (determinism): epoch e shuffles with a Fisher-Yates pass driven by mt19937_64 seeded
 // with splitmix64(seed + e). mt19937_64's output is fixed by the C++ standard and `bounded` is
 // ours, so the order is the same on every platform and standard library, and a resumed run
@@ -277,20 +314,34 @@ std::vector<int64_t> DataLoader::permutation(int64_t epoch) const {
   return order;
 }
 
+// Note [a rank's rows of a global batch]: with world w, batch k of an epoch is the global batch
+// order[k*B, k*B + B) (B = batch_size, the last one shorter without drop_last), and rank r serves
+// its r-th contiguous part: rows [r*R/w, (r+1)*R/w) of the R rows, rounded down. For a full
+// batch that is dist::shard_range's split, so the ranks together see every example of the epoch
+// exactly once, each its own, and every rank has the same number of batches (a rank's part of a
+// short last batch may be smaller, or empty).
+std::pair<int64_t, int64_t> DataLoader::rank_rows(int64_t index) const {
+  const int64_t begin = index * opt_.batch_size;
+  const int64_t rows = std::min(opt_.batch_size, n_ - begin);
+  return {begin + rows * opt_.rank / opt_.world, begin + rows * (opt_.rank + 1) / opt_.world};
+}
+
+std::vector<int64_t> DataLoader::batch_ids(int64_t epoch, int64_t index) const {
+  TG_CHECK(index >= 0 && index < batches_per_epoch(), "DataLoader.batch_ids: batch ", index, " is outside [0, ",
+           batches_per_epoch(), ")");
+  auto order = permutation(epoch);
+  auto [b, e] = rank_rows(index);
+  return std::vector<int64_t>(order.begin() + b, order.begin() + e);
+}
+
 DataLoader::HostBatch DataLoader::build(int64_t index, const std::vector<int64_t>& order) const {
   HostBatch hb;
-  const int64_t begin = index * opt_.batch_size;
+  auto [begin, end] = rank_rows(index);
   hb.index = index;
-  hb.rows = std::min(opt_.batch_size, n_ - begin);
-  hb.x.resize(static_cast<size_t>(hb.rows * item_size_));
-  hb.y.resize(static_cast<size_t>(hb.rows));
-  for (int64_t r = 0; r < hb.rows; r++) {
-    const int64_t s = order[begin + r];
-    const uint8_t* src = images_.data() + s * item_size_;
-    float* dst = hb.x.data() + r * item_size_;
-    for (int64_t k = 0; k < item_size_; k++) dst[k] = lut_[src[k]];
-    hb.y[r] = labels_[s];
-  }
+  hb.rows = end - begin;
+  hb.x.resize(static_cast<size_t>(hb.rows * x_bytes_));
+  hb.y.resize(static_cast<size_t>(hb.rows * y_bytes_));
+  data_->gather(order.data() + begin, hb.rows, hb.x.data(), hb.y.data());
   return hb;
 }
 
@@ -359,11 +410,12 @@ std::optional<Batch> DataLoader::next() {
   lk.unlock();
   produce_cv_.notify_all();
 
-  Shape xs = {hb.rows};
-  xs.insert(xs.end(), item_shape_.begin(), item_shape_.end());
+  Shape xs = {hb.rows}, ys = {hb.rows};
+  xs.insert(xs.end(), x_shape_.begin(), x_shape_.end());
+  ys.insert(ys.end(), y_shape_.begin(), y_shape_.end());
   Batch b;
-  b.x = Tensor::from_data(hb.x.data(), DType::Float32, xs, {.device = opt_.device});
-  b.y = Tensor::from_data(hb.y.data(), DType::Int32, {hb.rows}, {.device = opt_.device});
+  b.x = Tensor::from_data(hb.x.data(), x_dtype_, xs, {.device = opt_.device});
+  b.y = Tensor::from_data(hb.y.data(), y_dtype_, ys, {.device = opt_.device});
   b.epoch = epoch;
   b.index = hb.index;
   return b;
