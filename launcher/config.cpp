@@ -62,6 +62,11 @@ std::vector<ConfigField>& schema_storage() {
       {"train.epochs", ValueType::Int, int64_t{1}, "epochs to train (when train.steps is 0)"},
       {"train.steps", ValueType::Int, int64_t{0}, "total optimizer steps (0: train.epochs full epochs)"},
       {"train.eval_every", ValueType::Int, int64_t{0}, "evaluate every this many steps (0: each epoch end)"},
+      {"train.eval_batches", ValueType::Int, int64_t{0}, "batches of the test or validation split an evaluation reads (0: all)"},
+      {"train.grad_accum", ValueType::Int, int64_t{1},
+       "micro-batches per step: each rank's batch is split in this many, their gradients summed before the update"},
+      {"train.peak_tflops", ValueType::Float, 0.0,
+       "the device's peak TFLOP/s at the run's precision, for model FLOPs utilisation in the metrics (0: not reported)"},
       {"train.checkpoint_every", ValueType::Int, int64_t{0}, "checkpoint every this many steps (0: at the end only)"},
       {"train.keep_checkpoints", ValueType::Int, int64_t{0}, "keep only the newest N complete checkpoints (0: keep all)"},
       {"train.log_every", ValueType::Int, int64_t{10}, "metrics record every this many steps"},
@@ -158,13 +163,18 @@ const ConfigField* find_field(const std::string& key) {
   return nullptr;
 }
 
+// Levenshtein distance with adjacent transpositions counted as one edit (optimal string
+// alignment): "mpl" is one edit from "mlp", as a typist would count it.
 size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  std::vector<size_t> before(b.size() + 1), prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); j++) prev[j] = j;
   for (size_t i = 1; i <= a.size(); i++) {
     cur[0] = i;
-    for (size_t j = 1; j <= b.size(); j++)
+    for (size_t j = 1; j <= b.size(); j++) {
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) cur[j] = std::min(cur[j], before[j - 2] + 1);
+    }
+    std::swap(before, prev);
     std::swap(prev, cur);
   }
   return prev[b.size()];
@@ -428,6 +438,9 @@ void Config::validate() const {
   nonneg_int("train.steps");
   TG_CHECK(get_int("train.epochs") > 0 || get_int("train.steps") > 0, "config: train.epochs or train.steps must be > 0");
   nonneg_int("train.eval_every");
+  nonneg_int("train.eval_batches");
+  positive("train.grad_accum");
+  TG_CHECK(get_float("train.peak_tflops") >= 0, "config: train.peak_tflops must be >= 0, got ", get_float("train.peak_tflops"));
   nonneg_int("train.checkpoint_every");
   nonneg_int("train.keep_checkpoints");
   positive("train.log_every");

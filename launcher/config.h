@@ -45,7 +45,7 @@ void register_config_keys(const std::string& owner, const std::vector<ConfigFiel
 
 // The known key nearest to `key` by edit distance (empty when none is reasonably close).
 std::string nearest_key(const std::string& key);
-// Levenshtein distance, exposed for tests.
+// Edit distance (Levenshtein, an adjacent transposition counting one), exposed for tests.
 size_t edit_distance(const std::string& a, const std::string& b);
 
 // A resolved config: every schema key has a value of its type.

@@ -24,8 +24,18 @@ std::string fmt(const char* f, double v) {
 std::string step_line(const StepEvent& e) {
   std::ostringstream os;
   os << "epoch " << e.epoch + 1 << " step " << e.step << "/" << e.total_steps << "  loss " << fmt("%.4f", e.loss)
-     << "  lr " << fmt("%.3g", e.lr) << "  " << fmt("%.0f", e.examples_per_s) << " examples/s";
+     << "  lr " << fmt("%.3g", e.lr) << "  ";
+  if (e.tokens_per_s > 0) os << fmt("%.0f", e.tokens_per_s) << " tokens/s";
+  else os << fmt("%.0f", e.examples_per_s) << " examples/s";
+  if (e.mfu) os << "  MFU " << fmt("%.1f", 100 * *e.mfu) << "%";
   return os.str();
+}
+
+// "test accuracy 86.02%" or "val loss 1.2345 (perplexity 3.44)".
+std::string eval_text(const EvalResult& r, bool percent) {
+  if (r.accuracy) return "test accuracy " + (percent ? fmt("%.2f", 100 * *r.accuracy) + "%" : fmt("%.4f", *r.accuracy));
+  if (r.loss) return "val loss " + fmt("%.4f", *r.loss) + " (perplexity " + fmt("%.2f", std::exp(*r.loss)) + ")";
+  return "no evaluation";
 }
 
 }  // namespace
@@ -77,7 +87,7 @@ void ProgressPrinter::on_step_skipped(Trainer&, const SkipEvent& e) {
 
 void ProgressPrinter::on_eval(Trainer&, const EvalEvent& e) {
   end_bar();
-  std::fprintf(out_, "step %lld: test accuracy %.2f%% (%.1f s)\n", static_cast<long long>(e.step), 100 * e.accuracy,
+  std::fprintf(out_, "step %lld: %s (%.1f s)\n", static_cast<long long>(e.step), eval_text(e.result, true).c_str(),
                e.seconds);
   std::fflush(out_);
 }
@@ -91,7 +101,7 @@ void ProgressPrinter::on_checkpoint(Trainer&, const CheckpointEvent& e) {
 void ProgressPrinter::on_train_end(Trainer&, const TrainSummary& s) {
   end_bar();
   std::fprintf(out_, "done: %lld steps in %.1f s", static_cast<long long>(s.steps), s.seconds);
-  if (s.accuracy) std::fprintf(out_, ", test accuracy %.2f%%", 100 * *s.accuracy);
+  if (s.accuracy || s.val_loss) std::fprintf(out_, ", %s", eval_text({s.accuracy, s.val_loss}, true).c_str());
   std::fprintf(out_, "\n");
   std::fflush(out_);
 }
@@ -124,13 +134,15 @@ void MetricsWriter::write(const std::string& line) {
 }
 
 void MetricsWriter::on_step_end(Trainer&, const StepEvent& e) {
-  write(nlohmann::json{{"type", "train"},
-                       {"step", e.step},
-                       {"epoch", e.epoch},
-                       {"loss", e.loss},
-                       {"lr", e.lr},
-                       {"examples_per_s", std::round(e.examples_per_s * 10) / 10}}
-            .dump());
+  nlohmann::json j{{"type", "train"},
+                   {"step", e.step},
+                   {"epoch", e.epoch},
+                   {"loss", e.loss},
+                   {"lr", e.lr},
+                   {"examples_per_s", std::round(e.examples_per_s * 10) / 10}};
+  if (e.tokens_per_s > 0) j["tokens_per_s"] = std::round(e.tokens_per_s);
+  if (e.mfu) j["mfu"] = std::round(*e.mfu * 1e4) / 1e4;
+  write(j.dump());
 }
 
 void MetricsWriter::on_step_skipped(Trainer&, const SkipEvent& e) {
@@ -138,12 +150,11 @@ void MetricsWriter::on_step_skipped(Trainer&, const SkipEvent& e) {
 }
 
 void MetricsWriter::on_eval(Trainer&, const EvalEvent& e) {
-  write(nlohmann::json{{"type", "eval"},
-                       {"step", e.step},
-                       {"epoch", e.epoch},
-                       {"eval_accuracy", e.accuracy},
-                       {"eval_seconds", std::round(e.seconds * 1000) / 1000}}
-            .dump());
+  nlohmann::json j{{"type", "eval"}, {"step", e.step}, {"epoch", e.epoch}};
+  if (e.result.accuracy) j["eval_accuracy"] = *e.result.accuracy;
+  if (e.result.loss) j["val_loss"] = *e.result.loss, j["perplexity"] = std::exp(*e.result.loss);
+  j["eval_seconds"] = std::round(e.seconds * 1000) / 1000;
+  write(j.dump());
 }
 
 void MetricsWriter::on_checkpoint(Trainer&, const CheckpointEvent& e) {
@@ -178,14 +189,14 @@ void TrainLog::on_step_skipped(Trainer&, const SkipEvent& e) {
 }
 
 void TrainLog::on_eval(Trainer&, const EvalEvent& e) {
-  line("step " + std::to_string(e.step) + ": test accuracy " + fmt("%.4f", e.accuracy));
+  line("step " + std::to_string(e.step) + ": " + eval_text(e.result, false));
 }
 
 void TrainLog::on_checkpoint(Trainer&, const CheckpointEvent& e) { line("checkpoint " + e.path); }
 
 void TrainLog::on_train_end(Trainer&, const TrainSummary& s) {
   line("done: " + std::to_string(s.steps) + " steps in " + fmt("%.1f", s.seconds) + " s" +
-       (s.accuracy ? ", test accuracy " + fmt("%.4f", *s.accuracy) : std::string()));
+       (s.accuracy || s.val_loss ? ", " + eval_text({s.accuracy, s.val_loss}, false) : std::string()));
 }
 
 // ---- CheckpointWriter ----

@@ -29,7 +29,8 @@ class ProgressPrinter : public TrainObserver {
 };
 
 // One JSON object per line: {"type":"train","step","epoch","loss","lr","examples_per_s"} or
-// {"type":"eval","step","epoch","eval_accuracy","eval_seconds"} or {"type":"checkpoint",...} or
+// {"type":"eval","step","epoch","eval_accuracy" | "val_loss","perplexity","eval_seconds"} (train
+// records of next-token tasks add "tokens_per_s" and, with train.peak_tflops, "mfu") or {"type":"checkpoint",...} or
 // {"type":"skip","step","grad_norm"} (ddp: a step every rank skipped on a non-finite gradient).
 // A resumed run first drops the records after its checkpoint's step, so the file reads like
 // one uninterrupted run.

@@ -79,11 +79,42 @@ std::unique_ptr<nn::Module> make_mnist_cnn(int64_t classes) {
   return net;
 }
 
+nn::GPTConfig gpt_config(const Config& c) {
+  nn::GPTConfig g;
+  g.vocab_size = c.get_int("model.vocab_size");
+  g.block_size = c.get_int("model.block_size");
+  g.n_layer = c.get_int("model.n_layer");
+  g.n_head = c.get_int("model.n_head");
+  g.n_embd = c.get_int("model.n_embd");
+  g.dropout = c.get_float("model.dropout");
+  TG_CHECK(g.vocab_size > 0 && g.block_size > 0, "model gpt: model.vocab_size (", g.vocab_size, ") and model.block_size (",
+           g.block_size, ") must be set (0 takes them from the dataset, which the trainer does)");
+  return g;
+}
+
+namespace {
+std::vector<ConfigField> gpt_keys() {
+  return {{"model.n_layer", ValueType::Int, int64_t{4}, "gpt: transformer blocks", int_at_least(1)},
+          {"model.n_head", ValueType::Int, int64_t{4}, "gpt: attention heads (must divide model.n_embd)", int_at_least(1)},
+          {"model.n_embd", ValueType::Int, int64_t{128}, "gpt: width of the residual stream", int_at_least(1)},
+          {"model.vocab_size", ValueType::Int, int64_t{0}, "gpt: vocabulary (0: the dataset's)", int_at_least(0)},
+          {"model.block_size", ValueType::Int, int64_t{0}, "gpt: longest sequence (0: data.seq_len)", int_at_least(0)},
+          {"model.dropout", ValueType::Float, 0.0, "gpt: dropout after embeddings, attention and MLP",
+           [](const Value& v) {
+             double p = std::get<double>(v);
+             return p >= 0 && p < 1 ? std::string() : "must be in [0, 1), got " + std::to_string(p);
+           }}};
+}
+}  // namespace
+
 Registry<ModelFactory>& model_registry() {
+  // Note [registered config keys] in config.cpp: the built-ins' keys are registered here.
   static Registry<ModelFactory> r = [] {
     Registry<ModelFactory> m("model");
     m.add("mlp", [](const Config& c) { return make_mlp(c.get_ints("model.hidden")); });
     m.add("cnn", [](const Config&) { return make_mnist_cnn(); });
+    m.add("gpt", [](const Config& c) { return std::make_unique<nn::GPT>(gpt_config(c)); });
+    register_config_keys("model 'gpt'", gpt_keys());
     return m;
   }();
   return r;
@@ -129,7 +160,8 @@ DataSplits token_splits(const Config& c) {
   for (const auto& f : val)
     TG_CHECK(!train_set.count(f), "dataset tokens: '", f, "' is both a training and a validation shard "
              "(data.train_files and data.val_files must match different files)");
-  return DataSplits{nn::shard_windows(train, seq_len), nn::shard_windows(val, seq_len), GPT2_VOCAB_SIZE};
+  return DataSplits{nn::shard_windows(train, seq_len), nn::shard_windows(val, seq_len), GPT2_VOCAB_SIZE,
+                    Task::NextToken};
 }
 
 DataSplits text_splits(const Config& c) {
@@ -139,7 +171,7 @@ DataSplits text_splits(const Config& c) {
            "' not found; install the Debian package jargon-text (scripts/setup.sh does), or set "
            "data.text_file");
   auto t = nn::text_windows(path, c.get_int("data.seq_len"), c.get_float("data.val_fraction"));
-  return DataSplits{t.train, t.val, nn::BYTE_VOCAB_SIZE};
+  return DataSplits{t.train, t.val, nn::BYTE_VOCAB_SIZE, Task::NextToken};
 }
 
 }  // namespace

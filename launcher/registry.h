@@ -19,6 +19,7 @@
 
 #include "launcher/config.h"
 #include "tinygrad/nn/data.h"
+#include "tinygrad/nn/gpt.h"
 #include "tinygrad/nn/module.h"
 
 namespace tg::launcher {
@@ -27,9 +28,14 @@ namespace tg::launcher {
 // test set of fashion_mnist; the validation split of tokens and text), each batched by a
 // DataLoader (tinygrad/nn/data.h). Examples are pairs x, y of any dtype and shape: normalised
 // images and labels (image_splits), windows of tokens (tinygrad/nn/tokens.h), or a user's own.
+// What the examples are for, which decides the trainer's loss and evaluation (Note [training
+// tasks] in trainer.cpp): a label per example, or the next token at every position.
+enum class Task { Classify, NextToken };
+
 struct DataSplits {
   std::shared_ptr<const nn::Examples> train, test;
   int64_t num_classes = 0;  // a classifier's classes, or a token dataset's vocabulary size (0: not known)
+  Task task = Task::Classify;
 };
 
 // Images and labels as splits: x = (pixel / 255 - mean) / std in float32, y the int32 label.
@@ -62,6 +68,10 @@ Registry<DatasetFactory>& dataset_registry();
 // runs out of memory is an error naming the model (Note [model sizes are checked before the model is built]).
 std::unique_ptr<nn::Module> make_model(const Config& cfg);
 DataSplits make_dataset(const Config& cfg);                 // by data.name
+
+// model.name=gpt's sizes from the config (model.vocab_size and model.block_size must be set:
+// the trainer fills them from the dataset where they are 0).
+nn::GPTConfig gpt_config(const Config& cfg);
 
 // The built-in models, also usable directly.
 std::unique_ptr<nn::Module> make_mlp(const std::vector<int64_t>& hidden, int64_t in = 784, int64_t classes = 10);

@@ -14,6 +14,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/nn/gpt.h"
 #include "tinygrad/nn/state.h"
 
 namespace fs = std::filesystem;
@@ -127,6 +128,29 @@ void prune_checkpoints(const fs::path& dir, int64_t newest_step, int64_t keep) {
   }
 }
 
+// A model's sizes that its dataset knows: model.vocab_size and model.block_size at 0 (where the
+// model registered them) become the dataset's vocabulary and data.seq_len.
+void fill_sizes_from_data(Config& c, const DataSplits& data) {
+  if (find_field("model.vocab_size") && c.get_int("model.vocab_size") == 0) {
+    TG_CHECK(data.num_classes > 0, "model.vocab_size is 0 (the dataset's) but dataset '", c.get_string("data.name"),
+             "' does not say its vocabulary; set model.vocab_size");
+    c.set("model.vocab_size", data.num_classes);
+  }
+  if (find_field("model.block_size") && find_field("data.seq_len") && c.get_int("model.block_size") == 0)
+    c.set("model.block_size", c.get_int("data.seq_len"));
+}
+
+// Note [mfu]: model FLOPs utilisation is the FLOPs a step must do over what the device could do
+// in its time: tokens/s times the FLOPs per token of a training step, over train.peak_tflops. A
+// GPT's training FLOPs per token are 6 N (forward and backward through N weights, the position
+// embedding excluded: it is a lookup) plus 12 L T D for the attention scores and their use
+// (PaLM's appendix B, as nanoGPT and llm.c count them), T the sequence length.
+double gpt_flops_per_token(const nn::GPT& m) {
+  const auto& c = m.config;
+  double n = static_cast<double>(m.num_parameters() - c.block_size * c.n_embd);
+  return 6 * n + 12.0 * static_cast<double>(c.n_layer * c.block_size * c.n_embd);
+}
+
 }  // namespace
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const Config& c, std::vector<Tensor*> params) {
@@ -188,9 +212,14 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
       data_.test, nn::DataLoaderOptions{.batch_size = cfg_.get_int("data.eval_batch_size"), .shuffle = false});
   int64_t steps = cfg_.get_int("train.steps");
   total_steps_ = steps > 0 ? steps : cfg_.get_int("train.epochs") * train_loader_->batches_per_epoch();
+  const int64_t accum = cfg_.get_int("train.grad_accum"), per_rank = cfg_.get_int("data.batch_size") / world_size();
+  TG_CHECK(per_rank % accum == 0, "config: each rank's batch (data.batch_size ", cfg_.get_int("data.batch_size"), " over ",
+           world_size(), " ranks: ", per_rank, ") does not split into train.grad_accum=", accum, " micro-batches");
+  fill_sizes_from_data(cfg_, data_);
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
   model_ = make_model(cfg_);
   TG_CHECK(model_, "model '", cfg_.get_string("model.name"), "': the factory returned no model");
+  if (auto* gpt = dynamic_cast<nn::GPT*>(model_.get())) flops_per_token_ = gpt_flops_per_token(*gpt);
   // train.precision=bf16: Note [compute dtype] in tinygrad/nn/layers.cpp (training and evaluation)
   if (cfg_.get_string("train.precision") == "bf16") model_->set_compute_dtype(DType::BFloat16);
   const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
@@ -230,9 +259,8 @@ Tensors Trainer::train_step(const Tensors& batch) {
     x = dist::shard_batch(x, rank(), world_size());
     y = dist::shard_batch(y, rank(), world_size());
   }
-  Tensor loss = (*model_)(x).sparse_categorical_crossentropy(y);
   for (Tensor* p : model_->parameters()) p->zero_grad();
-  loss.backward();
+  Tensor loss = accumulated_backward(x, y);
   const double clip = cfg_.get_float("optim.clip_grad_norm");
   if (dp_) {
     dist::StepOptions so{.max_norm = clip, .skip_nonfinite = cfg_.get_bool("distributed.skip_nonfinite")};
@@ -252,18 +280,66 @@ Tensors Trainer::train_step(const Tensors& batch) {
   return {loss};
 }
 
-double Trainer::evaluate() {
+// Note [training tasks]: the dataset says what its examples are for (DataSplits::task). A
+// classifier's x gives logits [B, C] against labels y [B]: the loss is their cross entropy, the
+// evaluation the accuracy on the test split. A next-token task's x is T tokens and y the same
+// shifted by one: the model's logits [B, T, V] are scored at every position (cross entropy over
+// the B*T tokens), and the evaluation is that mean loss on the validation split (perplexity:
+// its exp), as nanoGPT and llm.c report it.
+Tensor Trainer::loss_of(const Tensor& x, const Tensor& y) {
+  Tensor out = (*model_)(x);
+  if (data_.task == Task::Classify) return out.sparse_categorical_crossentropy(y);
+  TG_CHECK(out.ndim() == 3 && y.ndim() == 2, "train: a next-token task needs logits [B, T, V] for targets [B, T]; model '",
+           cfg_.get_string("model.name"), "' gave ", out.describe(), " for ", y.describe());
+  return out.reshape({-1, out.shape(2)}).sparse_categorical_crossentropy(y.reshape({y.numel()}));
+}
+
+// Note [gradient accumulation]: with train.grad_accum = k, a rank's batch is split into k
+// micro-batches whose losses (each over 1/k of the examples, so divided by k) go backward one
+// after the other; each micro-batch's gradients are realized before the next starts, so only
+// one micro-batch's activations are alive at a time, and the summed gradients equal those of the
+// whole batch's mean loss. The returned loss is the batch's mean.
+Tensor Trainer::accumulated_backward(const Tensor& x, const Tensor& y) {
+  const int64_t k = cfg_.get_int("train.grad_accum");
+  if (k == 1) {
+    Tensor loss = loss_of(x, y);
+    loss.backward();
+    return loss;
+  }
+  Tensors xs = x.chunk(k, 0), ys = y.chunk(k, 0);
+  std::optional<Tensor> total;
+  for (int64_t i = 0; i < k; i++) {
+    Tensor part = loss_of(xs[static_cast<size_t>(i)], ys[static_cast<size_t>(i)]) / static_cast<double>(k);
+    part.backward();
+    Tensors now{part};
+    for (Tensor* p : model_->parameters())
+      if (auto g = p->grad()) now.push_back(*g);
+    Tensor::realize_all(now);
+    total = total ? *total + part : part;
+  }
+  return *total;
+}
+
+EvalResult Trainer::evaluate() {
   NoGradGuard no_grad;
   model_->train(false);
-  int64_t correct = 0, seen = 0;
+  const int64_t limit = cfg_.get_int("train.eval_batches");
+  double correct = 0, loss_sum = 0;
+  int64_t seen = 0, batches = 0;
   test_loader_->start_epoch(0);
   while (auto b = test_loader_->next()) {
-    correct += (*model_)(b->x).argmax(-1).eq(b->y).sum().item<int64_t>();
+    if (limit > 0 && batches++ >= limit) break;
+    if (data_.task == Task::Classify) {
+      correct += static_cast<double>((*model_)(b->x).argmax(-1).eq(b->y).sum().item<int64_t>());
+    } else {
+      loss_sum += loss_of(b->x, b->y).item<float>() * static_cast<double>(b->y.shape(0));
+    }
     seen += b->y.shape(0);
   }
   model_->train(true);
   TG_CHECK(seen > 0, "evaluate: the test split of '", cfg_.get_string("data.name"), "' is empty");
-  return static_cast<double>(correct) / static_cast<double>(seen);
+  if (data_.task == Task::Classify) return {correct / static_cast<double>(seen), std::nullopt};
+  return {std::nullopt, loss_sum / static_cast<double>(seen)};
 }
 
 TrainSummary Trainer::fit() {
@@ -275,10 +351,9 @@ TrainSummary Trainer::fit() {
 
   auto run_eval = [&]() {
     auto t0 = std::chrono::steady_clock::now();
-    double acc = evaluate();
-    last_accuracy_ = acc;
+    last_eval_ = evaluate();
     last_eval_step_ = step_;
-    EvalEvent ev{step_, (step_ - 1) / bpe, acc, seconds_since(t0)};
+    EvalEvent ev{step_, (step_ - 1) / bpe, last_eval_, seconds_since(t0)};
     emit([&](TrainObserver& o) { o.on_eval(*this, ev); });
   };
 
@@ -311,8 +386,13 @@ TrainSummary Trainer::fit() {
         TG_CHECK(std::isfinite(loss_v) || (skipped && skip_nonfinite), "train: the loss is ", loss_v, " at step ", step_,
                  " (try a smaller optim.lr or optim.clip_grad_norm)");
         double dt = seconds_since(t_window);
-        StepEvent ev{step_, total_steps_, epoch, b->index, bpe, loss_v, lr,
-                     dt > 0 ? static_cast<double>(window_examples) / dt : 0.0};
+        double examples_per_s = dt > 0 ? static_cast<double>(window_examples) / dt : 0.0;
+        StepEvent ev{step_, total_steps_, epoch, b->index, bpe, loss_v, lr, examples_per_s};
+        if (data_.task == Task::NextToken) {
+          ev.tokens_per_s = examples_per_s * static_cast<double>(b->y.shape(1));
+          double peak = cfg_.get_float("train.peak_tflops");
+          if (flops_per_token_ && peak > 0) ev.mfu = *flops_per_token_ * ev.tokens_per_s / (peak * 1e12);  // Note [mfu]
+        }
         emit([&](TrainObserver& o) { o.on_step_end(*this, ev); });
         t_window = std::chrono::steady_clock::now();
         window_examples = 0;
@@ -327,7 +407,7 @@ TrainSummary Trainer::fit() {
     }
   }
   if (last_eval_step_ != step_ && step_ > 0 && rank() == 0) run_eval();
-  TrainSummary sum{step_, skipped_, last_accuracy_, seconds_since(t_fit), run_dir_, last_checkpoint_};
+  TrainSummary sum{step_, skipped_, last_eval_.accuracy, last_eval_.loss, seconds_since(t_fit), run_dir_, last_checkpoint_};
   emit([&](TrainObserver& o) { o.on_train_end(*this, sum); });
   sum.last_checkpoint = last_checkpoint_;  // an observer may have written the final checkpoint
   return sum;

@@ -33,12 +33,20 @@ struct StepEvent {
   double loss = 0;          // this step's training loss
   double lr = 0;            // the learning rate this step used
   double examples_per_s = 0;  // since the previous step event
+  double tokens_per_s = 0;    // next-token tasks: examples/s times the sequence length
+  std::optional<double> mfu;  // model FLOPs utilisation, where the model and train.peak_tflops say (Note [mfu])
+};
+
+// What an evaluation measured (Note [training tasks] in trainer.cpp).
+struct EvalResult {
+  std::optional<double> accuracy;  // classification: on the test split
+  std::optional<double> loss;      // next token: mean cross entropy per token on the validation split
 };
 
 struct EvalEvent {
   int64_t step = 0, epoch = 0;
-  double accuracy = 0;  // on the test split
-  double seconds = 0;   // the evaluation's wall time
+  EvalResult result;
+  double seconds = 0;  // the evaluation's wall time
 };
 
 struct CheckpointEvent {
@@ -54,7 +62,8 @@ struct SkipEvent {
 struct TrainSummary {
   int64_t steps = 0;              // the step count at the end
   int64_t skipped_steps = 0;      // steps whose update every rank skipped (non-finite gradients)
-  std::optional<double> accuracy; // the last evaluation
+  std::optional<double> accuracy; // the last evaluation (classification)
+  std::optional<double> val_loss; // the last evaluation (next token)
   double seconds = 0;             // wall time of fit()
   std::string run_dir, last_checkpoint;
 };
@@ -90,7 +99,9 @@ class Trainer {
   // Trains from the current step to total_steps(), evaluating every train.eval_every steps (or at
   // each epoch end when 0) and at the end.
   TrainSummary fit();
-  double evaluate();  // accuracy on the test split (model in eval mode meanwhile)
+  // Accuracy on the test split, or the validation loss of a next-token task (model in eval mode
+  // meanwhile; at most train.eval_batches batches, 0: all).
+  EvalResult evaluate();
 
   // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint. With
   // zero1 every rank r also writes its optimizer shard to step_<N>.zero1-rank<r>.safetensors
@@ -122,6 +133,11 @@ class Trainer {
   // One training step on a batch {x, y}; returns {loss}, or {loss, ok, grad_norm} for a ddp step
   // that checks or clips (settled by fit() after the step). Run through jit_.
   Tensors train_step(const Tensors& batch);
+  // The task's loss of the model on x against y (Note [training tasks]).
+  Tensor loss_of(const Tensor& x, const Tensor& y);
+  // Backward through the batch's loss in train.grad_accum micro-batches; returns the loss
+  // (Note [gradient accumulation]).
+  Tensor accumulated_backward(const Tensor& x, const Tensor& y);
 
   template <class F>
   void emit(F f) {
@@ -143,7 +159,8 @@ class Trainer {
   std::unique_ptr<TinyJit> jit_;
   dist::StepOutcome step_outcome_;  // of the last step (ddp: settled from its outputs, so replays too)
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
-  std::optional<double> last_accuracy_;
+  EvalResult last_eval_;
+  std::optional<double> flops_per_token_;  // Note [mfu]
   int64_t last_eval_step_ = -1;
   std::string last_checkpoint_;
 };

@@ -156,6 +156,8 @@ TEST(LauncherConfig, UnknownKeySuggestsNearest) {
   EXPECT_NE(error_of([] { parse_config("lr: 0.1\n", "c.yaml"); }).find("'lr' is not a section"), std::string::npos);
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("mpl", "mlp"), 1u);  // a transposition is one edit
+  EXPECT_EQ(edit_distance("mpl", "gpt"), 2u);
 }
 
 TEST(LauncherConfig, BadValuesAreOneLineErrors) {
