@@ -17,10 +17,10 @@
 // The launch (global and local sizes) and the kernel's name, which describes the loops before
 // they became threads, come back beside the graph (GpuLaunch).
 //
-// Note [thread mapping]: the output loops are taken outermost first. The
-// innermost output loop becomes dimension 0 (the fastest-varying one, so neighbouring threads
-// touch neighbouring memory), the next one dimension 1, and so on; when there are more output
-// loops than dimensions, the outermost ones share one dimension through division and modulo.
+// Note [thread mapping]: the output loops are taken outermost first (kernel_loops). The innermost
+// becomes dimension 0 (the fastest-varying one, so neighbouring threads touch neighbouring
+// memory), the next one dimension 1, and so on; when there are more output loops than
+// dimensions, the outermost ones share one dimension through division and modulo.
 //
 // Note [local sizes]: a dimension of at most SHORT_DIM (a warp's width) work-items takes the
 // largest divisor of its size within what the dimensions inside it left of max_local (the whole
