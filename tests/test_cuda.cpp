@@ -5,11 +5,15 @@
 // grouped reduction through shared memory, timing, half types.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "cuda_test.h"
 #include "ops_util.h"
 #include "test_util.h"
+#include "tinygrad/codegen/gpu_dims.h"
+#include "tinygrad/codegen/opt.h"
 #include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/codegen/opt_gpu.h"
 #include "tinygrad/codegen/render_cuda.h"
@@ -242,6 +246,36 @@ TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
   EXPECT_EQ(ks2[0].kernel.global_size.size(), 3u);
 }
 
+// Note [thread mapping on the graph]: the mapped graph has no output loop left, a grouped
+// reduction's REDUCE runs over the loop each thread walks and carries the group's thread index,
+// and the launch comes back beside the graph.
+TEST(CudaRenderer, ThreadMappingRewritesTheGraph) {
+  TensorOptions cpu{.device = "CPU"};
+  Tensor x = Tensor::from_vector(testutil::rnd_values(4096 * 1024, 1), {4096, 1024}, cpu);
+  std::vector<ScheduleItem> items = create_schedule({x.sum(1).uop()});
+  ASSERT_EQ(items.size(), 1u);
+  GpuLimits limits;
+  limits.group_threads_per_slot = CUDARenderer::WARP;
+  ThreadMappedKernel m = map_threads(apply_opts(items[0].ast, gpu_hand_coded_opts(items[0].ast)), limits);
+  EXPECT_EQ(m.launch.name, "r_4096__1024");
+  EXPECT_EQ(m.launch.global_size, std::vector<int64_t>{4096 * 128});
+  EXPECT_EQ(m.launch.local_size, std::vector<int64_t>{128});
+  std::set<const UOp*> walked, ranges;
+  int reduces = 0;
+  for (auto& n : toposort({m.ast})) {
+    if (n->op == Op::RANGE) ranges.insert(n.get());
+    if (n->op != Op::REDUCE) continue;
+    reduces++;
+    ASSERT_EQ(n->src.size(), 3u);
+    walked.insert(n->src[1].get());
+    ASSERT_EQ(n->src[2]->op, Op::SPECIAL);
+    EXPECT_EQ(special_kind(n->src[2]->arg_int()), SpecialKind::LocalId);
+    EXPECT_EQ(n->src[2]->src[0]->const_value(), 128);
+  }
+  EXPECT_GE(reduces, 1);
+  EXPECT_EQ(ranges, walked);  // no output loop left
+}
+
 // Note [grouped reduction]: rows are grouped however many there are, all on dimension 0;
 // strided reductions with many outputs and matmuls stay one thread per output. Note [elementwise lanes].
 TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
@@ -265,8 +299,15 @@ TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
   EXPECT_EQ(ew[0].kernel.global_size.size(), 2u);
   EXPECT_EQ(ew[0].kernel.global_size[0], 1024 / 4);  // 4 lanes along the row
   int stores = 0;
-  for (auto& u : ew[0].kernel.uops) stores += u->op == Op::STORE;
+  size_t last_load = 0, first_store = ew[0].kernel.uops.size();
+  for (size_t i = 0; i < ew[0].kernel.uops.size(); i++) {
+    Op op = ew[0].kernel.uops[i]->op;
+    stores += op == Op::STORE;
+    if (op == Op::LOAD) last_load = i;
+    if (op == Op::STORE) first_store = std::min(first_store, i);
+  }
   EXPECT_EQ(stores, 4);
+  EXPECT_LT(last_load, first_store) << ew[0].source;  // Note [lanes in lockstep]: every lane's load in flight
   Tensor small = Tensor::from_vector(testutil::rnd_values(64 * 64, 2), {64, 64}, cpu);
   auto one = render_cuda({small * 2});  // too few elements for lanes
   ASSERT_EQ(one.size(), 1u);

@@ -1,9 +1,26 @@
-// GPU kernel transforms: loops onto threads, local sizes, grouped reductions, elementwise lanes.
+// GPU thread mapping on the kernel graph: loops onto threads, local sizes, grouped reductions,
+// elementwise lanes.
 //
-// Note [thread mapping]: the linearizer opens the output loops first (outermost first). Here the
-// innermost output loop becomes dimension 0 (the fastest-varying one, so neighbouring threads
-// touch neighbouring memory), the next one dimension 1, and so on; when there are more output
-// loops than dimensions, the outermost ones share one dimension through division and modulo.
+// Note [thread mapping on the graph]: the pass takes the optimized kernel graph (rooted at STORE
+// or SINK, with RANGE and REDUCE nodes) and returns a graph the linearizer lays out as it is:
+//  - every output loop (the loops the linearizer would open first, kernel_loops in
+//    codegen/linearize.h) is replaced by its index expression over SPECIAL thread indices, so
+//    no output loop is left;
+//  - the REDUCE of a grouped reduction or of a grouped row runs over the loop each thread walks
+//    (the one flat loop, or the row's loop of ceil(N/L) trips) and takes the work-group's thread
+//    index (a LocalId SPECIAL) as its last source: the linearizer gives it a DEFINE_ACC over that
+//    loop and a GroupReduce entry, whose combine the renderer emits after the loop closes;
+//  - gates are the gate sources of LOADs and STOREs; a row tail's accumulator update is a REDUCE
+//    of `valid ? x : identity`;
+//  - a kernel with elementwise lanes is a SINK of each lane's stores, lane by lane, whose arg is
+//    the number of lanes (Note [lanes in lockstep] in codegen/linearize.cpp).
+// The launch (global and local sizes) and the kernel's name, which describes the loops before
+// they became threads, come back beside the graph (GpuLaunch).
+//
+// Note [thread mapping]: the output loops are taken outermost first (kernel_loops). The innermost
+// becomes dimension 0 (the fastest-varying one, so neighbouring threads touch neighbouring
+// memory), the next one dimension 1, and so on; when there are more output loops than
+// dimensions, the outermost ones share one dimension through division and modulo.
 //
 // Note [local sizes]: a dimension of at most SHORT_DIM (a warp's width) work-items takes the
 // largest divisor of its size within what the dimensions inside it left of max_local (the whole
@@ -73,7 +90,7 @@
 // The same narrowing serves the outermost loops sharing the last dimension.
 //
 // Note [grouped rows]: a kernel that reads a row's reductions back over the row (softmax as one
-// kernel: Note [row fusion] in schedule/schedule.cpp, Note [row loops] in linearize.cpp) opens,
+// kernel: Note [row fusion] in schedule/schedule.cpp, Note [row loops] in linearize.cpp) has,
 // per row, one loop per reduction and then the loop over the row's elements, all of the row's
 // length N and none inside another. It runs one work-group of L threads per row (L as in a
 // grouped reduction), and every such loop is split the same way: N/L trips of index r*L + t.
@@ -87,9 +104,10 @@
 // 125) still gets a group: L is the largest power of two within the same limits, every loop runs
 // ceil(N/L) trips, and in the last one the threads whose index r*L + t is past the row load
 // nothing (gated loads), leave their partial as it was and store nothing.
+//
 // Note [launch limits]: a launch holds at most max_groups_yz groups in dimensions 1 and 2 (CUDA:
 // gridDim.y and gridDim.z, 65535), max_group_z work-items per group in dimension 2 and
-// max_group_threads per group. gpu_dims puts the outermost output loops on the last dimension;
+// max_group_threads per group. The mapping puts the outermost output loops on the last dimension;
 // when that gives a grid the device refuses, the kernel is laid out again with every output loop
 // on dimension 0 (up to max_groups_x groups). Local sizes above the limits are clamped to their
 // largest divisor within them (global ids do not depend on the split); a grouped reduction keeps
@@ -97,12 +115,12 @@
 #include "tinygrad/codegen/gpu_dims.h"
 
 #include <algorithm>
-#include <functional>
 #include <limits>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt.h"
 #include "tinygrad/error.h"
 
@@ -140,13 +158,33 @@ bool depends_on(const UOpPtr& u, const UOpPtr& range) {
   return false;
 }
 
+// What the mapping reads from the kernel graph.
+struct KernelInfo {
+  KernelLoops loops;             // loops.outer: the output loops, outermost first
+  std::vector<UOpPtr> reduces;   // every REDUCE
+  std::vector<UOpPtr> loads;     // every LOAD
+  int64_t outputs = 1;           // iterations of the output loops
+};
+
+KernelInfo kernel_info(const UOpPtr& ast) {
+  KernelInfo info{kernel_loops(ast), {}, {}, 1};
+  for (auto& n : toposort({ast})) {
+    if (n->op == Op::REDUCE) info.reduces.push_back(n);
+    if (n->op == Op::LOAD) info.loads.push_back(n);
+  }
+  for (auto& r : info.loops.outer) info.outputs *= trip(r);
+  return info;
+}
+
+std::vector<UOpPtr> loops_of(const UOpPtr& reduce) { return {reduce->src.begin() + 1, reduce->src.end()}; }
+
 // Every load whose address moves along the loop `range` moves by one element along it, and at
 // least one does: the threads of a group, which take neighbouring iterations, load neighbouring
 // elements.
-bool contiguous_loads(const LinearKernel& k, const UOpPtr& range) {
+bool contiguous_loads(const KernelInfo& k, const UOpPtr& range) {
   bool any = false;
-  for (auto& u : k.uops) {
-    if (u->op != Op::LOAD || !depends_on(u->src[1], range)) continue;
+  for (auto& u : k.loads) {
+    if (!depends_on(u->src[1], range)) continue;
     if (index_stride(u->src[1], range) != 1) return false;
     any = true;
   }
@@ -156,55 +194,52 @@ bool contiguous_loads(const LinearKernel& k, const UOpPtr& range) {
 // A reduction over rows: the loads are contiguous along the reduce loop `range` and each moves
 // along every output loop, so no two outputs read the same row (a matmul's operands are shared
 // between outputs: those stay one thread per output, whose neighbours share one operand's loads).
-bool row_loads(const LinearKernel& k, const UOpPtr& range, size_t n_outer) {
+bool row_loads(const KernelInfo& k, const UOpPtr& range) {
   if (!contiguous_loads(k, range)) return false;
-  for (auto& u : k.uops) {
-    if (u->op != Op::LOAD || !depends_on(u->src[1], range)) continue;
-    for (size_t i = 0; i < n_outer; i++)
-      if (trip(k.uops[i]) > 1 && !depends_on(u->src[1], k.uops[i])) return false;
+  for (auto& u : k.loads) {
+    if (!depends_on(u->src[1], range)) continue;
+    for (auto& r : k.loops.outer)
+      if (trip(r) > 1 && !depends_on(u->src[1], r)) return false;
   }
   return true;
 }
 
 struct Grouping {
-  std::vector<UOpPtr> accs;  // accumulators combined over the group
-  std::vector<Op> ops;       // each accumulator's combine op
   // a grouped reduction (Note [grouped reduction]): its reduce loops, outermost first, and their
   // product, the elements of one reduction; they become one flat loop
   std::vector<UOpPtr> loops;
   int64_t length = 0;
   std::vector<UOpPtr> ranges;  // grouped rows (Note [grouped rows]): loops each split over the group
-  int64_t threads = 0;
+  int64_t threads = 0;         // 0: not grouped
   bool tail = false;  // threads does not divide the loops: the last trip is gated (Note [row tails])
 };
 
-// Note [grouped rows]
-Grouping find_row_grouping(const LinearKernel& k, const GpuLimits& lim) {
-  size_t n_outer = k.global_size.size();
+// Loop nests below the output loops, one after the other, as the linearizer opens them: one per
+// set of reduce loops outside every other reduce's loops (Note [accumulator groups] in
+// codegen/linearize.cpp), and one of the row's element loops (Note [row loops]).
+size_t sequential_loop_nests(const KernelInfo& k) {
+  std::vector<std::vector<UOpPtr>> nests;
+  for (auto& r : k.loops.top_reduces)
+    if (std::find(nests.begin(), nests.end(), loops_of(r)) == nests.end()) nests.push_back(loops_of(r));
+  return nests.size() + (k.loops.row_elements.empty() ? 0 : 1);
+}
+
+// Note [grouped rows]: every loop of the row is one loop of N trips, none inside another.
+Grouping find_row_grouping(const KernelInfo& k, const GpuLimits& lim) {
+  if (k.loops.top_reduces.size() != k.reduces.size() || k.loops.row_elements.size() > 1) return {};
   Grouping g;
-  std::unordered_map<const UOp*, Op> op_of;
-  int64_t n = 0;
-  int depth = 0;
-  for (size_t i = n_outer; i < k.uops.size(); i++) {
-    const UOpPtr& u = k.uops[i];
-    if (u->op == Op::RANGE) {
-      if (depth++ > 0 || (n && trip(u) != n)) return {};
-      n = trip(u);
-      g.ranges.push_back(u);
-    } else if (u->op == Op::ENDRANGE && depth > 0) {
-      depth--;
-    } else if (u->op == Op::DEFINE_ACC) {
-      if (u->src.size() != 2 || u->dtype == DType::Bool) return {};
-      g.accs.push_back(u);
-    } else if (u->op == Op::ASSIGN) {
-      op_of[u->src[0].get()] = u->src[1]->op;
-    }
+  for (auto& r : k.reduces) {
+    if (r->src.size() != 2 || r->dtype == DType::Bool) return {};
+    if (std::find(g.ranges.begin(), g.ranges.end(), r->src[1]) == g.ranges.end()) g.ranges.push_back(r->src[1]);
   }
-  if (g.accs.empty() || n < lim.row_min_length) return {};
-  for (auto& u : k.uops)
+  for (auto& r : k.loops.row_elements) g.ranges.push_back(r);
+  int64_t n = trip(g.ranges[0]);
+  for (auto& r : g.ranges)
+    if (trip(r) != n) return {};
+  if (k.reduces.empty() || n < lim.row_min_length) return {};
+  for (auto& u : k.loads)
     for (auto& r : g.ranges)
-      if (u->op == Op::LOAD && depends_on(u->src[1], r) && index_stride(u->src[1], r) != 1) return {};
-  for (auto& a : g.accs) g.ops.push_back(op_of.at(a.get()));
+      if (depends_on(u->src[1], r) && index_stride(u->src[1], r) != 1) return {};
   int64_t cap = std::min(lim.group_threads, n / lim.group_min_per_thread);
   g.threads = pow2_divisor(n, cap);
   if (g.threads < 16) g.threads = pow2_at_most(cap), g.tail = true;  // Note [row tails]
@@ -213,77 +248,258 @@ Grouping find_row_grouping(const LinearKernel& k, const GpuLimits& lim) {
 }
 
 // Note [grouped reduction]
-Grouping find_grouping(const LinearKernel& k, const GpuLimits& lim) {
-  int sequential_loops = 0, depth = 0;  // reduce loops one after the other, not nested: fused rows
-  for (size_t i = k.global_size.size(); i < k.uops.size(); i++) {
-    const UOpPtr& u = k.uops[i];
-    if (u->op == Op::RANGE) sequential_loops += depth++ == 0;
-    if (u->op == Op::ENDRANGE && depth > 0) depth--;
-  }
-  if (sequential_loops > 1) return find_row_grouping(k, lim);
+Grouping find_grouping(const KernelInfo& k, const GpuLimits& lim) {
+  if (sequential_loop_nests(k) > 1) return find_row_grouping(k, lim);
+  if (k.reduces.empty()) return {};
   Grouping g;
-  int64_t outputs = 1;
-  for (auto s : k.global_size) outputs *= s;
   int64_t slot_bytes = 0;  // local memory of the combines, per slot
-  for (auto& u : k.uops) {
-    if (u->op != Op::DEFINE_ACC) continue;
-    if (u->src.size() < 2 || u->dtype == DType::Bool) return {};
-    std::vector<UOpPtr> loops(u->src.begin() + 1, u->src.end());
-    if (!g.accs.empty() && loops != g.loops) return {};
-    g.accs.push_back(u), g.loops = loops;
-    slot_bytes += static_cast<int64_t>(itemsize(u->dtype));
+  for (auto& r : k.reduces) {
+    if (r->src.size() < 2 || r->dtype == DType::Bool) return {};
+    if (r != k.reduces[0] && loops_of(r) != g.loops) return {};
+    g.loops = loops_of(r);
+    slot_bytes += static_cast<int64_t>(itemsize(is_half(r->dtype) ? DType::Float32 : r->dtype));  // half in float32
   }
-  if (g.accs.empty()) return {};
-  for (auto& r : g.loops)  // the loops are opened once, one after the other (one accumulator group)
-    if (std::count(k.uops.begin(), k.uops.end(), r) != 1) return {};
-  auto first = static_cast<size_t>(std::find(k.uops.begin(), k.uops.end(), g.loops[0]) - k.uops.begin());
-  for (size_t i = 1; i < g.loops.size(); i++)
-    if (first + i >= k.uops.size() || k.uops[first + i] != g.loops[i]) return {};
   g.length = 1;
   for (auto& r : g.loops) g.length *= trip(r);
   int64_t n = g.length;
-  bool few_outputs = outputs <= lim.group_max_outputs && n >= lim.group_min_length;
-  bool long_reduce = outputs <= lim.group_long_max_outputs && n >= lim.group_long_length &&
+  bool few_outputs = k.outputs <= lim.group_max_outputs && n >= lim.group_min_length;
+  bool long_reduce = k.outputs <= lim.group_long_max_outputs && n >= lim.group_long_length &&
                      contiguous_loads(k, g.loops.back());
-  bool row = n >= lim.row_min_length && row_loads(k, g.loops.back(), k.global_size.size());
+  bool row = n >= lim.row_min_length && row_loads(k, g.loops.back());
   if (!few_outputs && !long_reduce && !row) return {};
   int64_t cap = std::min(lim.group_threads, n / lim.group_min_per_thread);
   cap = std::min(cap, lim.group_local_bytes * lim.group_threads_per_slot / slot_bytes);
-  cap = std::min(cap, lim.group_accumulators / static_cast<int64_t>(g.accs.size()));
+  cap = std::min(cap, lim.group_accumulators / static_cast<int64_t>(k.reduces.size()));
   g.threads = pow2_divisor(n, cap);
-  for (auto& a : g.accs) {
-    g.ops.push_back(Op::ADD);
-    for (auto& u : k.uops)
-      if (u->op == Op::ASSIGN && u->src[0] == a) g.ops.back() = u->src[1]->op;
-  }
   if (g.threads < 16) return {};
   return g;
 }
 
 // Note [elementwise lanes]: lanes per thread for a kernel without reduce loops whose dimension 0
 // holds `size0` elements (1: none).
-int64_t elementwise_lanes(const LinearKernel& k, size_t n_outer, int64_t size0, const GpuLimits& lim) {
-  for (size_t i = n_outer; i < k.uops.size(); i++)
-    if (k.uops[i]->op == Op::RANGE || k.uops[i]->op == Op::DEFINE_ACC) return 1;
-  int64_t total = 1;
-  for (auto s : k.global_size) total *= s;
-  if (lim.lanes < 2 || size0 % lim.lanes != 0 || total / lim.lanes < lim.lanes_min_threads) return 1;
+int64_t elementwise_lanes(const KernelInfo& k, int64_t size0, const GpuLimits& lim) {
+  if (!k.reduces.empty() || !k.loops.row_elements.empty()) return 1;
+  if (lim.lanes < 2 || size0 % lim.lanes != 0 || k.outputs / lim.lanes < lim.lanes_min_threads) return 1;
   return lim.lanes;
 }
 
 // Note [merged inner loops]: how many innermost output loops dimension 0 holds.
-size_t inner_loops_of_dim0(const LinearKernel& k, const std::vector<UOpPtr>& outer, const GpuLimits& lim) {
-  size_t n_outer = outer.size();
+size_t inner_loops_of_dim0(const KernelInfo& k, const GpuLimits& lim) {
+  const std::vector<UOpPtr>& outer = k.loops.outer;
   int64_t size = 1;
-  for (size_t m = 1; m <= n_outer; m++) {
-    size *= trip(outer[n_outer - m]);
-    int64_t lanes = elementwise_lanes(k, n_outer, size, lim);
+  for (size_t m = 1; m <= outer.size(); m++) {
+    size *= trip(outer[outer.size() - m]);
+    int64_t lanes = elementwise_lanes(k, size, lim);
     if (lanes > 1 && pow2_divisor(size / lanes, lim.max_local) >= SHORT_DIM) return m;
   }
   return 1;
 }
 
+// Note [thread mapping]: which output loops each dimension holds, [lo, hi) of the outer loops,
+// and its size. Grouped: all of them on the group id. Dimension 0 holds the `in_dim0` innermost
+// loops (Note [merged inner loops]), each further dimension the next loop out, the last one all
+// loops above it.
+struct Dimension {
+  size_t lo, hi;
+  int64_t size;
+};
+std::vector<Dimension> dimensions(const KernelInfo& k, bool grouped, const GpuLimits& lim) {
+  const std::vector<UOpPtr>& outer = k.loops.outer;
+  size_t n_outer = outer.size();
+  size_t in_dim0 = grouped ? 1 : inner_loops_of_dim0(k, lim);
+  int out_dims = std::min<int>(static_cast<int>(n_outer - in_dim0 + 1), grouped ? 1 : lim.max_dims);
+  if (n_outer == 0) out_dims = 0;
+  std::vector<Dimension> dims;
+  for (int d = 0; d < out_dims; d++) {
+    size_t hi = d == 0 ? n_outer : n_outer - in_dim0 - static_cast<size_t>(d - 1);
+    size_t lo = d == out_dims - 1 ? 0 : d == 0 ? n_outer - in_dim0 : hi - 1;
+    int64_t size = 1;
+    for (size_t i = lo; i < hi; i++) size *= trip(outer[i]);
+    dims.push_back({lo, hi, size});
+  }
+  return dims;
+}
+
+// The output loops as thread indices, per lane, and the launch.
+struct OutputMapping {
+  std::vector<std::unordered_map<const UOp*, UOpPtr>> sub;  // per lane: output loop -> its index
+  std::vector<int64_t> global, local;
+};
+
+OutputMapping map_output_loops(const KernelInfo& k, const Grouping& grp, const GpuLimits& lim) {
+  bool grouped = grp.threads > 0;
+  std::vector<Dimension> dims = dimensions(k, grouped, lim);
+  int64_t lanes = grouped || dims.empty() ? 1 : elementwise_lanes(k, dims[0].size, lim);
+  OutputMapping m;
+  m.sub.resize(static_cast<size_t>(lanes));
+  std::vector<UOpPtr> code;  // the index arithmetic (reached through m.sub)
+  int64_t budget = lim.max_local;
+  for (size_t d = 0; d < dims.size(); d++) {
+    int64_t size = dims[d].size;
+    std::vector<UOpPtr> idx;  // the dimension's element index, per lane
+    if (grouped) {
+      idx = {thread_index(SpecialKind::GroupId, 0, size)};
+      m.global.push_back(size * grp.threads);
+      m.local.push_back(grp.threads);
+    } else if (d == 0 && lanes > 1) {  // Note [elementwise lanes]
+      int64_t l = pow2_divisor(size / lanes, budget);
+      auto g = thread_index(SpecialKind::GroupId, 0, size / lanes / l), t = thread_index(SpecialKind::LocalId, 0, l);
+      auto base = kalu(Op::ADD, kalu(Op::MUL, g, kint(l * lanes)), t);
+      for (int64_t c = 0; c < lanes; c++) idx.push_back(c == 0 ? base : kalu(Op::ADD, base, kint(c * l)));
+      m.global.push_back(size / lanes);
+      m.local.push_back(l);
+      budget /= l;
+    } else {
+      idx = {thread_index(SpecialKind::GlobalId, static_cast<int>(d), size)};
+      m.global.push_back(size);
+      m.local.push_back(local_divisor(size, budget));  // Note [local sizes]
+      budget /= m.local.back();
+    }
+    // each loop's index from the dimension's (Note [merged inner loops])
+    std::span<const UOpPtr> loops(k.loops.outer.begin() + static_cast<std::ptrdiff_t>(dims[d].lo), dims[d].hi - dims[d].lo);
+    for (size_t c = 0; c < m.sub.size(); c++)
+      split_flat_index(idx[idx.size() == 1 ? 0 : c], loops, size, code, m.sub[c]);
+  }
+  if (m.global.empty()) {  // a scalar output: one group, or one thread
+    int64_t l = grouped ? grp.threads : 1;
+    m.global = {l}, m.local = {l};
+  }
+  return m;
+}
+
+// The graph of a grouped kernel's REDUCEs, loads and stores as the group's threads run them.
+class GroupRewrite {
+ public:
+  GroupRewrite(const Grouping& grp, std::unordered_map<const UOp*, UOpPtr>& sub) : grp_(grp) {
+    if (grp.threads == 0) return;
+    lid_ = thread_index(SpecialKind::LocalId, 0, grp.threads);
+    if (!grp.loops.empty()) {
+      // Note [grouped reduction]: the reduce loops become one loop of length/L trips over the flat
+      // index f = r*L + lid, from which each loop's index is recovered
+      flat_ = make_uop(Op::RANGE, dtypes::index, {kint(grp.length / grp.threads)}, grp.loops[0]->arg);
+      std::vector<UOpPtr> code;
+      split_flat_index(kalu(Op::ADD, kalu(Op::MUL, flat_, kint(grp.threads)), lid_), grp.loops, grp.length, code,
+                       sub);  // Note [flat index in 32 bits]
+    }
+    // Note [grouped rows]: each loop N/L trips (rounded up) of index r*L + lid
+    for (auto& range : grp.ranges) {
+      int64_t trips = (trip(range) + grp.threads - 1) / grp.threads;
+      auto r = make_uop(Op::RANGE, dtypes::index, {kint(trips)}, range->arg);
+      auto index = kalu(Op::ADD, kalu(Op::MUL, r, kint(grp.threads)), lid_);
+      loop_of_[range.get()] = r;
+      if (grp.tail) valid_[range.get()] = kalu(Op::CMPLT, index, kint(trip(range)));  // Note [row tails]
+      sub[range.get()] = index;
+    }
+  }
+
+  // n (of the mapped kernel), whose sources are now `src`, as the group runs it.
+  UOpPtr rebuild(const UOpPtr& n, std::vector<UOpPtr> src) const {
+    if (n->op == Op::REDUCE && lid_) return grouped_reduce(n, src);
+    UOpPtr out = src == n->src ? n : make_uop(n->op, n->dtype, src, n->arg);
+    if (n->op == Op::LOAD || n->op == Op::STORE)
+      if (auto v = tail_gate(n)) out = gated(out, v);
+    // only thread 0 of the group stores an address the whole group shares
+    if (lid_ && out->op == Op::STORE && !depends_on(out->src[1], lid_)) out = gated(out, kalu(Op::CMPLT, lid_, kint(1)));
+    return out;
+  }
+
+ private:
+  const Grouping& grp_;
+  UOpPtr lid_, flat_;
+  std::unordered_map<const UOp*, UOpPtr> loop_of_;  // a row's loop -> the loop its threads walk
+  std::unordered_map<const UOp*, UOpPtr> valid_;    // Note [row tails]: a row's loop -> index < N
+
+  UOpPtr grouped_reduce(const UOpPtr& n, const std::vector<UOpPtr>& src) const {
+    if (flat_) return make_uop(Op::REDUCE, n->dtype, {src[0], flat_, lid_}, n->arg);
+    const UOp* range = n->src[1].get();
+    UOpPtr x = src[0];
+    if (auto it = valid_.find(range); it != valid_.end())  // past the row: the update keeps the partial
+      x = kwhere(it->second, x, kconst(n->dtype, reduce_identity(std::get<Op>(n->arg), n->dtype)));
+    return make_uop(Op::REDUCE, n->dtype, {x, loop_of_.at(range), lid_}, n->arg);
+  }
+  // the gate of a load or store whose address moves along a loop with a tail (Note [row tails])
+  UOpPtr tail_gate(const UOpPtr& u) const {
+    for (auto& r : grp_.ranges)
+      if (valid_.count(r.get()) && depends_on(u->src[1], r)) return valid_.at(r.get());
+    return nullptr;
+  }
+  static UOpPtr gated(const UOpPtr& u, const UOpPtr& v) {
+    auto src = u->src;
+    size_t at = u->op == Op::LOAD ? 2 : 3;  // a load's gate is its third source, a store's its fourth
+    if (src.size() > at) src[at] = kalu(Op::AND, src[at], v);
+    else src.push_back(v);
+    return make_uop(u->op, u->dtype, src, u->arg);
+  }
+};
+
+// ast with each node in `sub` replaced by its image and the grouped nodes rebuilt by `group`.
+UOpPtr rewrite_kernel(const UOpPtr& ast, const std::unordered_map<const UOp*, UOpPtr>& sub, const GroupRewrite& group) {
+  std::unordered_map<const UOp*, UOpPtr> image;
+  for (auto& n : toposort({ast})) {
+    if (auto it = sub.find(n.get()); it != sub.end()) {
+      image[n.get()] = it->second;
+      continue;
+    }
+    std::vector<UOpPtr> src;
+    for (auto& s : n->src) src.push_back(image.at(s.get()));
+    image[n.get()] = group.rebuild(n, std::move(src));
+  }
+  return image.at(ast.get());
+}
+
+struct Mapped {
+  ThreadMappedKernel kernel;
+  bool grouped = false;
+};
+
+Mapped gpu_dims(const UOpPtr& ast, const GpuLimits& lim) {
+  KernelInfo info = kernel_info(ast);
+  Grouping grp = find_grouping(info, lim);
+  OutputMapping m = map_output_loops(info, grp, lim);
+  GroupRewrite group(grp, m.sub[0]);
+  UOpPtr out;
+  if (m.sub.size() == 1) {
+    out = rewrite_kernel(ast, m.sub[0], group);
+  } else {  // lane by lane (Note [lanes in lockstep] in codegen/linearize.cpp)
+    std::vector<UOpPtr> stores;
+    for (auto& sub : m.sub)
+      for (auto& s : stores_of(rewrite_kernel(ast, sub, group))) stores.push_back(s);
+    out = make_uop(Op::SINK, DType::Float32, stores, Arg{static_cast<int64_t>(m.sub.size())});
+  }
+  return {{out, {kernel_name(ast), m.global, m.local}}, grp.threads > 0};
+}
+
+// Note [launch limits]
+bool launch_fits(const GpuLaunch& k, const GpuLimits& lim) {
+  if (k.local_size.size() > 2 && k.local_size[2] > lim.max_group_z) return false;
+  int64_t threads = 1;
+  for (size_t d = 0; d < k.global_size.size(); d++) {
+    int64_t l = d < k.local_size.size() && k.local_size[d] > 0 ? k.local_size[d] : 1;
+    int64_t groups = (k.global_size[d] + l - 1) / l;
+    threads *= l;
+    if (groups > (d == 0 ? lim.max_groups_x : lim.max_groups_yz)) return false;
+  }
+  return threads <= lim.max_group_threads;
+}
+
+void clamp_local_sizes(GpuLaunch& k, const GpuLimits& lim) {
+  for (size_t d = 0; d < k.local_size.size(); d++) {
+    int64_t cap = d == 2 ? lim.max_group_z : lim.max_group_threads;
+    int64_t l = k.local_size[d];
+    if (l <= cap) continue;
+    int64_t c = cap;
+    while (l % c != 0) c--;
+    k.local_size[d] = c;
+  }
+}
+
 }  // namespace
+
+void set_launch(LinearKernel& k, const GpuLaunch& launch) {
+  k.name = launch.name;
+  k.global_size = launch.global_size;
+  k.local_size = launch.local_size;
+}
 
 UOpPtr thread_index(SpecialKind kind, int dim, int64_t size) {
   return make_uop(Op::SPECIAL, dtypes::index, {kint(size)}, Arg{special_arg(kind, dim)});
@@ -306,235 +522,18 @@ void split_flat_index(UOpPtr flat, std::span<const UOpPtr> loops, int64_t length
   }
 }
 
-void gpu_dims(LinearKernel& k, const GpuLimits& lim) {
-  size_t n_outer = k.global_size.size();
-  std::vector<UOpPtr> outer(k.uops.begin(), k.uops.begin() + static_cast<std::ptrdiff_t>(n_outer));
-  for (auto& r : outer) TG_ASSERT(r->op == Op::RANGE, "gpu_dims: kernel does not open with its output loops");
-  Grouping grp = find_grouping(k, lim);
-  bool grouped = grp.threads > 0;
-
-  // output loops -> dimensions (Note [thread mapping]); grouped: all of them on the group id.
-  // Dimension 0 holds the `in_dim0` innermost loops (Note [merged inner loops]), each further
-  // dimension the next loop out, the last one all loops above it.
-  size_t in_dim0 = grouped ? 1 : inner_loops_of_dim0(k, outer, lim);
-  int out_dims = std::min<int>(static_cast<int>(n_outer - in_dim0 + 1), grouped ? 1 : lim.max_dims);
-  if (n_outer == 0) out_dims = 0;
-  auto loops_of = [&](int d) {  // [lo, hi) of the outer loops in dimension d
-    size_t hi = d == 0 ? n_outer : n_outer - in_dim0 - static_cast<size_t>(d - 1);
-    size_t lo = d == out_dims - 1 ? 0 : d == 0 ? n_outer - in_dim0 : hi - 1;
-    return std::pair{lo, hi};
-  };
-  std::vector<int64_t> dim_size;
-  for (int d = 0; d < out_dims; d++) {
-    auto [lo, hi] = loops_of(d);
-    int64_t size = 1;
-    for (size_t i = lo; i < hi; i++) size *= trip(outer[i]);
-    dim_size.push_back(size);
-  }
-  int64_t lanes = grouped || dim_size.empty() ? 1 : elementwise_lanes(k, n_outer, dim_size[0], lim);
-
-  std::vector<UOpPtr> prologue;  // thread indices and the index arithmetic over them
-  std::vector<std::unordered_map<const UOp*, UOpPtr>> sub(static_cast<size_t>(lanes));  // per lane
-  std::vector<int64_t> global, local;
-  UOpPtr lid;
-  if (grouped) lid = thread_index(SpecialKind::LocalId, 0, grp.threads), prologue.push_back(lid);
-  int64_t budget = lim.max_local;
-  for (int d = 0; d < out_dims; d++) {
-    auto [lo, hi] = loops_of(d);
-    int64_t size = dim_size[static_cast<size_t>(d)];
-    std::vector<UOpPtr> idx;  // the dimension's element index, per lane
-    if (grouped) {
-      idx = {thread_index(SpecialKind::GroupId, 0, size)};
-      global.push_back(size * grp.threads);
-      local.push_back(grp.threads);
-    } else if (d == 0 && lanes > 1) {  // Note [elementwise lanes]
-      int64_t l = pow2_divisor(size / lanes, budget);
-      auto g = thread_index(SpecialKind::GroupId, 0, size / lanes / l),
-           t = thread_index(SpecialKind::LocalId, 0, l);
-      auto base = kalu(Op::ADD, kalu(Op::MUL, g, kint(l * lanes)), t);
-      prologue.insert(prologue.end(), {g, t, base->src[0], base});
-      for (int64_t c = 0; c < lanes; c++) idx.push_back(c == 0 ? base : kalu(Op::ADD, base, kint(c * l)));
-      for (size_t c = 1; c < idx.size(); c++) prologue.push_back(idx[c]);
-      global.push_back(size / lanes);
-      local.push_back(l);
-      budget /= l;
-    } else {
-      idx = {thread_index(SpecialKind::GlobalId, d, size)};
-      global.push_back(size);
-      local.push_back(local_divisor(size, budget));  // Note [local sizes]
-      budget /= local.back();
-    }
-    if (idx.size() == 1 && idx[0]->op == Op::SPECIAL) prologue.push_back(idx[0]);
-    // each loop's index from the dimension's (Note [merged inner loops])
-    std::span<const UOpPtr> loops(outer.begin() + static_cast<std::ptrdiff_t>(lo), hi - lo);
-    for (size_t c = 0; c < sub.size(); c++)
-      split_flat_index(idx[idx.size() == 1 ? 0 : c], loops, size, prologue, sub[c]);
-  }
-  if (global.empty()) {  // a scalar output: one group, or one thread
-    int64_t l = grouped ? grp.threads : 1;
-    global = {l}, local = {l};
-  }
-
-  // the reduce loops of a grouped reduction become one loop of length/L trips over the flat
-  // index f = r*L + lid, from which each loop's index is recovered (Note [grouped reduction])
-  UOpPtr flat;
-  std::vector<UOpPtr> flat_index;
-  std::unordered_set<const UOp*> loop_set;
-  if (grouped && !grp.loops.empty()) {
-    flat = make_uop(Op::RANGE, dtypes::index, {kint(grp.length / grp.threads)}, grp.loops[0]->arg);
-    auto mul = kalu(Op::MUL, flat, kint(grp.threads));
-    auto f = kalu(Op::ADD, mul, lid);
-    flat_index = {mul, f};
-    split_flat_index(f, grp.loops, grp.length, flat_index, sub[0]);  // Note [flat index in 32 bits]
-    for (auto& l : grp.loops) loop_set.insert(l.get());
-    for (auto& a : grp.accs) sub[0][a.get()] = make_uop(Op::DEFINE_ACC, a->dtype, {a->src[0], flat}, a->arg);
-  }
-  // grouped rows: each loop N/L trips (rounded up) of index r*L + lid (Note [grouped rows])
-  std::unordered_map<const UOp*, UOpPtr> range_sub;
-  std::unordered_map<const UOp*, std::vector<UOpPtr>> range_index;
-  std::unordered_map<const UOp*, UOpPtr> valid;  // Note [row tails]: index < N, per loop
-  for (auto& range : grp.ranges) {
-    int64_t trips = (trip(range) + grp.threads - 1) / grp.threads;
-    auto r = make_uop(Op::RANGE, dtypes::index, {kint(trips)}, range->arg);
-    range_sub[range.get()] = r;
-    auto mul = kalu(Op::MUL, r, kint(grp.threads));
-    auto add = kalu(Op::ADD, mul, lid);
-    range_index[range.get()] = {mul, add};
-    if (grp.tail) valid[range.get()] = kalu(Op::CMPLT, add, kint(trip(range)));
-    if (grp.tail) range_index[range.get()].push_back(valid[range.get()]);
-    sub[0][range.get()] = add;
-  }
-  // the gate of a load, store or accumulator update inside a loop with a tail (Note [row tails])
-  auto tail_gate = [&](const UOpPtr& u) -> UOpPtr {
-    if (valid.empty()) return nullptr;
-    if (u->op == Op::ASSIGN)
-      if (auto it = valid.find(u->src[0]->src[1].get()); it != valid.end()) return it->second;
-    if (u->op == Op::LOAD || u->op == Op::STORE)
-      for (auto& r : grp.ranges)
-        if (valid.count(r.get()) && depends_on(u->src[1], r)) return valid.at(r.get());
-    return nullptr;
-  };
-  std::unordered_map<const UOp*, UOpPtr> gate_uop;  // a gated uop -> the new uop it needs first
-  auto gated = [&](const UOpPtr& u, const UOpPtr& v) -> UOpPtr {
-    auto src = u->src;
-    UOpPtr out, first;
-    if (u->op == Op::ASSIGN) {
-      first = kwhere(v, src[1], src[0]);
-      out = make_uop(Op::ASSIGN, u->dtype, {src[0], first}, u->arg);
-    } else {
-      size_t at = u->op == Op::LOAD ? 2 : 3;  // a load's gate is its third source, a store's its fourth
-      if (src.size() > at) src[at] = first = kalu(Op::AND, src[at], v);
-      else src.push_back(v);
-      out = make_uop(u->op, u->dtype, src, u->arg);
-    }
-    if (first) gate_uop[out.get()] = first;
-    return out;
-  };
-
-  std::vector<std::unordered_map<const UOp*, UOpPtr>> memo(sub.size());
-  std::function<UOpPtr(const UOpPtr&, size_t)> rebuild = [&](const UOpPtr& u, size_t c) -> UOpPtr {
-    if (auto it = sub[c].find(u.get()); it != sub[c].end()) return it->second;
-    if (auto it = memo[c].find(u.get()); it != memo[c].end()) return it->second;
-    if (u->op == Op::CONST) return u;
-    std::vector<UOpPtr> src;
-    for (auto& s : u->src) src.push_back(rebuild(s, c));
-    UOpPtr out = src == u->src ? u : make_uop(u->op, u->dtype, src, u->arg);
-    if (auto v = tail_gate(u)) out = gated(out, v);
-    return memo[c][u.get()] = out;
-  };
-
-  std::unordered_set<const UOp*> outer_set;
-  for (auto& r : outer) outer_set.insert(r.get());
-  std::vector<UOpPtr> uops;
-  std::unordered_set<const UOp*> emitted;
-  auto emit = [&](const UOpPtr& u) {
-    if (auto it = gate_uop.find(u.get()); it != gate_uop.end() && emitted.insert(it->second.get()).second)
-      uops.push_back(it->second);
-    if (emitted.insert(u.get()).second) uops.push_back(u);
-  };
-  for (auto& u : prologue) emit(u);
-  for (size_t i = n_outer; i < k.uops.size(); i++) {
-    const UOpPtr& u = k.uops[i];
-    if (u->op == Op::ENDRANGE && outer_set.count(u->src[0].get())) continue;
-    if (loop_set.count(u.get())) {  // the loops open (and close) as the one flat loop
-      if (u == grp.loops[0]) {
-        emit(flat);
-        for (auto& r : flat_index) emit(r);
-      }
-      continue;
-    }
-    if (u->op == Op::ENDRANGE && loop_set.count(u->src[0].get())) {
-      if (u->src[0] == grp.loops[0]) emit(make_uop(Op::ENDRANGE, dtypes::index, {flat}));
-      continue;
-    }
-    if (auto it = range_index.find(u.get()); it != range_index.end()) {
-      emit(range_sub.at(u.get()));
-      for (auto& r : it->second) emit(r);
-      continue;
-    }
-    // lanes only exist in kernels without loops, so each lane's uop follows its sources
-    for (size_t c = 0; c < sub.size(); c++) {
-      UOpPtr n = rebuild(u, c);
-      // only thread 0 of the group stores an address the whole group shares
-      if (grouped && n->op == Op::STORE && !depends_on(n->src[1], lid)) {
-        auto gate = kalu(Op::CMPLT, lid, kint(1));
-        emit(gate);
-        auto src = n->src;
-        src.push_back(gate);
-        n = make_uop(Op::STORE, n->dtype, src, n->arg);
-      }
-      emit(n);
-    }
-  }
-  k.uops = std::move(uops);
-  k.global_size = global;
-  k.local_size = local;
-  for (size_t i = 0; i < grp.accs.size(); i++)
-    k.group_reduces.push_back({rebuild(grp.accs[i], 0), lid, grp.threads, grp.ops[i]});
-}
-
-namespace {
-
-// Note [launch limits]
-bool launch_fits(const LinearKernel& k, const GpuLimits& lim) {
-  if (k.local_size.size() > 2 && k.local_size[2] > lim.max_group_z) return false;
-  int64_t threads = 1;
-  for (size_t d = 0; d < k.global_size.size(); d++) {
-    int64_t l = d < k.local_size.size() && k.local_size[d] > 0 ? k.local_size[d] : 1;
-    int64_t groups = (k.global_size[d] + l - 1) / l;
-    threads *= l;
-    if (groups > (d == 0 ? lim.max_groups_x : lim.max_groups_yz)) return false;
-  }
-  return threads <= lim.max_group_threads;
-}
-
-void clamp_local_sizes(LinearKernel& k, const GpuLimits& lim) {
-  if (!k.group_reduces.empty()) return;  // the group's size is fixed by its shared array
-  for (size_t d = 0; d < k.local_size.size(); d++) {
-    int64_t cap = d == 2 ? lim.max_group_z : lim.max_group_threads;
-    int64_t l = k.local_size[d];
-    if (l <= cap) continue;
-    int64_t c = cap;
-    while (l % c != 0) c--;
-    k.local_size[d] = c;
-  }
-}
-
-}  // namespace
-
-void map_threads(LinearKernel& k, const GpuLimits& lim) {
-  LinearKernel original = k;
-  gpu_dims(k, lim);
-  clamp_local_sizes(k, lim);
-  if (launch_fits(k, lim)) return;
+ThreadMappedKernel map_threads(const UOpPtr& ast, const GpuLimits& lim) {
+  Mapped m = gpu_dims(ast, lim);
+  if (!m.grouped) clamp_local_sizes(m.kernel.launch, lim);  // a group's size is fixed by its shared array
+  if (launch_fits(m.kernel.launch, lim)) return m.kernel;
   // Note [launch limits]. Grouped kernels never get here: their groups are all on dimension 0.
-  TG_ASSERT(k.group_reduces.empty(), "kernel '", k.name, "': grouped reduction outside the launch limits");
-  k = std::move(original);
+  TG_ASSERT(!m.grouped, "kernel '", m.kernel.launch.name, "': grouped reduction outside the launch limits");
   GpuLimits flat = lim;
   flat.max_dims = 1;
-  gpu_dims(k, flat);
-  TG_CHECK(launch_fits(k, lim), "kernel '", k.name, "': no launch grid within the device's limits for ",
-           k.global_size.empty() ? 0 : k.global_size[0], " threads");
+  ThreadMappedKernel k = gpu_dims(ast, flat).kernel;
+  TG_CHECK(launch_fits(k.launch, lim), "kernel '", k.launch.name, "': no launch grid within the device's limits for ",
+           k.launch.global_size.empty() ? 0 : k.launch.global_size[0], " threads");
+  return k;
 }
 
 }  // namespace tg

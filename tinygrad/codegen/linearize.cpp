@@ -1,4 +1,6 @@
-// The linearizer.
+// The linearizer: a kernel graph as uops in execution order. On GPU-style devices the graph
+// comes thread-mapped (codegen/gpu_dims.h): its output loops are already thread indices, and a
+// REDUCE shared by a work-group carries the group's thread index (it becomes a GroupReduce).
 //
 // Note [placement]: the outer loops (the output's dimensions) are opened first. Uops then follow
 // in topological order. An accumulator (DEFINE_ACC) is declared where its REDUCE was; before it
@@ -63,111 +65,205 @@ UOpPtr upcast_half_alu(const UOpPtr& store) {
   return graph_rewrite(store, pm);
 }
 
+}  // namespace
+
 double reduce_identity(Op op, DType dt) {
   if (op == Op::ADD) return 0;
   if (op == Op::MUL) return 1;
   return dtype_min(dt);  // MAX
 }
 
+UOpPtr group_lid(const UOpPtr& reduce) {
+  if (reduce->op != Op::REDUCE || reduce->src.back()->op != Op::SPECIAL) return nullptr;
+  return reduce->src.back();
+}
+
+namespace {
+
+// The loops a reduce runs over (its sources after the value, less a work-group's thread index).
+std::vector<UOpPtr> reduce_loops(const UOpPtr& reduce) {
+  size_t end = reduce->src.size() - (group_lid(reduce) ? 1 : 0);
+  return std::vector<UOpPtr>(reduce->src.begin() + 1, reduce->src.begin() + static_cast<std::ptrdiff_t>(end));
+}
+
 }  // namespace
 
-LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_dtypes) {
-  UOpPtr store = upcast_half_alu(store_in);
-  LinearKernel k;
-  for (size_t i = 0; i < param_dtypes.size(); i++) k.params.push_back({param_dtypes[i], i == 0});
-
-  // REDUCE -> DEFINE_ACC (read) + ASSIGN (update)
-  std::unordered_map<const UOp*, UOpPtr> remap;
-  std::unordered_map<const UOp*, UOpPtr> assign_of;  // DEFINE_ACC -> ASSIGN
-  std::vector<UOpPtr> accs;                          // in creation order
-  int64_t acc_id = 0;
-  for (auto& n : toposort({store})) {
-    std::vector<UOpPtr> src;
-    for (auto& s : n->src) src.push_back(remap.at(s.get()));
+// Note [row loops]
+KernelLoops kernel_loops(const UOpPtr& ast) {
+  auto order = toposort({ast});
+  std::unordered_set<const UOp*> reduce_ranges;
+  std::vector<UOpPtr> reduces;
+  for (auto& n : order)
     if (n->op == Op::REDUCE) {
-      Op rop = std::get<Op>(n->arg);
-      std::vector<UOpPtr> acc_src{kconst(n->dtype, reduce_identity(rop, n->dtype))};
-      acc_src.insert(acc_src.end(), src.begin() + 1, src.end());
-      auto acc = make_uop(Op::DEFINE_ACC, n->dtype, acc_src, Arg{acc_id++});
-      assign_of[acc.get()] = make_uop(Op::ASSIGN, n->dtype, {acc, make_uop(rop, n->dtype, {acc, src[0]})});
-      accs.push_back(acc);
-      remap[n.get()] = acc;
+      reduces.push_back(n);
+      for (auto& r : reduce_loops(n)) reduce_ranges.insert(r.get());
+    }
+  // which ranges each node depends on (not through a reduce's own loops)
+  std::unordered_map<const UOp*, std::set<const UOp*>> deps;
+  for (auto& n : order) {
+    std::set<const UOp*>& d = deps[n.get()];
+    if (n->op == Op::RANGE) d.insert(n.get());
+    if (n->op == Op::REDUCE) {
+      d = deps.at(n->src[0].get());
+      for (auto& r : reduce_loops(n)) d.erase(r.get());
     } else {
-      remap[n.get()] = src == n->src ? n : make_uop(n->op, n->dtype, src, n->arg);
+      for (auto& s : n->src) d.insert(deps.at(s.get()).begin(), deps.at(s.get()).end());
     }
   }
-  store = remap.at(store.get());
+  std::set<const UOp*> reduce_deps;
+  for (auto& r : reduces) reduce_deps.insert(deps.at(r.get()).begin(), deps.at(r.get()).end());
+  KernelLoops loops;
+  for (auto& n : order)
+    if (n->op == Op::RANGE && !reduce_ranges.count(n.get()))
+      (reduces.empty() || reduce_deps.count(n.get()) ? loops.outer : loops.row_elements).push_back(n);
+  auto by_id = [](const UOpPtr& a, const UOpPtr& b) { return a->arg_int() < b->arg_int(); };
+  std::sort(loops.outer.begin(), loops.outer.end(), by_id);
+  std::sort(loops.row_elements.begin(), loops.row_elements.end(), by_id);
+  for (auto& r : reduces)
+    if (std::none_of(reduces.begin(), reduces.end(), [&](const UOpPtr& other) {
+          auto other_loops = reduce_loops(other);
+          return std::any_of(other_loops.begin(), other_loops.end(),
+                             [&](const UOpPtr& l) { return deps.at(r.get()).count(l.get()) > 0; });
+        }))
+      loops.top_reduces.push_back(r);
+  return loops;
+}
 
-  std::unordered_set<const UOp*> reduce_ranges;
-  for (auto& [acc, assign] : assign_of)
-    for (size_t i = 1; i < acc->src.size(); i++) reduce_ranges.insert(acc->src[i].get());
+std::string kernel_name(const UOpPtr& ast) {
+  KernelLoops loops = kernel_loops(ast);
+  UOpPtr first_reduce;
+  int64_t stores = 0;
+  for (auto& n : toposort({ast})) {
+    if (n->op == Op::REDUCE && !first_reduce) first_reduce = n;
+    stores += n->op == Op::STORE;
+  }
+  std::string name = first_reduce ? "r" : "E";
+  for (auto& r : loops.outer) name += "_" + std::to_string(static_cast<int64_t>(r->src[0]->const_value()));
+  if (first_reduce) {
+    auto rl = reduce_loops(first_reduce);
+    for (size_t i = 0; i < rl.size(); i++)
+      name += (i == 0 ? "__" : "_") + std::to_string(static_cast<int64_t>(rl[i]->src[0]->const_value()));
+  }
+  if (stores > 1) name += "_x" + std::to_string(stores);  // upcast lanes
+  return name;
+}
 
-  // which ranges each node depends on (not through an accumulator's own loops)
-  std::unordered_map<const UOp*, std::set<const UOp*>> deps;
-  std::function<const std::set<const UOp*>&(const UOpPtr&)> depends = [&](const UOpPtr& u) -> const std::set<const UOp*>& {
-    if (auto it = deps.find(u.get()); it != deps.end()) return it->second;
+namespace {
+
+// Builds a LinearKernel from a kernel graph (Note [placement], [accumulator groups], [row loops],
+// [lanes in lockstep]).
+class Linearizer {
+ public:
+  Linearizer(const UOpPtr& ast, const std::vector<DType>& param_dtypes) : ast_(upcast_half_alu(ast)) {
+    for (size_t i = 0; i < param_dtypes.size(); i++) k_.params.push_back({param_dtypes[i], i == 0});
+  }
+
+  LinearKernel run() {
+    KernelLoops loops = kernel_loops(ast_);
+    UOpPtr root = make_accumulators();
+    for (auto& r : loops.outer) {
+      k_.uops.push_back(r);
+      k_.global_size.push_back(static_cast<int64_t>(r->src[0]->const_value()));
+      emitted_.insert(r.get());
+    }
+    if (!loops.row_elements.empty()) {
+      std::set<const UOp*> element_loops;
+      for (auto& r : loops.row_elements) element_loops.insert(r.get());
+      emit_tree(root, &element_loops);
+      for (auto& r : loops.row_elements) append(r);
+    }
+    if (lane_count(root) > 1) emit_lanes(root);
+    emit_tree(root, nullptr);
+    for (size_t i = loops.row_elements.size(); i-- > 0;) close(loops.row_elements[i]);
+    for (size_t i = loops.outer.size(); i-- > 0;) close(loops.outer[i]);
+    for (auto& u : k_.uops)
+      if (auto it = group_lid_.find(u.get()); it != group_lid_.end())
+        k_.group_reduces.push_back({u, it->second, static_cast<int64_t>(it->second->src[0]->const_value()),
+                                    assign_of_.at(u.get())->src[1]->op});
+    k_.name = kernel_name(ast_);
+    return std::move(k_);
+  }
+
+ private:
+  UOpPtr ast_;
+  LinearKernel k_;
+  std::unordered_map<const UOp*, UOpPtr> assign_of_;  // DEFINE_ACC -> ASSIGN
+  std::unordered_map<const UOp*, UOpPtr> group_lid_;  // DEFINE_ACC of a work-group -> its thread index
+  std::vector<UOpPtr> accs_;                          // in creation order
+  std::unordered_map<const UOp*, std::set<const UOp*>> deps_;
+  std::unordered_set<const UOp*> emitted_;
+
+  void append(const UOpPtr& u) {  // a uop; a RANGE opens its loop
+    k_.uops.push_back(u);
+    emitted_.insert(u.get());
+  }
+  void close(const UOpPtr& r) { k_.uops.push_back(make_uop(Op::ENDRANGE, dtypes::index, {r})); }
+
+  // REDUCE -> DEFINE_ACC (read) + ASSIGN (update); returns the root over the accumulators.
+  UOpPtr make_accumulators() {
+    std::unordered_map<const UOp*, UOpPtr> remap;
+    int64_t acc_id = 0;
+    for (auto& n : toposort({ast_})) {
+      std::vector<UOpPtr> src;
+      for (auto& s : n->src) src.push_back(remap.at(s.get()));
+      if (n->op != Op::REDUCE) {
+        remap[n.get()] = src == n->src ? n : make_uop(n->op, n->dtype, src, n->arg);
+        continue;
+      }
+      Op rop = std::get<Op>(n->arg);
+      std::vector<UOpPtr> acc_src{kconst(n->dtype, reduce_identity(rop, n->dtype))};
+      for (auto& r : reduce_loops(n)) acc_src.push_back(remap.at(r.get()));
+      auto acc = make_uop(Op::DEFINE_ACC, n->dtype, acc_src, Arg{acc_id++});
+      assign_of_[acc.get()] = make_uop(Op::ASSIGN, n->dtype, {acc, make_uop(rop, n->dtype, {acc, src[0]})});
+      if (auto lid = group_lid(n)) group_lid_[acc.get()] = lid;
+      accs_.push_back(acc);
+      remap[n.get()] = acc;
+    }
+    return remap.at(ast_.get());
+  }
+
+  // which ranges a node depends on (not through an accumulator's own loops)
+  const std::set<const UOp*>& depends(const UOpPtr& u) {
+    if (auto it = deps_.find(u.get()); it != deps_.end()) return it->second;
     std::set<const UOp*> d;
     if (u->op == Op::RANGE) d.insert(u.get());
     if (u->op == Op::DEFINE_ACC) {
-      for (auto* r : depends(assign_of.at(u.get())->src[1]->src[1])) d.insert(r);
+      for (auto* r : depends(assign_of_.at(u.get())->src[1]->src[1])) d.insert(r);
       for (size_t i = 1; i < u->src.size(); i++) d.erase(u->src[i].get());
     } else {
       for (auto& s : u->src)
         for (auto* r : depends(s)) d.insert(r);
     }
-    return deps[u.get()] = d;
-  };
-
-  auto order = toposort({store});
-  std::vector<UOpPtr> outer, row_elements;  // Note [row loops]
-  std::set<const UOp*> acc_deps;
-  for (auto& a : accs)
-    for (auto* r : depends(a)) acc_deps.insert(r);
-  for (auto& n : order)
-    if (n->op == Op::RANGE && !reduce_ranges.count(n.get()))
-      (accs.empty() || acc_deps.count(n.get()) ? outer : row_elements).push_back(n);
-  auto by_id = [](const UOpPtr& a, const UOpPtr& b) { return a->arg_int() < b->arg_int(); };
-  std::sort(outer.begin(), outer.end(), by_id);
-  std::sort(row_elements.begin(), row_elements.end(), by_id);
-  for (auto& r : outer) {
-    k.uops.push_back(r);
-    k.global_size.push_back(static_cast<int64_t>(r->src[0]->const_value()));
+    return deps_[u.get()] = d;
   }
 
-  std::unordered_set<const UOp*> emitted;
-  for (auto& r : outer) emitted.insert(r.get());
-  std::function<void(const UOpPtr&, const std::set<const UOp*>*)> emit_tree;
   // Accumulators over the same loops share one loop nest (Note [accumulator groups]).
-  std::function<void(const UOpPtr&)> emit_group = [&](const UOpPtr& first) {
+  void emit_group(const UOpPtr& first) {
     auto loops_of = [](const UOpPtr& acc) { return std::vector<UOpPtr>(acc->src.begin() + 1, acc->src.end()); };
-    std::vector<UOpPtr> group;
-    for (auto& a : accs)
-      if (!emitted.count(a.get()) && loops_of(a) == loops_of(first)) group.push_back(a);
+    std::vector<UOpPtr> loops = loops_of(first), group;
+    for (auto& a : accs_)
+      if (!emitted_.count(a.get()) && loops_of(a) == loops) group.push_back(a);
     std::set<const UOp*> mine;
-    for (auto& r : loops_of(first)) mine.insert(r.get());
-    for (auto& a : group) emit_tree(assign_of.at(a.get())->src[1]->src[1], &mine);  // hoisted parts
+    for (auto& r : loops) mine.insert(r.get());
+    for (auto& a : group) emit_tree(assign_of_.at(a.get())->src[1]->src[1], &mine);  // hoisted parts
+    for (auto& a : group)  // a work-group's thread index, which its combine reads after the loops
+      if (auto it = group_lid_.find(a.get()); it != group_lid_.end()) emit_tree(it->second, nullptr);
+    for (auto& a : group) append(a);
+    for (auto& r : loops) append(r);
     for (auto& a : group) {
-      k.uops.push_back(a);
-      emitted.insert(a.get());
-    }
-    for (auto& r : loops_of(first)) {
-      k.uops.push_back(r);
-      emitted.insert(r.get());
-    }
-    for (auto& a : group) {
-      auto& assign = assign_of.at(a.get());
+      auto& assign = assign_of_.at(a.get());
       emit_tree(assign->src[1]->src[1], nullptr);
       emit_tree(assign->src[1], nullptr);
-      k.uops.push_back(assign);
+      k_.uops.push_back(assign);
     }
-    auto loops = loops_of(first);
-    for (size_t i = loops.size(); i-- > 0;) k.uops.push_back(make_uop(Op::ENDRANGE, dtypes::index, {loops[i]}));
-  };
+    for (size_t i = loops.size(); i-- > 0;) close(loops[i]);
+  }
+
   // Emits the not-yet-emitted part of `root`'s graph; with `only_without`, only the nodes that
   // depend on none of those ranges.
-  emit_tree = [&](const UOpPtr& root, const std::set<const UOp*>* only_without) {
-    for (auto& n : toposort({root}, [&](const UOp& u) { return !emitted.count(&u); })) {
-      if (emitted.count(n.get()) || n->op == Op::CONST || n->op == Op::SINK) continue;
+  void emit_tree(const UOpPtr& root, const std::set<const UOp*>* only_without) {
+    for (auto& n : toposort({root}, [&](const UOp& u) { return !emitted_.count(&u); })) {
+      if (emitted_.count(n.get()) || n->op == Op::CONST || n->op == Op::SINK) continue;
       if (only_without) {
         bool dep = false;
         for (auto* r : depends(n)) dep |= only_without->count(r) > 0;
@@ -178,25 +274,42 @@ LinearKernel linearize(const UOpPtr& store_in, const std::vector<DType>& param_d
         continue;
       }
       if (n->op == Op::RANGE) continue;  // a reduce's loop: opened with its accumulator
-      k.uops.push_back(n);
-      emitted.insert(n.get());
-    }
-  };
-  if (!row_elements.empty()) {
-    std::set<const UOp*> element_loops;
-    for (auto& r : row_elements) element_loops.insert(r.get());
-    emit_tree(store, &element_loops);
-    for (auto& r : row_elements) {
-      k.uops.push_back(r);
-      emitted.insert(r.get());
+      append(n);
     }
   }
-  emit_tree(store, nullptr);
-  for (size_t i = row_elements.size(); i-- > 0;)
-    k.uops.push_back(make_uop(Op::ENDRANGE, dtypes::index, {row_elements[i]}));
-  for (size_t i = outer.size(); i-- > 0;) k.uops.push_back(make_uop(Op::ENDRANGE, dtypes::index, {outer[i]}));
-  k.name = kernel_name(k);
-  return k;
+
+  // Note [lanes in lockstep]: a SINK whose arg is n holds n copies of one kernel body, lane by
+  // lane (codegen/gpu_dims.cpp, Note [elementwise lanes]). Each node of lane 0 is followed by
+  // its copy in every other lane, so the lanes' loads come before any lane's store and are in
+  // flight together (the compiler may not move a load above a store to memory it cannot prove
+  // distinct).
+  static int64_t lane_count(const UOpPtr& root) {
+    auto* n = std::get_if<int64_t>(&root->arg);
+    return root->op == Op::SINK && n ? *n : 1;
+  }
+  void emit_lanes(const UOpPtr& sink) {
+    size_t lanes = static_cast<size_t>(lane_count(sink)), per_lane = sink->src.size() / lanes;
+    std::vector<UOpPtr> lane0(sink->src.begin(), sink->src.begin() + static_cast<std::ptrdiff_t>(per_lane));
+    std::vector<std::unordered_map<const UOp*, UOpPtr>> copy(lanes);
+    for (size_t c = 1; c < lanes; c++)
+      for (size_t j = 0; j < per_lane; j++) pair_copies(lane0[j], sink->src[c * per_lane + j], copy[c]);
+    for (auto& n : toposort(lane0)) {
+      emit_tree(n, nullptr);
+      for (size_t c = 1; c < lanes; c++)
+        if (auto it = copy[c].find(n.get()); it != copy[c].end()) emit_tree(it->second, nullptr);
+    }
+  }
+  // Each node of a under its copy in b, where the two have the same structure.
+  static void pair_copies(const UOpPtr& a, const UOpPtr& b, std::unordered_map<const UOp*, UOpPtr>& copy) {
+    if (a->op != b->op || a->src.size() != b->src.size() || !copy.emplace(a.get(), b).second) return;
+    for (size_t i = 0; i < a->src.size(); i++) pair_copies(a->src[i], b->src[i], copy);
+  }
+};
+
+}  // namespace
+
+LinearKernel linearize(const UOpPtr& ast, const std::vector<DType>& param_dtypes) {
+  return Linearizer(ast, param_dtypes).run();
 }
 
 // Note [when to thread]: waking the pool's threads costs some microseconds, so a kernel whose
@@ -208,22 +321,6 @@ std::vector<int64_t> launch_size(const LinearKernel& k) {
     if (u->op == Op::RANGE) iterations *= u->src[0]->const_value();
   double work = iterations * static_cast<double>(k.uops.size());
   return work >= THREAD_MIN_WORK ? k.global_size : std::vector<int64_t>{};
-}
-
-std::string kernel_name(const LinearKernel& k) {
-  const UOp* acc = nullptr;
-  int64_t stores = 0;
-  for (auto& u : k.uops) {
-    if (u->op == Op::DEFINE_ACC && !acc) acc = u.get();
-    stores += u->op == Op::STORE;
-  }
-  std::string name = acc ? "r" : "E";
-  for (auto s : k.global_size) name += "_" + std::to_string(s);
-  if (acc)
-    for (size_t i = 1; i < acc->src.size(); i++)
-      name += (i == 1 ? "__" : "_") + std::to_string(static_cast<int64_t>(acc->src[i]->src[0]->const_value()));
-  if (stores > 1) name += "_x" + std::to_string(stores);  // upcast lanes
-  return name;
 }
 
 }  // namespace tg

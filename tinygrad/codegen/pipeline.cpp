@@ -5,15 +5,17 @@
 //   choose      the optimizer's choice: hand-coded heuristics, or BEAM's search (BEAM=n), among
 //               generated kernels with opts, the tensor-core layout and the device's library
 //   optimize    apply the opts (codegen/opt.h): register tiles, unrolls, cache blocks
+//   map threads GPU-style devices: output loops become thread indices, long reductions are
+//               shared by a work-group, on the graph (codegen/gpu_dims.h); the launch sizes
+//               come back beside it
 //   decompose   transcendental functions in plain arithmetic where the device has no fast ones
 //               (codegen/transcendental.h)
 //   linearize   the graph as uops in execution order, loops opened and closed, reduces as
 //               accumulators, half types computed in float32 (codegen/linearize.h)
-//   map threads GPU-style devices: output loops become thread indices, long reductions are
-//               shared by a work-group (codegen/gpu_dims.h); CPU-style devices: the outermost
-//               loop is what a launch splits over the thread pool (Note [when to thread])
+//   host threads CPU-style devices: the outermost loop is what a launch splits over the thread
+//               pool (Note [when to thread] in codegen/linearize.cpp)
 //   render      the device's source (codegen/render_*.h)
-// A tensor-core choice replaces optimize, linearize and map threads by its own layout
+// A tensor-core choice replaces optimize, map threads and linearize by its own layout
 // (codegen/tensor_core.h); a library choice stops after choose (the library runs the kernel).
 // With DEBUG=5 every pass prints the kernel as it leaves it, under the pass's name.
 #include "tinygrad/codegen/pipeline.h"
@@ -114,11 +116,6 @@ UOpPtr decompose(const UOpPtr& ast, const CodegenTarget& target) {
   return target.native_transcendentals ? ast : decompose_transcendentals(ast);
 }
 
-void map_threads_pass(LinearKernel& k, const CodegenTarget& target) {
-  if (target.policy.gpu) map_threads(k, *target.policy.gpu);
-  else k.global_size = launch_size(k);
-}
-
 LoweredKernel rendered(const KernelChoice& choice, LinearKernel k, const CodegenTarget& target, const PassLog& log) {
   std::string src = target.renderer.render(k);
   log.source(k, src);
@@ -201,13 +198,22 @@ LoweredKernel lower_with_choice(const UOpPtr& ast, const std::vector<DType>& par
   if (choice.kind == KernelChoice::Kind::TensorCores) return tensor_core_passes(ast, param_dtypes, target, choice, log);
   UOpPtr g = choice.opts.empty() ? ast : apply_opts(ast, choice.opts);
   log.graph("optimize", g, ast);
-  UOpPtr optimized = g;
+  std::optional<ThreadMappedKernel> mapped;
+  if (target.policy.gpu) {
+    mapped = map_threads(g, *target.policy.gpu);
+    log.graph("map threads", mapped->ast, g);
+    g = mapped->ast;
+  }
+  UOpPtr before = g;
   g = decompose(g, target);
-  log.graph("decompose", g, optimized);
+  log.graph("decompose", g, before);
   LinearKernel k = linearize(g, param_dtypes);
+  if (mapped) set_launch(k, mapped->launch);
   log.linear("linearize", k);
-  map_threads_pass(k, target);
-  log.linear("map threads", k);
+  if (!mapped) {
+    k.global_size = launch_size(k);
+    log.linear("host threads", k);
+  }
   return rendered(choice, std::move(k), target, log);
 }
 

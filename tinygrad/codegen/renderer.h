@@ -33,7 +33,7 @@ struct LinearKernel {
   std::vector<KernelParam> params;
   // CPU: trip counts of the outermost loops (the output's), outermost first; CPU kernels take a
   // range [lo, hi) of the first one as arguments, so a launch can split it across threads.
-  // GPU (after gpu_dims): work-items per dimension.
+  // GPU (from the thread mapping, codegen/gpu_dims.h): work-items per dimension.
   std::vector<int64_t> global_size;
   std::vector<int64_t> local_size;  // GPU: work-group size per dimension; empty: none
   std::vector<GroupReduce> group_reduces;
