@@ -280,7 +280,7 @@ TEST(Fusion, ConvolutionOutputIsKeptForLaterSchedules) {
   Tensor y = c.relu();
   // the convolution, then the activation over its buffer; on the CPU the convolution is the copy
   // of the weights, the channel-last reduce and its NCHW realize point (Note [channel-last convolutions])
-  bool channel_last = get_device(default_device()).supports(Feature::HostMemory);
+  bool channel_last = get_device(default_device()).policy().channels_last_convolutions;
   EXPECT_EQ(kernels({y}), channel_last ? 4u : 2u);
   y.realize();
   EXPECT_TRUE(c.uop()->realized);

@@ -34,8 +34,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // cache while every tile of the weight gradient passes over them, and the blocks give the thread
 // pool an outer loop to split. The weight gradient of the CNN's 32->32 5x5 layer at batch 512
 // took 1.13 s on both cores in NCHW and takes about 0.14 s of one core's time channel-last.
-// GPU-style devices keep the NCHW reduces (their kernels get no register tiles).
-bool channels_last(const std::string& device) { return get_device(device).supports(Feature::HostMemory); }
+// GPU-style devices keep the NCHW reduces (their kernels get no register tiles). The device policy
+// says which (DevicePolicy::channels_last_convolutions).
+bool channels_last(const std::string& device) { return get_device(device).policy().channels_last_convolutions; }
 
 // Images per partial sum of the weight gradient (Note [channel-last convolutions]): the largest
 // divisor of n whose images hold at most WEIGHT_GRAD_BLOCK output pixels.
@@ -50,10 +51,10 @@ int64_t batch_block(int64_t n, int64_t pixels) {
 // Note [padded B rows]: the register tile of a matmul reads a K-block x 16 panel of B, one cache
 // line from each of its rows. When a row of B is a multiple of 1 KB (n = 256, 512, 1024 ... float32
 // columns), those lines fall into at most 4 of the L1 cache's 64 sets, which hold 32 lines, so
-// the panel never stays in L1 and every tile reads it again from L2. On devices with host memory
-// a large B (at least 512 KB, Note [cache blocking] in codegen/opt_block.cpp) whose rows are
-// contiguous is copied into rows padded by one cache line first and read through a view of
-// that copy: consecutive rows then start in consecutive sets. On the 2-core EPYC a 1024 matmul
+// the panel never stays in L1 and every tile reads it again from L2. On devices whose policy says
+// pad_aliasing_rows (the CPU) a large B (at least 512 KB, Note [cache blocking] in
+// codegen/opt_block.cpp) whose rows are contiguous is copied into rows padded by one cache line
+// first and read through a view of that copy: consecutive rows then start in consecutive sets. On the 2-core EPYC a 1024 matmul
 // went from 93 to 152-160 GFLOP/s, a 2048 one from 79-85 to 135-142, copy included.
 bool aliasing_rows(const Tensor& b) {
   constexpr int64_t ROW_PERIOD = 1024, MIN_B_BYTES = 512 * 1024;
@@ -92,7 +93,7 @@ Tensor Tensor::matmul(const Tensor& o) const {
   check_same_device("matmul", *this, o);
   Tensor a = ndim() == 1 ? unsqueeze(0) : *this;
   Tensor b = o.ndim() == 1 ? o.unsqueeze(-1) : o;
-  if (get_device(device()).supports(Feature::HostMemory) && aliasing_rows(b))
+  if (get_device(device()).policy().pad_aliasing_rows && aliasing_rows(b))
     b = padded_rows(b);  // Note [padded B rows]
   TG_CHECK(a.shape().back() == b.shape()[b.ndim() - 2], "matmul: a.shape[-1]=", a.shape().back(),
            " != b.shape[-2]=", b.shape()[b.ndim() - 2], " (a: ", describe(), ", b: ", o.describe(), ")");

@@ -30,7 +30,7 @@
 // reads through an EXPAND (a matmul's operand: the output gradient times a relu's mask, a
 // softmax's gradient, a bias plus a relu) and that is expanded at least PRODUCT_OPERAND_COPIES
 // times is a realize point of its own on two kinds of devices:
-//  - with host memory, the product's kernel would recompute it for every copy the EXPAND makes,
+//  - where the device policy says realize_product_operands (the CPU), the product's kernel would recompute it for every copy the EXPAND makes,
 //    once per column of the product; one pass writes it, and the product reads plain loads it
 //    can keep in registers;
 //  - with a matmul library (Feature::MatmulLibrary, the MATMUL_LIB knob on), the library runs
@@ -92,7 +92,7 @@ constexpr int64_t PRODUCT_OPERAND_COPIES = 8;
 
 bool realizes_product_operands(const std::string& device) {
   const Device& d = get_device(device);
-  return d.supports(Feature::HostMemory) || (d.supports(Feature::MatmulLibrary) && knobs::MATMUL_LIB.get());
+  return d.policy().realize_product_operands || (d.supports(Feature::MatmulLibrary) && knobs::MATMUL_LIB.get());
 }
 
 // Note [row fusion]
@@ -260,7 +260,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       item.buffers = {out};
       UOpPtr root = u;
       // Note [split reductions] in split_reduce.cpp
-      if (knobs::SPLIT_REDUCE && !get_device(u->device).supports(Feature::HostMemory)) {
+      if (knobs::SPLIT_REDUCE && get_device(u->device).policy().split_reductions) {
         auto is_input = [&](const UOp* n) { return realize.count(n) > 0 || existing_buffer(n) != nullptr; };
         if (auto split = split_reduce(u, is_input)) {
           ScheduleItem first;
