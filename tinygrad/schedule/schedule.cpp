@@ -59,6 +59,7 @@
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/schedule/match_matmul.h"
+#include "tinygrad/schedule/padded_rows.h"
 #include "tinygrad/schedule/split_reduce.h"
 
 namespace tg {
@@ -172,14 +173,23 @@ void fuse_rows(const std::vector<UOpPtr>& order, std::unordered_set<const UOp*>&
 std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
                                           std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
   // 1. the graph still to compute, and how often each node is read
-  auto order = toposort(outputs, [](const UOp& u) { return !existing_buffer(&u); });
+  auto to_compute = [](const UOp& u) { return !existing_buffer(&u); };
+  auto order = toposort(outputs, to_compute);
+  std::vector<UOpPtr> graph = outputs;
+  std::unordered_map<const UOp*, UOpPtr> original_of;
+  // Note [padded B rows] in padded_rows.cpp
+  if (auto padded = pad_aliasing_rows(outputs, order, [](const UOp* u) { return existing_buffer(u) != nullptr; })) {
+    graph = std::move(padded->outputs);
+    original_of = std::move(padded->original_of);
+    order = toposort(graph, to_compute);
+  }
   std::unordered_map<const UOp*, int> readers;
   for (auto& u : order) {
     if (existing_buffer(u.get())) continue;
     for (size_t i = 0; i < value_src_count(*u); i++) readers[u->src[i].get()]++;
   }
   std::unordered_set<const UOp*> output_set;
-  for (auto& o : outputs) output_set.insert(o.get());
+  for (auto& o : graph) output_set.insert(o.get());
 
   // 2. realize points
   std::unordered_set<const UOp*> realize;
@@ -280,12 +290,15 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       continue;  // an empty tensor needs no kernel
     }
     buffers[u.get()] = out;
-    if (kept && u->op == Op::CUSTOM_GRAD && !output_set.count(u.get())) kept->push_back({u, out});
+    if (kept && u->op == Op::CUSTOM_GRAD && !output_set.count(u.get())) {
+      auto it = original_of.find(u.get());
+      kept->push_back({it == original_of.end() ? u : it->second, out});
+    }
     items.push_back(std::move(item));
   }
   if (output_buffers) {
     output_buffers->clear();
-    for (auto& o : outputs) output_buffers->push_back(input_of(o.get()));
+    for (auto& o : graph) output_buffers->push_back(input_of(o.get()));
   }
   return items;
 }
