@@ -152,7 +152,7 @@ TEST(Ops, ReduceOverSeveralAxes) {
 // partial sums in many work-groups and a short reduce of those (Note [split reductions] in
 // schedule/split_reduce.cpp), whose split axis may be odd (17) or not the first reduced one.
 TEST(Ops, LongReductionsWithFewOutputs) {
-  bool split = !get_device(default_device()).supports(Feature::HostMemory);
+  bool split = get_device(default_device()).policy().split_reductions;
   for (const Shape& s : {Shape{128, 3, 24, 24}, Shape{17, 4, 31, 37}, Shape{2, 5, 96, 100}}) {
     Tensor x = rnd(s, 133);
     Tensors outs{x.sum({0, 2, 3}), x.max({0, 2, 3}), (x * x).mean({0, 2, 3}), x.min(), x.sum()};
@@ -178,7 +178,7 @@ TEST(Ops, LongReductionsWithFewOutputs) {
 // operands, as in a weight gradient, keeps the inputs small, and its sums and maxima are known
 // on the host (the reference interpreter would take seconds).
 TEST(Ops, LongReductionsWithManyOutputs) {
-  bool split = !get_device(default_device()).supports(Feature::HostMemory);
+  bool split = get_device(default_device()).policy().split_reductions;
   for (const Shape& s : {Shape{16, 1, 64, 64}, Shape{1, 1, 96, 683}}) {
     Tensor a = rnd(s, 137), b = rnd({1, 520, 1, 1}, 138);
     Tensor sum = (a * b).sum({0, 2, 3}), max = (a * b).max({0, 2, 3});

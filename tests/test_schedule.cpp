@@ -143,8 +143,8 @@ TEST(Fusion, ComputedMatmulOperandIsRealizedOnTheCpu) {
     }
 }
 
-// Note [padded B rows]: a large B whose rows are a multiple of 1 KB is copied into padded rows
-// first on the CPU (one kernel more), and the product reads a view of the copy.
+// Note [padded B rows] in schedule/padded_rows.cpp: a large B whose rows are a multiple of 1 KB is
+// copied into padded rows first on the CPU (one kernel more), and the product reads a view of the copy.
 TEST(Fusion, LargeMatmulReadsBFromPaddedRowsOnTheCpu) {
   Tensor a = Tensor::randn({8, 256}).realize(), b = Tensor::randn({256, 512}).realize();  // B: 512 KB
   Tensor c = Tensor::randn({256, 520}).realize(), w = Tensor::randn({512, 256}).realize();
@@ -160,6 +160,48 @@ TEST(Fusion, LargeMatmulReadsBFromPaddedRowsOnTheCpu) {
       for (int k = 0; k < 256; k++) want += static_cast<double>(av[i * 256 + k]) * bv[k * 512 + j];
       EXPECT_NEAR(rv[i * 512 + j], want, 1e-3) << i << "," << j;
     }
+}
+
+namespace {
+// The buffers the schedule of `t` writes that hold `numel` elements of `dtype`.
+size_t written_buffers(const Tensor& t, int64_t numel, DType dtype) {
+  size_t n = 0;
+  for (auto& item : create_schedule({t.uop()}))
+    n += item.buffers[0]->numel() == numel && item.buffers[0]->dtype() == dtype;
+  return n;
+}
+}  // namespace
+
+// Note [the matmul form] in schedule/padded_rows.cpp: the scheduler pads a matmul's B in its own
+// type (one cache line: 16 float32 or 32 bfloat16 columns more), only where the device policy
+// says so; a batched B and the products of the backward pass read theirs as it is.
+TEST(Fusion, SchedulerPadsTheRowsOfAMatmulsB) {
+  if (!get_device(default_device()).policy().pad_aliasing_rows) GTEST_SKIP() << "the device keeps B's layout";
+  Tensor a = Tensor::randn({8, 256}).realize(), b = Tensor::randn({256, 512}).realize();
+  EXPECT_EQ(written_buffers(a.matmul(b), 256 * 528, DType::Float32), 1u);
+  Tensor ah = Tensor::randn({8, 512}, {.dtype = DType::BFloat16}).realize();
+  Tensor bh = Tensor::randn({512, 512}, {.dtype = DType::BFloat16}).realize();
+  EXPECT_EQ(written_buffers(ah.matmul(bh), 512 * 544, DType::BFloat16), 1u);
+  Tensor bb = Tensor::randn({2, 256, 512}).realize();
+  EXPECT_EQ(kernels({a.reshape({1, 8, 256}).expand({2, 8, 256}).matmul(bb)}), 1u);
+  Tensor x = Tensor::randn({8, 256}).realize().requires_grad_(), w = Tensor::randn({256, 512}).realize().requires_grad_();
+  Tensor y = x.matmul(w);
+  y.sum().backward();
+  EXPECT_EQ(written_buffers(*x.grad(), 256 * 528, DType::Float32), 0u);
+  EXPECT_EQ(written_buffers(*w.grad(), 256 * 528, DType::Float32), 0u);
+  auto wv = w.to_vector<float>(), gv = x.grad()->to_vector<float>();
+  for (int k = 0; k < 256; k += 5) {  // d sum(x @ w) / dx[i, k] = sum over j of w[k, j]
+    double want = 0;
+    for (int j = 0; j < 512; j++) want += wv[k * 512 + j];
+    EXPECT_NEAR(gv[k], want, 1e-3) << k;
+  }
+  auto hv = ah.matmul(bh).cast(DType::Float32).to_vector<float>();
+  auto ahv = ah.cast(DType::Float32).to_vector<float>(), bhv = bh.cast(DType::Float32).to_vector<float>();
+  for (int j = 0; j < 512; j += 11) {
+    double want = 0;
+    for (int k = 0; k < 512; k++) want += static_cast<double>(ahv[k]) * bhv[k * 512 + j];
+    EXPECT_NEAR(hv[j], want, 0.02 * (1 + std::abs(want))) << j;
+  }
 }
 
 // Note [MLP kernel count]: a 3-layer MLP's forward pass, loss and gradients are 17 kernels on
@@ -280,7 +322,7 @@ TEST(Fusion, ConvolutionOutputIsKeptForLaterSchedules) {
   Tensor y = c.relu();
   // the convolution, then the activation over its buffer; on the CPU the convolution is the copy
   // of the weights, the channel-last reduce and its NCHW realize point (Note [channel-last convolutions])
-  bool channel_last = get_device(default_device()).supports(Feature::HostMemory);
+  bool channel_last = get_device(default_device()).policy().channels_last_convolutions;
   EXPECT_EQ(kernels({y}), channel_last ? 4u : 2u);
   y.realize();
   EXPECT_TRUE(c.uop()->realized);

@@ -2,7 +2,9 @@
 // device, in one struct that each runtime fills in (runtime/cpu.cpp, runtime/cuda.cpp,
 // runtime/opencl.cpp) and Device::policy() returns. Feature (device.h) says what a device can
 // do; DevicePolicy says how its kernels should be laid out. Nothing outside the device layer,
-// the scheduler and the codegen pipeline asks which device it is.
+// the scheduler and the codegen pipeline asks which device it is, save conv2d, which reads
+// channels_last_convolutions while it builds its graph (Note [convolution layout while building]
+// in tensor_nn.cpp).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -54,7 +56,7 @@ struct DevicePolicy {
   std::optional<GpuLimits> gpu;
   // Note [channel-last convolutions] in tensor_nn.cpp
   bool channels_last_convolutions = false;
-  // Note [padded B rows] in tensor_nn.cpp
+  // Note [padded B rows] in schedule/padded_rows.cpp
   bool pad_aliasing_rows = false;
   // Note [split reductions] in schedule/split_reduce.cpp (with SPLIT_REDUCE=1)
   bool split_reductions = false;

@@ -34,8 +34,22 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // cache while every tile of the weight gradient passes over them, and the blocks give the thread
 // pool an outer loop to split. The weight gradient of the CNN's 32->32 5x5 layer at batch 512
 // took 1.13 s on both cores in NCHW and takes about 0.14 s of one core's time channel-last.
-// GPU-style devices keep the NCHW reduces (their kernels get no register tiles).
-bool channels_last(const std::string& device) { return get_device(device).supports(Feature::HostMemory); }
+// GPU-style devices keep the NCHW reduces (their kernels get no register tiles). The device policy
+// says which (DevicePolicy::channels_last_convolutions), read while the graph is built: Note
+// [convolution layout while building].
+//
+// Note [convolution layout while building]: padded B rows are a layout of the same nodes, which
+// the scheduler chooses (schedule/padded_rows.cpp); a channel-last convolution is another graph.
+// Its forward reduce runs over other axes against a copy of the weights, its weight gradient is
+// two reduces (partial sums per block of images, then their sum) against a copy of the output
+// gradient, and the NCHW transposed convolution reads a copy of the flipped weight. The scheduler
+// sees none of this as a convolution: the CUSTOM_GRAD node that names one exists only with
+// gradients on, and the weight gradient is built from primitives by conv2d_gradient. Choosing the
+// layout there would mean recognising both reduces from their views and rebuilding the blocked
+// weight gradient in a pattern matcher, a second copy of the index bookkeeping below. So conv2d
+// and its gradient rule ask the device's policy when they build the graph: the choice is the
+// device's, made in its DevicePolicy, and only read here.
+bool channels_last(const std::string& device) { return get_device(device).policy().channels_last_convolutions; }
 
 // Images per partial sum of the weight gradient (Note [channel-last convolutions]): the largest
 // divisor of n whose images hold at most WEIGHT_GRAD_BLOCK output pixels.
@@ -45,37 +59,6 @@ int64_t batch_block(int64_t n, int64_t pixels) {
   for (int64_t b = 1; b <= n; b++)
     if (n % b == 0 && b * pixels <= WEIGHT_GRAD_BLOCK) best = b;
   return best;
-}
-
-// Note [padded B rows]: the register tile of a matmul reads a K-block x 16 panel of B, one cache
-// line from each of its rows. When a row of B is a multiple of 1 KB (n = 256, 512, 1024 ... float32
-// columns), those lines fall into at most 4 of the L1 cache's 64 sets, which hold 32 lines, so
-// the panel never stays in L1 and every tile reads it again from L2. On devices with host memory
-// a large B (at least 512 KB, Note [cache blocking] in codegen/opt_block.cpp) whose rows are
-// contiguous is copied into rows padded by one cache line first and read through a view of
-// that copy: consecutive rows then start in consecutive sets. On the 2-core EPYC a 1024 matmul
-// went from 93 to 152-160 GFLOP/s, a 2048 one from 79-85 to 135-142, copy included.
-bool aliasing_rows(const Tensor& b) {
-  constexpr int64_t ROW_PERIOD = 1024, MIN_B_BYTES = 512 * 1024;
-  int64_t item = static_cast<int64_t>(itemsize(b.dtype())), n = b.shape().back(), k = b.shape()[b.ndim() - 2];
-  if (b.ndim() != 2 || (n * item) % ROW_PERIOD != 0 || k * n * item < MIN_B_BYTES) return false;
-  // follow the columns' dim down the views: a transposed B (strided columns) has no rows to pad
-  int64_t dim = b.ndim() - 1;
-  const UOp* u = b.uop().get();
-  for (; !u->realized && op_group(u->op) == OpGroup::Movement; u = u->src[0].get()) {
-    if (u->op == Op::PERMUTE) dim = u->arg_ints()[dim];
-    if (u->op == Op::RESHAPE && (dim != static_cast<int64_t>(u->shape.size()) - 1 ||
-                                 u->src[0]->shape.empty() || u->src[0]->shape.back() != u->shape.back()))
-      return false;
-    if (u->op == Op::RESHAPE) dim = static_cast<int64_t>(u->src[0]->shape.size()) - 1;
-  }
-  return dim == static_cast<int64_t>(u->shape.size()) - 1;
-}
-
-Tensor padded_rows(const Tensor& b) {
-  constexpr int64_t CACHE_LINE = 64;
-  int64_t pad = CACHE_LINE / static_cast<int64_t>(itemsize(b.dtype()));
-  return b.pad({{0, 0}, {0, pad}}).contiguous().shrink({{0, b.shape()[0]}, {0, b.shape()[1]}});
 }
 
 // Note [half products in float32]: a matmul or convolution of float16/bfloat16 operands casts
@@ -92,11 +75,10 @@ Tensor Tensor::matmul(const Tensor& o) const {
   check_same_device("matmul", *this, o);
   Tensor a = ndim() == 1 ? unsqueeze(0) : *this;
   Tensor b = o.ndim() == 1 ? o.unsqueeze(-1) : o;
-  if (get_device(device()).supports(Feature::HostMemory) && aliasing_rows(b))
-    b = padded_rows(b);  // Note [padded B rows]
   TG_CHECK(a.shape().back() == b.shape()[b.ndim() - 2], "matmul: a.shape[-1]=", a.shape().back(),
            " != b.shape[-2]=", b.shape()[b.ndim() - 2], " (a: ", describe(), ", b: ", o.describe(), ")");
-  // [..., n, k] x [..., k, m] -> [..., n, 1, k] * [..., 1, m, k] summed over k
+  // [..., n, k] x [..., k, m] -> [..., n, 1, k] * [..., 1, m, k] summed over k; the scheduler may
+  // read a large B through padded rows (Note [padded B rows] in schedule/padded_rows.cpp)
   // Note [half products in float32]
   DType out = promote(dtype(), o.dtype()), acc = arith_dtype(out);
   Tensor prod = a.cast(acc).unsqueeze(-2) * b.cast(acc).transpose(-1, -2).unsqueeze(-3);

@@ -1,4 +1,8 @@
-// Kernel boundaries and fusion.
+// Kernel boundaries and fusion. create_schedule runs three steps: graph_to_compute (the nodes
+// still to compute, after the layout rewrite of Note [padded B rows] in padded_rows.cpp),
+// realize_points (which nodes get buffers of their own: the Notes below), and ItemMaker, which
+// gives each realize point a buffer and an item: a copy or collective, or a kernel lowered from
+// its lazy subgraph (in two stages where Note [split reductions] in split_reduce.cpp says so).
 //
 // Note [where kernels end]: a node is computed into its own buffer ("realize point") when it is
 // an output, a REDUCE_AXIS, CONTIGUOUS, COPY (and its source) or a collective. Everything else is
@@ -30,7 +34,7 @@
 // reads through an EXPAND (a matmul's operand: the output gradient times a relu's mask, a
 // softmax's gradient, a bias plus a relu) and that is expanded at least PRODUCT_OPERAND_COPIES
 // times is a realize point of its own on two kinds of devices:
-//  - with host memory, the product's kernel would recompute it for every copy the EXPAND makes,
+//  - where the device policy says realize_product_operands (the CPU), the product's kernel would recompute it for every copy the EXPAND makes,
 //    once per column of the product; one pass writes it, and the product reads plain loads it
 //    can keep in registers;
 //  - with a matmul library (Feature::MatmulLibrary, the MATMUL_LIB knob on), the library runs
@@ -59,6 +63,7 @@
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/schedule/match_matmul.h"
+#include "tinygrad/schedule/padded_rows.h"
 #include "tinygrad/schedule/split_reduce.h"
 
 namespace tg {
@@ -92,7 +97,7 @@ constexpr int64_t PRODUCT_OPERAND_COPIES = 8;
 
 bool realizes_product_operands(const std::string& device) {
   const Device& d = get_device(device);
-  return d.supports(Feature::HostMemory) || (d.supports(Feature::MatmulLibrary) && knobs::MATMUL_LIB.get());
+  return d.policy().realize_product_operands || (d.supports(Feature::MatmulLibrary) && knobs::MATMUL_LIB.get());
 }
 
 // Note [row fusion]
@@ -167,33 +172,50 @@ void fuse_rows(const std::vector<UOpPtr>& order, std::unordered_set<const UOp*>&
   }
 }
 
-}  // namespace
+// ---- realize points (Note [where kernels end]) ----
 
-std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
-                                          std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
-  // 1. the graph still to compute, and how often each node is read
-  auto order = toposort(outputs, [](const UOp& u) { return !existing_buffer(&u); });
-  std::unordered_map<const UOp*, int> readers;
-  for (auto& u : order) {
-    if (existing_buffer(u.get())) continue;
-    for (size_t i = 0; i < value_src_count(*u); i++) readers[u->src[i].get()]++;
+using NodeSet = std::unordered_set<const UOp*>;
+
+// The graph a schedule computes: its outputs, after the scheduler's layout rewrites, and the
+// nodes still to compute under them, sources first.
+struct Graph {
+  std::vector<UOpPtr> outputs;
+  std::vector<UOpPtr> order;
+  NodeSet output_set;
+  std::unordered_map<const UOp*, UOpPtr> original_of;  // a rewritten node -> the caller's
+};
+
+Graph graph_to_compute(const std::vector<UOpPtr>& outputs) {
+  auto to_compute = [](const UOp& u) { return !existing_buffer(&u); };
+  Graph g{outputs, toposort(outputs, to_compute), {}, {}};
+  // Note [padded B rows] in padded_rows.cpp
+  if (auto padded = pad_aliasing_rows(outputs, g.order, [](const UOp* u) { return existing_buffer(u) != nullptr; })) {
+    g.outputs = std::move(padded->outputs);
+    g.original_of = std::move(padded->original_of);
+    g.order = toposort(g.outputs, to_compute);
   }
-  std::unordered_set<const UOp*> output_set;
-  for (auto& o : outputs) output_set.insert(o.get());
+  for (auto& o : g.outputs) g.output_set.insert(o.get());
+  return g;
+}
 
-  // 2. realize points
-  std::unordered_set<const UOp*> realize;
-  for (auto& u : order) {
+// The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY and collectives
+// (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]).
+NodeSet kernel_ends(const Graph& g) {
+  NodeSet realize;
+  for (auto& u : g.order) {
     if (existing_buffer(u.get())) continue;
-    if (output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
+    if (g.output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
         is_collective(*u) || u->op == Op::CUSTOM_GRAD)
       realize.insert(u.get());
     if (u->op == Op::COPY || is_collective(*u))
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
   }
+  return realize;
+}
 
-  // Note [product operands]
-  for (auto& u : order) {
+// Note [product operands]
+void realize_product_operands(const Graph& g, NodeSet& realize) {
+  for (auto& u : g.order) {
     if (u->op != Op::REDUCE_AXIS || existing_buffer(u.get()) || !realizes_product_operands(u->device)) continue;
     const UOp* product = u->src[0].get();
     while (product->op == Op::CAST) product = product->src[0].get();
@@ -210,21 +232,35 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       if (!existing_buffer(x) && !realize.count(x) && is_alu(x->op) && x->op != Op::CAST) realize.insert(x);
     }
   }
+}
 
-  // 3. fuse a single-reader reduce into the elementwise kernel above it
-  for (auto& u : order) {
+// How often each node is read by a node still to compute.
+std::unordered_map<const UOp*, int> count_readers(const Graph& g) {
+  std::unordered_map<const UOp*, int> readers;
+  for (auto& u : g.order) {
+    if (existing_buffer(u.get())) continue;
+    for (size_t i = 0; i < value_src_count(*u); i++) readers[u->src[i].get()]++;
+  }
+  return readers;
+}
+
+// Note [where kernels end]: a reduce read once, through elementwise ops and injective views
+// only, by a realize point that is not itself a reduce, joins that realize point's kernel.
+void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
+  auto readers = count_readers(g);
+  for (auto& u : g.order) {
     if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || is_collective(*u)) continue;
     std::vector<const UOp*> stack;
     auto push_value_srcs = [&](const UOp& n) {
       for (size_t i = 0; i < value_src_count(n); i++) stack.push_back(n.src[i].get());
     };
     push_value_srcs(*u);
-    std::unordered_set<const UOp*> seen;
+    NodeSet seen;
     while (!stack.empty()) {
       const UOp* n = stack.back();
       stack.pop_back();
       if (!seen.insert(n).second || existing_buffer(n) || readers[n] != 1) continue;
-      if (n->op == Op::REDUCE_AXIS && realize.count(n) && !output_set.count(n)) {
+      if (n->op == Op::REDUCE_AXIS && realize.count(n) && !g.output_set.count(n)) {
         realize.erase(n);
         break;
       }
@@ -232,62 +268,107 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
       push_value_srcs(*n);
     }
   }
+}
 
-  // 3b. row reduces read back over their rows join that kernel (Note [row fusion])
-  if (knobs::ROWFUSE) fuse_rows(order, realize, output_set);
+// The nodes computed into buffers of their own (Note [where kernels end]).
+NodeSet realize_points(const Graph& g) {
+  NodeSet realize = kernel_ends(g);
+  realize_product_operands(g, realize);
+  fuse_reduces_into_readers(g, realize);
+  if (knobs::ROWFUSE) fuse_rows(g.order, realize, g.output_set);  // Note [row fusion]
+  return realize;
+}
 
-  // 4. buffers and kernels, sources first
-  std::unordered_map<const UOp*, std::shared_ptr<Buffer>> buffers;
-  auto input_of = [&](const UOp* u) -> std::shared_ptr<Buffer> {
+// ---- schedule items ----
+
+// Makes the buffers and schedule items of the realize points, visited sources first.
+class ItemMaker {
+ public:
+  explicit ItemMaker(const NodeSet& realize) : realize_(realize) {}
+
+  // The buffer `u` is read from: its own, or the one a realize point scheduled earlier fills.
+  std::shared_ptr<Buffer> input_of(const UOp* u) const {
     if (auto b = existing_buffer(u)) return b;
-    auto it = buffers.find(u);
-    return it == buffers.end() ? nullptr : it->second;
-  };
-  std::vector<ScheduleItem> items;
-  std::vector<UOpPtr> stages;  // first stages of split reduces: alive while `buffers` names them
-  for (auto& u : order) {
-    if (!realize.count(u.get()) || existing_buffer(u.get())) continue;
+    auto it = buffers_.find(u);
+    return it == buffers_.end() ? nullptr : it->second;
+  }
+
+  // Schedules realize point `u` into a new buffer, which it returns. An empty tensor needs no item.
+  std::shared_ptr<Buffer> add(const UOpPtr& u) {
     auto out = std::make_shared<Buffer>(u->device, u->dtype, prod(u->shape));
+    if (u->op == Op::COPY || is_collective(*u))
+      add_transfer(u, out);
+    else if (prod(u->shape) > 0)
+      add_kernel(u, out);
+    buffers_[u.get()] = out;
+    return out;
+  }
+
+  std::vector<ScheduleItem> take_items() { return std::move(items_); }
+
+ private:
+  const NodeSet& realize_;
+  std::unordered_map<const UOp*, std::shared_ptr<Buffer>> buffers_;
+  std::vector<ScheduleItem> items_;
+  std::vector<UOpPtr> stages_;  // first stages of split reduces: alive while `buffers_` names them
+
+  void add_transfer(const UOpPtr& u, const std::shared_ptr<Buffer>& out) {
     ScheduleItem item;
     item.device = u->device;
-    if (u->op == Op::COPY || is_collective(*u)) {
-      item.kind = u->op == Op::COPY ? ScheduleItem::Kind::Copy : ScheduleItem::Kind::Collective;
-      item.ast = u;
-      item.buffers = {out, input_of(u->src[0].get())};
-      TG_ASSERT(item.buffers[1], "copy source not realized");
-    } else if (prod(u->shape) > 0) {
-      item.kind = ScheduleItem::Kind::Kernel;
-      item.buffers = {out};
-      UOpPtr root = u;
-      // Note [split reductions] in split_reduce.cpp
-      if (knobs::SPLIT_REDUCE && !get_device(u->device).supports(Feature::HostMemory)) {
-        auto is_input = [&](const UOp* n) { return realize.count(n) > 0 || existing_buffer(n) != nullptr; };
-        if (auto split = split_reduce(u, is_input)) {
-          ScheduleItem first;
-          first.device = u->device;
-          const UOpPtr& partial = split->partial;
-          first.buffers = {std::make_shared<Buffer>(u->device, partial->dtype, prod(partial->shape))};
-          first.ast = lower_kernel(partial, input_of, first.buffers);
-          buffers[partial.get()] = first.buffers[0];
-          stages.push_back(partial);
-          items.push_back(std::move(first));
-          root = split->root;
-        }
+    item.kind = u->op == Op::COPY ? ScheduleItem::Kind::Copy : ScheduleItem::Kind::Collective;
+    item.ast = u;
+    item.buffers = {out, input_of(u->src[0].get())};
+    TG_ASSERT(item.buffers[1], "copy source not realized");
+    items_.push_back(std::move(item));
+  }
+
+  void add_kernel(const UOpPtr& u, const std::shared_ptr<Buffer>& out) {
+    UOpPtr root = u;
+    // Note [split reductions] in split_reduce.cpp
+    if (knobs::SPLIT_REDUCE && get_device(u->device).policy().split_reductions) {
+      auto is_input = [&](const UOp* n) { return realize_.count(n) > 0 || existing_buffer(n) != nullptr; };
+      if (auto split = split_reduce(u, is_input)) {
+        const UOpPtr& partial = split->partial;
+        buffers_[partial.get()] = lower(partial, std::make_shared<Buffer>(u->device, partial->dtype, prod(partial->shape)));
+        stages_.push_back(partial);
+        root = split->root;
       }
-      item.ast = lower_kernel(root, input_of, item.buffers);
-    } else {
-      buffers[u.get()] = out;
-      continue;  // an empty tensor needs no kernel
     }
-    buffers[u.get()] = out;
-    if (kept && u->op == Op::CUSTOM_GRAD && !output_set.count(u.get())) kept->push_back({u, out});
-    items.push_back(std::move(item));
+    lower(root, out);
+  }
+
+  // Lowers the kernel that computes `root` into `out` and schedules it; returns `out`.
+  std::shared_ptr<Buffer> lower(const UOpPtr& root, std::shared_ptr<Buffer> out) {
+    ScheduleItem item;
+    item.kind = ScheduleItem::Kind::Kernel;
+    item.device = root->device;
+    item.buffers = {out};
+    item.ast = lower_kernel(root, [this](const UOp* n) { return input_of(n); }, item.buffers);
+    items_.push_back(std::move(item));
+    return out;
+  }
+};
+
+}  // namespace
+
+std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
+                                          std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
+  Graph g = graph_to_compute(outputs);
+  NodeSet realize = realize_points(g);
+  ItemMaker maker(realize);
+  for (auto& u : g.order) {
+    if (!realize.count(u.get()) || existing_buffer(u.get())) continue;
+    auto out = maker.add(u);
+    if (kept && u->op == Op::CUSTOM_GRAD && !g.output_set.count(u.get()) && prod(u->shape) > 0) {
+      auto it = g.original_of.find(u.get());
+      kept->push_back({it == g.original_of.end() ? u : it->second, out});  // Note [kept convolution outputs]
+    }
   }
   if (output_buffers) {
     output_buffers->clear();
-    for (auto& o : outputs) output_buffers->push_back(input_of(o.get()));
+    for (auto& o : g.outputs) output_buffers->push_back(maker.input_of(o.get()));
   }
-  return items;
+  return maker.take_items();
 }
 
 }  // namespace tg

@@ -5,7 +5,7 @@
 // (Note [grouped reduction] in codegen/gpu_dims.cpp). BatchNorm's statistics and their gradient
 // sums over N, H and W have one output per channel, 32 or 64 work-groups on a GPU of 132
 // multiprocessors, each walking hundreds of thousands of elements: most of the chip idles. On
-// devices without host memory (GPU-style ones) such a reduce (at most SPLIT_GROUPS / 2 outputs,
+// devices whose policy says split_reductions (GPU-style ones) such a reduce (at most SPLIT_GROUPS / 2 outputs,
 // at least SPLIT_MIN_LENGTH elements each) is cut in two: its outermost reduced axis that splits
 // best, of size D, is reshaped into (S, D/S), the first stage reduces everything but S into
 // partial results (outputs * S of them, at most SPLIT_GROUPS, each of at least SPLIT_MIN_PART
