@@ -48,7 +48,7 @@ std::vector<ConfigField>& schema_storage() {
       {"optim.name", ValueType::String, std::string("adam"), "sgd | adam | adamw | lamb"},
       {"optim.lr", ValueType::Float, 1e-3, "peak learning rate"},
       {"optim.momentum", ValueType::Float, 0.0, "sgd: momentum"},
-      {"optim.weight_decay", ValueType::Float, 0.0, "L2 (sgd, adam) or decoupled (adamw, lamb) weight decay"},
+      {"optim.weight_decay", ValueType::Float, 0.0, "L2 (sgd, adam) or decoupled (adamw: matrices only, lamb) weight decay"},
       {"optim.nesterov", ValueType::Bool, false, "sgd: Nesterov momentum"},
       {"optim.b1", ValueType::Float, 0.9, "adam, adamw, lamb: first-moment decay"},
       {"optim.b2", ValueType::Float, 0.999, "adam, adamw, lamb: second-moment decay"},

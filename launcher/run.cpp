@@ -21,6 +21,7 @@
 #include "launcher/observers.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
+#include "launcher/sample.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
@@ -54,6 +55,9 @@ const char* USAGE =
     "                                         for data.name=tokens; byte-level: token = byte, vocabulary\n"
     "                                         256 (GPT-2 BPE is not implemented yet); past N tokens\n"
     "                                         (default 10^8): OUT_000000.bin, OUT_000001.bin, ...\n"
+    "  tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+    "                                         continue a prompt with a trained gpt run's newest\n"
+    "                                         checkpoint (byte-level runs; one seed, one text)\n"
     "  tg help                                this text\n";
 
 std::string value_text(const Value& v) {
@@ -290,6 +294,11 @@ int tg_main(int argc, char** argv) {
         std::cout << "wrote " << nn::TokenShard(p).size() << " tokens to " << p << "\n";
       return 0;
     }
+    if (cmd == "sample") {
+      SampleRequest r = parse_sample_args(argc, argv, 2);
+      std::cout << r.prompt << sample_text(r) << std::endl;
+      return 0;
+    }
     if (cmd == "keys") {
       std::cout << "config keys (type, default):\n" << keys_text();
       return 0;
@@ -313,7 +322,7 @@ int tg_main(int argc, char** argv) {
       if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
       return 0;
     }
-    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, help)");
+    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, sample, help)");
   } catch (const std::exception& e) {
     // The whole message: some errors list their details on indented lines after the first
     // (load_state_dict's missing and unexpected keys, the ranks that disagree).

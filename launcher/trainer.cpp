@@ -153,7 +153,7 @@ double gpt_flops_per_token(const nn::GPT& m) {
 
 }  // namespace
 
-std::unique_ptr<nn::Optimizer> make_optimizer(const Config& c, std::vector<Tensor*> params) {
+std::unique_ptr<nn::Optimizer> make_optimizer(const Config& c, std::vector<Tensor*> params, bool flat_shards) {
   const std::string& name = c.get_string("optim.name");
   double lr = c.get_float("optim.lr"), wd = c.get_float("optim.weight_decay");
   double b1 = c.get_float("optim.b1"), b2 = c.get_float("optim.b2"), eps = c.get_float("optim.eps");
@@ -161,7 +161,8 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const Config& c, std::vector<Tenso
     return std::make_unique<nn::SGD>(std::move(params), lr, c.get_float("optim.momentum"), 0.0, wd,
                                      c.get_bool("optim.nesterov"));
   if (name == "adam") return std::make_unique<nn::Adam>(std::move(params), lr, b1, b2, eps, wd);
-  if (name == "adamw") return std::make_unique<nn::AdamW>(std::move(params), lr, b1, b2, eps, wd);
+  if (name == "adamw" && flat_shards) return std::make_unique<nn::AdamW>(std::move(params), lr, b1, b2, eps, wd);
+  if (name == "adamw") return std::make_unique<nn::AdamW>(nn::decay_matrices_only(params, wd), lr, b1, b2, eps);
   if (name == "lamb") return std::make_unique<nn::LAMB>(std::move(params), lr, b1, b2, eps, wd);
   throw Error("config: optim.name='" + name + "' is not one of sgd, adam, adamw, lamb");
 }
@@ -240,7 +241,8 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
     if (zero1)
       zero_ = std::make_unique<dist::Zero1>(
           *group_, model_->parameters(),
-          [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps)); }, grad_dtype);
+          [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps), /*flat_shards=*/true); },
+          grad_dtype);
   }
 }
 

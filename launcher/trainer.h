@@ -175,7 +175,10 @@ std::string latest_checkpoint(const std::string& run_dir, std::vector<std::strin
 std::string shard_path(const std::string& checkpoint, int rank);
 
 // Builders from the config, also used on their own.
-std::unique_ptr<nn::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor*> params);
+// adamw decays matrices only (nn::decay_matrices_only: no weight decay for biases and norms)
+// where the parameters keep their shapes; a zero1 shard is one flat block (flat_shards), so
+// there every element decays.
+std::unique_ptr<nn::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor*> params, bool flat_shards = false);
 std::unique_ptr<nn::LRSchedule> make_schedule(const Config& cfg, int64_t total_steps);
 
 }  // namespace tg::launcher

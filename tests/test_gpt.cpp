@@ -179,7 +179,11 @@ TEST(GPT, GenerateIsGreedyOrSeeded) {
   for (uint64_t seed = 1; seed < 6 && !differs; seed++) differs = generate(m, prompt, {6, 1.5, 0, seed}) != a;
   EXPECT_TRUE(differs);
   expect_error([&] { generate(m, {}, o); }, {"at least one token"});
-  expect_error([&] { generate(m, prompt, {.tokens = 7}); }, {"longer than the model's block_size 8"});
+  // past block_size (8) the context slides: the first 6 new tokens are those of the short run
+  auto longer = generate(m, prompt, {.tokens = 20, .temperature = 0});
+  ASSERT_EQ(longer.size(), 20u);
+  EXPECT_EQ(std::vector<int32_t>(longer.begin(), longer.begin() + 5), greedy);
+  EXPECT_EQ(generate(m, prompt, {.tokens = 20, .temperature = 0}), longer);
   expect_error([&] { generate(m, {17}, o); }, {"prompt token 17 is outside the vocabulary of 17"});
 }
 

@@ -145,19 +145,23 @@ TEST(Optim, AdamAndAdamW) {
 // matrices decay, biases and norms don't). With zero gradients the Adam update is zero, so what
 // changes is the decay alone.
 TEST(Optim, AdamWParameterGroups) {
-  Tensor w = Tensor::full({2, 3}, 2.0), b = Tensor::full({3}, 2.0), n = Tensor::full({3}, 2.0);
-  for (Tensor* t : {&w, &b, &n}) t->requires_grad_();
-  auto groups = decay_matrices_only({&w, &b, &n}, 0.1);
-  ASSERT_EQ(groups.size(), 2u);
+  Tensor w = Tensor::full({2, 3}, 2.0), b = Tensor::full({3}, 2.0), n = Tensor::full({3}, 2.0),
+         w2 = Tensor::full({3, 1}, 2.0);
+  for (Tensor* t : {&w, &b, &n, &w2}) t->requires_grad_();
+  auto groups = decay_matrices_only({&w, &b, &n, &w2}, 0.1);
+  ASSERT_EQ(groups.size(), 3u);  // runs of the same decay, in the given order
   EXPECT_EQ(groups[0].params, (std::vector<Tensor*>{&w}));
   EXPECT_EQ(groups[1].params, (std::vector<Tensor*>{&b, &n}));
+  EXPECT_EQ(groups[2].params, (std::vector<Tensor*>{&w2}));
+  EXPECT_EQ(groups[1].weight_decay, 0.0);
   AdamW opt(groups, 0.5);
-  EXPECT_EQ(opt.params(), (std::vector<Tensor*>{&w, &b, &n}));
+  EXPECT_EQ(opt.params(), (std::vector<Tensor*>{&w, &b, &n, &w2}));
   for (int step = 0; step < 2; step++) {
-    for (Tensor* t : {&w, &b, &n}) t->set_grad(t->zeros_like());
+    for (Tensor* t : {&w, &b, &n, &w2}) t->set_grad(t->zeros_like());
     opt.step();
   }
   for (float x : w.to_vector<float>()) EXPECT_FLOAT_EQ(x, 2.0f * 0.95f * 0.95f);
+  for (float x : w2.to_vector<float>()) EXPECT_FLOAT_EQ(x, 2.0f * 0.95f * 0.95f);
   for (float x : b.to_vector<float>()) EXPECT_FLOAT_EQ(x, 2.0f);
   for (float x : n.to_vector<float>()) EXPECT_FLOAT_EQ(x, 2.0f);
   expect_error([&] { AdamW bad({{{&w}, -1.0}}); }, {"weight_decay must be non-negative, got -1"});

@@ -173,14 +173,15 @@ int32_t pick_token(std::vector<float> logits, const SampleOptions& o, std::mt199
 
 // Note [sampling]: the probabilities are softmax(logits / temperature) over the top_k logits (all
 // with top_k 0), drawn on the host from std::mt19937_64 seeded with opts.seed, so a seed gives the
-// same tokens on every device; temperature 0 takes the largest logit (greedy decoding).
+// same tokens on every device; temperature 0 takes the largest logit (greedy decoding). Past the
+// model's block_size the context slides: when the caches are full, they are rebuilt from the last
+// block_size / 2 tokens (one forward pass over them), so every token still sees at least half a
+// block of context and a refill happens once per half block (nanoGPT crops the context to the
+// last block_size tokens and recomputes every step).
 std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts) {
   TG_CHECK(!prompt.empty(), "generate: the prompt needs at least one token");
   TG_CHECK(opts.tokens >= 0 && opts.top_k >= 0 && opts.temperature >= 0,
            "generate: tokens, top_k and temperature must not be negative");
-  int64_t total = static_cast<int64_t>(prompt.size()) + opts.tokens;
-  TG_CHECK(total <= model.config.block_size, "generate: prompt (", prompt.size(), " tokens) plus ", opts.tokens,
-           " new ones is longer than the model's block_size ", model.config.block_size);
   for (int32_t tok : prompt)
     TG_CHECK(tok >= 0 && tok < model.config.vocab_size, "generate: prompt token ", tok, " is outside the vocabulary of ",
              model.config.vocab_size);
@@ -188,14 +189,24 @@ std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, co
   model.eval();
   NoGradGuard no_grad;
   std::mt19937_64 gen(opts.seed);
+  const int64_t block = model.config.block_size;
   std::vector<KVCache> caches(static_cast<size_t>(model.config.n_layer));
-  std::vector<int32_t> out;
-  Tensor step = Tensor::from_vector(prompt, {1, static_cast<int64_t>(prompt.size())});
+  std::vector<int32_t> context = prompt, out;
+  auto last = [&](int64_t n) {
+    std::vector<int32_t> tail(context.end() - std::min<int64_t>(n, static_cast<int64_t>(context.size())), context.end());
+    return Tensor::from_vector(tail, {1, static_cast<int64_t>(tail.size())});
+  };
+  Tensor step = last(block);
   for (int64_t i = 0; i < opts.tokens; i++) {
+    if (caches[0].length() + step.shape(1) > block) {  // the caches are full: slide (Note [sampling])
+      for (auto& c : caches) c = KVCache{};
+      step = last(std::max<int64_t>(1, block / 2));
+    }
     Tensor logits = model.forward(step, caches);
     int64_t t = logits.shape(1), v = logits.shape(2);
     int32_t next = pick_token(logits.shrink({{0, 1}, {t - 1, t}, {0, v}}).reshape({v}).to_vector<float>(), opts, gen);
     out.push_back(next);
+    context.push_back(next);
     step = Tensor::from_vector(std::vector<int32_t>{next}, {1, 1});
   }
   model.train(was_training);

@@ -101,7 +101,7 @@ struct SampleOptions {
   uint64_t seed = 0;         // the same seed, prompt and model give the same tokens
 };
 // Continues `prompt` (token ids, at least one) by opts.tokens tokens, one forward step per token
-// through the KV cache (Note [kv cache]); prompt plus tokens must fit the model's block_size.
+// through the KV cache (Note [kv cache]), the context sliding past block_size (Note [sampling]).
 // Runs in eval mode and without gradients; returns only the new tokens.
 std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts);
 

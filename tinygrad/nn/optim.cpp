@@ -197,9 +197,13 @@ void SGD::after_load() { has_buffer_.assign(params_.size(), step_ > 0); }
 // ---- Adam, AdamW ----
 
 std::vector<ParamGroup> decay_matrices_only(const std::vector<Tensor*>& params, double weight_decay) {
-  ParamGroup matrices{{}, weight_decay}, vectors{{}, 0.0};
-  for (Tensor* p : params) (p->ndim() >= 2 ? matrices : vectors).params.push_back(p);
-  return {matrices, vectors};
+  std::vector<ParamGroup> groups;
+  for (Tensor* p : params) {
+    double wd = p->ndim() >= 2 ? weight_decay : 0.0;
+    if (groups.empty() || groups.back().weight_decay != wd) groups.push_back({{}, wd});
+    groups.back().params.push_back(p);
+  }
+  return groups;
 }
 
 namespace {

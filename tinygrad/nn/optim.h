@@ -138,8 +138,10 @@ struct ParamGroup {
   std::vector<Tensor*> params;
   double weight_decay = 0;
 };
-// nanoGPT's groups: `weight_decay` for matrices (ndim >= 2: Linear and embedding weights), none
-// for vectors (biases, LayerNorm weights). Matrices first, each group in the given order.
+// nanoGPT's rule as groups: `weight_decay` for matrices (ndim >= 2: Linear and embedding
+// weights), none for vectors (biases, LayerNorm weights). Consecutive parameters with the same
+// decay share a group, so the optimizer sees them in the given order (its state keys, Note
+// [optimizer state names], follow the model's parameters).
 std::vector<ParamGroup> decay_matrices_only(const std::vector<Tensor*>& params, double weight_decay);
 
 class Adam : public Optimizer {

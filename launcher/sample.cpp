@@ -1,0 +1,110 @@
+// `tg sample` (see sample.h).
+#include "launcher/sample.h"
+
+#include <charconv>
+#include <filesystem>
+
+#include "launcher/config.h"
+#include "launcher/trainer.h"
+#include "tinygrad/error.h"
+#include "tinygrad/nn/state.h"
+
+namespace fs = std::filesystem;
+
+namespace tg::launcher {
+
+namespace {
+
+constexpr int64_t BYTE_VOCABULARY = 256;
+
+// The model as the run trained it: sizes from config.yaml and the weights' shapes.
+std::unique_ptr<nn::GPT> trained_model(const std::string& run_dir) {
+  fs::path cfg_path = fs::path(run_dir) / "config.yaml";
+  TG_CHECK(fs::is_regular_file(cfg_path), "tg sample: '", run_dir, "' has no config.yaml (not a run directory of tg train)");
+  Config cfg = load_config(cfg_path.string());
+  TG_CHECK(cfg.get_string("model.name") == "gpt", "tg sample: the run in '", run_dir, "' trained model '",
+           cfg.get_string("model.name"), "'; sampling needs model.name=gpt");
+  std::string checkpoint = latest_checkpoint(run_dir);
+  TG_CHECK(!checkpoint.empty(), "tg sample: '", run_dir, "' has no complete checkpoint in checkpoints/");
+  nn::StateDict weights;
+  for (auto& [key, value] : nn::safe_load(checkpoint))
+    if (key.rfind("model.", 0) == 0) weights.emplace(key.substr(6), value);
+  auto shape_of = [&](const std::string& key) {
+    auto it = weights.find(key);
+    TG_CHECK(it != weights.end() && it->second.ndim() == 2, "tg sample: checkpoint '", checkpoint, "' has no 2-d ", key);
+    return it->second.shape();
+  };
+  nn::GPTConfig g;
+  g.vocab_size = shape_of("transformer.wte.weight")[0];
+  g.block_size = shape_of("transformer.wpe.weight")[0];
+  g.n_layer = cfg.get_int("model.n_layer");
+  g.n_head = cfg.get_int("model.n_head");
+  g.n_embd = cfg.get_int("model.n_embd");
+  auto model = std::make_unique<nn::GPT>(g);
+  model->load_state_dict(weights);
+  return model;
+}
+
+int64_t whole_number(const std::string& flag, const std::string& text) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  TG_CHECK(ec == std::errc() && end == text.data() + text.size() && v >= 0, "tg sample: ", flag,
+           " must be a whole number >= 0, got '", text, "'");
+  return v;
+}
+
+double real_number(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  TG_CHECK(used == text.size() && v >= 0, "tg sample: ", flag, " must be a number >= 0, got '", text, "'");
+  return v;
+}
+
+}  // namespace
+
+std::string sample_text(const SampleRequest& r) {
+  auto model = trained_model(r.run_dir);
+  TG_CHECK(model->config.vocab_size == BYTE_VOCABULARY, "tg sample: the run's vocabulary has ",
+           model->config.vocab_size, " tokens; only byte-level runs (vocabulary 256: data.name=text or byte shards) "
+           "have a tokenizer here (GPT-2 BPE is not implemented yet)");
+  std::vector<int32_t> prompt;
+  for (unsigned char c : r.prompt) prompt.push_back(c);
+  std::string out;
+  for (int32_t t : nn::generate(*model, prompt, r.options)) out.push_back(static_cast<char>(t));
+  return out;
+}
+
+SampleRequest parse_sample_args(int argc, char** argv, int first) {
+  SampleRequest r;
+  bool have_prompt = false;
+  for (int i = first; i < argc; i++) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      TG_CHECK(r.run_dir.empty(), "tg sample: one RUN_DIR expected, got '", r.run_dir, "' and '", a, "'");
+      r.run_dir = a;
+      continue;
+    }
+    std::string flag = a, value;
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      flag = a.substr(0, eq), value = a.substr(eq + 1);
+    } else {
+      TG_CHECK(i + 1 < argc, "tg sample: ", flag, " needs a value");
+      value = argv[++i];
+    }
+    if (flag == "--prompt") r.prompt = value, have_prompt = true;
+    else if (flag == "--tokens") r.options.tokens = whole_number(flag, value);
+    else if (flag == "--temperature") r.options.temperature = real_number(flag, value);
+    else if (flag == "--top-k") r.options.top_k = whole_number(flag, value);
+    else if (flag == "--seed") r.options.seed = static_cast<uint64_t>(whole_number(flag, value));
+    else TG_FAIL("tg sample: unknown option '", flag, "' (options: --prompt, --tokens, --temperature, --top-k, --seed)");
+  }
+  TG_CHECK(!r.run_dir.empty() && have_prompt,
+           "tg sample: usage: tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]");
+  return r;
+}
+
+}  // namespace tg::launcher
