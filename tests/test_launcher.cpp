@@ -206,6 +206,22 @@ TEST(LauncherConfig, LoadsTheShippedConfigs) {
   }
 }
 
+// The language-model configs resolve: GPT-2 small's sizes, the char model on the text dataset,
+// and a global batch that splits into the micro-batches it names.
+TEST(LauncherConfig, LoadsTheLanguageModelConfigs) {
+  Config g = load_config(std::string(TG_SOURCE_DIR) + "/configs/gpt2_124m.yaml");
+  EXPECT_EQ(g.get_string("model.name"), "gpt");
+  EXPECT_EQ(g.get_int("model.n_embd"), 768);
+  EXPECT_EQ(g.get_int("model.vocab_size"), 50304);
+  EXPECT_EQ(g.get_string("data.name"), "tokens");
+  EXPECT_EQ(g.get_int("data.batch_size") % g.get_int("train.grad_accum"), 0);
+  EXPECT_EQ(g.get_string("train.precision"), "bf16");
+  Config c = load_config(std::string(TG_SOURCE_DIR) + "/configs/gpt_char.yaml");
+  EXPECT_EQ(c.get_string("data.name"), "text");
+  EXPECT_EQ(c.get_int("model.vocab_size"), 0);  // the dataset's (256)
+  EXPECT_EQ(c.get_string("optim.name"), "adamw");
+}
+
 TEST(LauncherRunDir, ExistingRunDirIsNotOverwritten) {
   fs::path dir = temp_dir("rundir");
   fs::create_directories(dir);
