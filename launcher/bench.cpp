@@ -13,6 +13,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/engine/jit.h"
 #include "tinygrad/error.h"
+#include "tinygrad/nn/gpt.h"
 #include "tinygrad/nn/optim.h"
 #include "tinygrad/tensor.h"
 
@@ -89,6 +90,31 @@ BenchResult copy(const std::string& name, const Shape& shape, int reps) {
   return r;
 }
 
+// configs/gpt_char.yaml's training step: a 4-block GPT (128 wide, 4 heads) on batch 32 of 128
+// byte tokens, AdamW with weight decay on matrices only. Reports tokens per second.
+BenchResult gpt_char_step(int reps) {
+  Tensor::manual_seed(0);
+  nn::GPTConfig c;
+  c.vocab_size = 256, c.block_size = 128, c.n_layer = 4, c.n_head = 4, c.n_embd = 128;
+  nn::GPT model(c);
+  nn::AdamW opt(nn::decay_matrices_only(model.parameters(), 0.1), 2e-3, 0.9, 0.99);
+  MemoryPool& pool = get_device(default_device()).pool();
+  pool.reset_peak();
+  Tensor x = Tensor::randint({32, 128}, 0, 256).realize(), y = Tensor::randint({32, 128}, 0, 256).realize();
+  TinyJit step([&](const Tensors& in) {
+    Tensor logits = model(in[0]);
+    Tensor loss = logits.reshape({-1, 256}).sparse_categorical_crossentropy(in[1].reshape({-1}));
+    opt.zero_grad();
+    loss.backward();
+    opt.step({loss});
+    return Tensors{loss};
+  });
+  BenchResult r = measure("gpt_char_step", reps, [&] { step({x, y}); });
+  r.peak_mb = static_cast<double>(pool.stats().peak_bytes) / 1e6;
+  r.tokens_per_s = 32 * 128 / (r.ms * 1e-3);
+  return r;
+}
+
 Tensor softmax(const Tensor& x) { return x.softmax(-1); }
 Tensor layernorm(const Tensor& x) { return x.layernorm(); }
 
@@ -132,6 +158,7 @@ const std::map<std::string, Workload>& workloads() {
          nn::Adam opt(model->parameters(), 1e-3);
          return train_step("cnn_step", reps, *model, opt, {512, 1, 28, 28});
        }},
+      {"gpt_char_step", gpt_char_step},
       {"matmul_1024", [](int reps) { return matmul("matmul_1024", 1024, reps); }},
       {"matmul_2048", [](int reps) { return matmul("matmul_2048", 2048, std::max(1, reps / 2)); }},
       {"matmul_8192_bf16", {[](int reps) { return matmul("matmul_8192_bf16", 8192, reps, DType::BFloat16); }, false}},
@@ -200,6 +227,7 @@ std::string bench_json(const BenchResult& r) {
   if (r.gflops > 0) j["gflops"] = r.gflops;
   if (r.gbps > 0) j["gbps"] = r.gbps;
   if (r.peak_mb > 0) j["peak_mb"] = r.peak_mb;
+  if (r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
   return j.dump();
 }
 

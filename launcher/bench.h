@@ -14,9 +14,10 @@ struct BenchResult {
   double gbps = 0;
   double first_ms = 0;    // the first repetition, compilation included
   double peak_mb = 0;     // training steps: the memory pool's peak from the inputs' creation on
+  double tokens_per_s = 0;  // language-model steps
 };
 
-// Workloads: mlp_step, cnn_step, matmul_1024, matmul_2048, elementwise, copy, softmax,
+// Workloads: mlp_step, cnn_step, gpt_char_step, matmul_1024, matmul_2048, elementwise, copy, softmax,
 // layernorm, conv2d, mlp_step_b16, and, sized for a GPU and run only when named, matmul_8192_bf16,
 // matmul_8192_fp16, copy_8192, elementwise_8192, softmax_8192 and layernorm_8192. An empty list
 // runs all the others.

@@ -85,6 +85,65 @@ def cnn(reps):
     return train_step("cnn_step", reps, model, torch.optim.Adam(model.parameters(), lr=1e-3))
 
 
+class Block(nn.Module):
+    """configs/gpt_char.yaml's block (tinygrad/nn/gpt.h): pre-LayerNorm causal self-attention and a
+    GELU (tanh) MLP with residuals."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.c_attn, self.attn_proj = nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ln_2, self.c_fc, self.mlp_proj = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def attention(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in self.c_attn(x).split(d, 2))
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # PyTorch 1.x: the same composition
+            s = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            y = s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        return self.attn_proj(y.transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, layers, heads, d):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.h = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        return self.ln_f(self.h(x)) @ self.wte.weight.t()  # tied output projection
+
+
+def gpt_char(reps):
+    torch.manual_seed(0)
+    model = GPT(256, 128, 4, 4, 128).to(DEV)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=2e-3, betas=(0.9, 0.99))
+    x = torch.randint(0, 256, (32, 128), device=DEV)
+    y = torch.randint(0, 256, (32, 128), device=DEV)
+
+    def step():
+        loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+    r = measure("gpt_char_step", reps, step)
+    r["tokens_per_s"] = 32 * 128 / (r["ms"] * 1e-3)
+    return r
+
+
 def matmul(name, n, reps, dtype=torch.float32):
     a, b = torch.randn(n, n, device=DEV).to(dtype), torch.randn(n, n, device=DEV).to(dtype)
     r = measure(name, reps, lambda: a @ b)
@@ -141,6 +200,7 @@ def main():
         "copy_8192": lambda: copy("copy_8192", 8192, 8192),
         "elementwise": lambda: elementwise("elementwise", STREAM_N),
         "elementwise_8192": lambda: elementwise("elementwise_8192", 8192, 8192),
+        "gpt_char_step": lambda: gpt_char(reps),
         "layernorm": lambda: rows("layernorm", layernorm, 4096, 1024),
         "layernorm_8192": lambda: rows("layernorm_8192", layernorm, 8192, 8192),
         "matmul_1024": lambda: matmul("matmul_1024", 1024, reps),
@@ -152,7 +212,7 @@ def main():
         "softmax_8192": lambda: rows("softmax_8192", softmax, 8192, 8192),
     }
     for n in names or sorted(set(workloads) - GPU_SIZED):
-        with torch.no_grad() if n not in ("mlp_step", "cnn_step", "conv2d") else torch.enable_grad():
+        with torch.no_grad() if n not in ("mlp_step", "cnn_step", "conv2d", "gpt_char_step") else torch.enable_grad():
             print(json.dumps(workloads[n]()), flush=True)
 
 
