@@ -11,6 +11,7 @@
 
 #include "launcher/config.h"
 #include "launcher/run.h"
+#include "run_util.h"
 #include "test_util.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -19,6 +20,9 @@
 
 namespace fs = std::filesystem;
 using namespace tg::launcher;
+
+using tg::testutil::fresh_run_dir;
+using tg::testutil::metrics_records;
 
 namespace {
 
@@ -29,21 +33,6 @@ bool have_data() { return fs::exists(std::string(tg::nn::FASHION_MNIST_ROOT) + "
   GTEST_SKIP() << "Fashion-MNIST not found in " << tg::nn::FASHION_MNIST_ROOT                     \
                << " (install the Debian package dataset-fashion-mnist)"
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("tg_test_e2e_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p;
-}
-
-std::vector<nlohmann::json> records(const fs::path& run_dir, const std::string& type) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] == type) out.push_back(j);
-  }
-  return out;
-}
 
 std::string mlp_config() { return std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml"; }
 
@@ -52,18 +41,18 @@ std::string mlp_config() { return std::string(TG_SOURCE_DIR) + "/configs/fmnist_
 // Through the command line entry point, with the shipped config and overrides.
 TEST(E2E, MlpReachesAccuracyInAFewHundredSteps) {
   SKIP_WITHOUT_DATA();
-  fs::path dir = temp_dir("mlp");
+  fs::path dir = fresh_run_dir("e2e", "mlp");
   std::vector<std::string> args = {"tg", "train", mlp_config(), "train.steps=300", "train.log_every=50",
                                    "train.run_dir=" + dir.string()};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   ASSERT_EQ(tg_main(static_cast<int>(argv.size()), argv.data()), 0);
 
-  auto evals = records(dir, "eval");
+  auto evals = metrics_records(dir, "eval");
   ASSERT_FALSE(evals.empty());
   EXPECT_EQ(evals.back()["step"], 300);
   EXPECT_GT(evals.back()["eval_accuracy"].get<double>(), 0.70);
-  auto train = records(dir, "train");
+  auto train = metrics_records(dir, "train");
   ASSERT_EQ(train.size(), 6u);  // steps 50, 100, ..., 300
   for (const char* k : {"step", "epoch", "loss", "lr", "examples_per_s"}) EXPECT_TRUE(train[0].contains(k)) << k;
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
@@ -75,7 +64,7 @@ TEST(E2E, MlpReachesAccuracyInAFewHundredSteps) {
   EXPECT_EQ(back.get_int("train.steps"), 300);
 
   // init_weights from the checkpoint: evaluation right away is as good as the trained model.
-  fs::path dir2 = temp_dir("mlp_init");
+  fs::path dir2 = fresh_run_dir("e2e", "mlp_init");
   Config c = load_config(mlp_config(), {"train.steps=1", "optim.lr=0", "train.run_dir=" + dir2.string(),
                                         "train.init_weights=" + (dir / "checkpoints" / "step_300.safetensors").string()});
   TrainSummary s = run_train(c, {.progress = false});
@@ -92,7 +81,7 @@ TEST(E2E, MlpReachesAccuracyInAFewHundredSteps) {
 TEST(E2E, ResumeReproducesTheUninterruptedRun) {
   SKIP_WITHOUT_DATA();
   constexpr int K = 40;
-  fs::path a = temp_dir("resume_a"), b = temp_dir("resume_b");
+  fs::path a = fresh_run_dir("e2e", "resume_a"), b = fresh_run_dir("e2e", "resume_b");
   std::vector<std::string> common = {"train.steps=" + std::to_string(K), "train.log_every=1", "train.eval_every=1000",
                                      "data.shuffle=true", "data.seed=3"};
   auto with = [&](std::vector<std::string> extra) {
@@ -109,12 +98,12 @@ TEST(E2E, ResumeReproducesTheUninterruptedRun) {
   EXPECT_EQ(s.steps, K);
 
   std::map<int64_t, double> la, lb;
-  for (auto& r : records(a, "train")) la[r["step"]] = r["loss"];
-  for (auto& r : records(b, "train")) lb[r["step"]] = r["loss"];
+  for (auto& r : metrics_records(a, "train")) la[r["step"]] = r["loss"];
+  for (auto& r : metrics_records(b, "train")) lb[r["step"]] = r["loss"];
   ASSERT_EQ(la.size(), static_cast<size_t>(K));
   ASSERT_EQ(lb.size(), static_cast<size_t>(K));  // B's file reads like one run: no duplicates
   for (int step = K / 2 + 1; step <= K; step++) EXPECT_EQ(lb[step], la[step]) << "step " << step;
-  EXPECT_EQ(records(b, "eval").back()["eval_accuracy"], records(a, "eval").back()["eval_accuracy"]);
+  EXPECT_EQ(metrics_records(b, "eval").back()["eval_accuracy"], metrics_records(a, "eval").back()["eval_accuracy"]);
   fs::remove_all(a);
   fs::remove_all(b);
 }
@@ -146,17 +135,17 @@ TEST(E2E, MlpTrainsOnTheConfiguredDevice) {
   };
   const size_t cl_kernels = cl->compiled_count(), cpu_kernels = cpu.compiled_count();
   const uint64_t cl_allocations = cl->pool().stats().allocations;
-  fs::path dir = temp_dir("mlp_cl");
+  fs::path dir = fresh_run_dir("e2e", "mlp_cl");
   TrainSummary s = train_on("CL", dir);
   EXPECT_GT(cl->compiled_count(), cl_kernels) << "no kernel was compiled for CL";
   EXPECT_GT(cl->pool().stats().allocations, cl_allocations) << "no buffer was allocated on CL";
   EXPECT_EQ(cpu.compiled_count(), cpu_kernels) << "kernels were compiled for the CPU during a CL run";
   ASSERT_TRUE(s.accuracy.has_value());
   EXPECT_GE(*s.accuracy, 0.75);  // Note [configured device accuracy]
-  auto train = records(dir, "train");
+  auto train = metrics_records(dir, "train");
   ASSERT_EQ(train.size(), 4u);
   EXPECT_LT(train.back()["loss"].get<double>(), train.front()["loss"].get<double>());
-  fs::path cpu_dir = temp_dir("mlp_cpu");
+  fs::path cpu_dir = fresh_run_dir("e2e", "mlp_cpu");
   TrainSummary on_cpu = train_on("CPU", cpu_dir);
   ASSERT_TRUE(on_cpu.accuracy.has_value());
   EXPECT_NEAR(*s.accuracy, *on_cpu.accuracy, 0.01) << "CL and CPU runs of the same steps";
@@ -166,7 +155,7 @@ TEST(E2E, MlpTrainsOnTheConfiguredDevice) {
 
 TEST(E2E, UnknownDeviceIsRefusedByName) {
   Config c = load_config(mlp_config(), {"train.device=NOSUCHDEV", "train.steps=1",
-                                        "train.run_dir=" + temp_dir("baddev").string()});
+                                        "train.run_dir=" + fresh_run_dir("e2e", "baddev").string()});
   try {
     run_train(c, {.progress = false});
     FAIL() << "expected an error";

@@ -13,12 +13,16 @@
 #include "launcher/config.h"
 #include "launcher/run.h"
 #include "launcher/sample.h"
+#include "run_util.h"
 #include "test_util.h"
 #include "tinygrad/nn/tokens.h"
 
 namespace fs = std::filesystem;
 using namespace tg::launcher;
 using tg::testutil::expect_error;
+
+using tg::testutil::fresh_run_dir;
+using tg::testutil::metrics_records;
 
 namespace {
 
@@ -27,21 +31,6 @@ bool have_text() { return fs::exists(tg::nn::DEFAULT_TEXT_FILE); }
 #define SKIP_WITHOUT_TEXT() \
   if (!have_text()) GTEST_SKIP() << tg::nn::DEFAULT_TEXT_FILE << " not found (install the Debian package jargon-text)"
 
-fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("tg_test_lm_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p;
-}
-
-std::vector<nlohmann::json> records(const fs::path& run_dir, const std::string& type) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["type"] == type) out.push_back(j);
-  }
-  return out;
-}
 
 int run_tg(std::vector<std::string> args) {
   args.insert(args.begin(), "tg");
@@ -61,16 +50,16 @@ constexpr double CHAR_VAL_LOSS_BOUND = 2.8;
 
 TEST(LanguageModel, CharGptReachesItsValidationLoss) {
   SKIP_WITHOUT_TEXT();
-  fs::path dir = temp_dir("char");
+  fs::path dir = fresh_run_dir("lm", "char");
   ASSERT_EQ(run_tg({"train", char_config(), "model.n_layer=2", "model.n_embd=64", "data.seq_len=64", "train.steps=200",
                     "train.eval_every=200", "train.eval_batches=8", "train.run_dir=" + dir.string()}),
             0);
-  auto evals = records(dir, "eval");
+  auto evals = metrics_records(dir, "eval");
   ASSERT_FALSE(evals.empty());
   double loss = evals.back()["val_loss"].get<double>();
   EXPECT_LT(loss, CHAR_VAL_LOSS_BOUND);
   EXPECT_NEAR(evals.back()["perplexity"].get<double>(), std::exp(loss), 1e-9);
-  auto train = records(dir, "train");
+  auto train = metrics_records(dir, "train");
   ASSERT_FALSE(train.empty());
   EXPECT_GT(train.back()["tokens_per_s"].get<double>(), 0);
   EXPECT_FALSE(train.back().contains("mfu"));  // no train.peak_tflops given
@@ -99,12 +88,12 @@ TEST(LanguageModel, GradientAccumulationGivesTheWholeBatchsStep) {
   SKIP_WITHOUT_TEXT();
   std::vector<double> losses[2];
   for (int accum : {1, 2}) {
-    fs::path dir = temp_dir("accum" + std::to_string(accum));
+    fs::path dir = fresh_run_dir("lm", "accum" + std::to_string(accum));
     ASSERT_EQ(run_tg({"train", char_config(), "model.n_layer=1", "model.n_embd=32", "data.seq_len=32", "data.batch_size=16",
                   "train.steps=6", "train.log_every=1", "train.eval_batches=1", "schedule.warmup_steps=0",
                   "train.grad_accum=" + std::to_string(accum), "train.run_dir=" + dir.string()}),
               0);
-    for (auto& j : records(dir, "train")) losses[accum - 1].push_back(j["loss"].get<double>());
+    for (auto& j : metrics_records(dir, "train")) losses[accum - 1].push_back(j["loss"].get<double>());
     fs::remove_all(dir);
   }
   ASSERT_EQ(losses[0].size(), 6u);
@@ -113,7 +102,7 @@ TEST(LanguageModel, GradientAccumulationGivesTheWholeBatchsStep) {
 }
 
 TEST(LanguageModel, BadSampleRequestsAreNamed) {
-  fs::path dir = temp_dir("bad");
+  fs::path dir = fresh_run_dir("lm", "bad");
   fs::create_directories(dir);
   expect_error([&] { sample_text({dir.string(), "x", {}}); }, {dir.string(), "has no config.yaml"});
   std::vector<std::string> args = {"tg", "sample", dir.string()};

@@ -134,12 +134,6 @@ LoweredKernel tensor_core_passes(const UOpPtr& ast, const std::vector<DType>& dt
 
 // ---- the choice ----
 
-std::vector<DType> param_dtypes(const ScheduleItem& item) {
-  std::vector<DType> d;
-  for (auto& b : item.buffers) d.push_back(b->dtype());
-  return d;
-}
-
 // The library's choice when it runs item's kernel (a matrix product, MATMUL_LIB=1).
 std::optional<KernelChoice> library_choice(const ScheduleItem& item, Device& dev) {
   if (!knobs::MATMUL_LIB.get()) return std::nullopt;
@@ -167,6 +161,12 @@ std::vector<Opt> hand_coded_for(const UOpPtr& ast, const DevicePolicy& policy) {
 }
 
 }  // namespace
+
+std::vector<DType> param_dtypes(const ScheduleItem& item) {
+  std::vector<DType> d;
+  for (auto& b : item.buffers) d.push_back(b->dtype());
+  return d;
+}
 
 CodegenTarget CodegenTarget::of(const Device& dev) {
   return CodegenTarget{dev.renderer(), dev.policy(), dev.supports(Feature::NativeTranscendentals),

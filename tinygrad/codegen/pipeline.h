@@ -45,6 +45,9 @@ struct LoweredKernel {
   std::string source;
 };
 
+// The dtypes of a kernel item's buffers (its kernel's parameters, in order).
+std::vector<DType> param_dtypes(const ScheduleItem& item);
+
 // The whole pipeline for a kernel item: the optimizer's choice (hand-coded heuristics, or BEAM
 // with BEAM=n) and then the passes that turn it into source.
 LoweredKernel lower_kernel_item(const ScheduleItem& item, Device& dev);

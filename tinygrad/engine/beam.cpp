@@ -101,10 +101,8 @@ double time_program(Program& prog, const std::vector<void*>& ptrs, const LinearK
 // (codegen/pipeline.h), the library's through its program.
 double time_candidate(const ScheduleItem& item, Device& dev, const KernelChoice& choice, const std::vector<void*>& ptrs) {
   if (choice.kind == KernelChoice::Kind::Library) return time_program(*dev.get_matmul_program(*choice.matmul), ptrs, {});
-  std::vector<DType> dtypes;
-  for (auto& b : item.buffers) dtypes.push_back(b->dtype());
   try {
-    LoweredKernel k = lower_with_choice(item.ast, dtypes, CodegenTarget::of(dev), choice);
+    LoweredKernel k = lower_with_choice(item.ast, param_dtypes(item), CodegenTarget::of(dev), choice);
     return time_program(dev.get_program(k.kernel.name, k.source), ptrs, k.kernel);
   } catch (const CompileError& e) {
     if (knobs::DEBUG >= 3) std::fprintf(stderr, "beam: %s failed: %s\n", choice.str().c_str(), e.what());
