@@ -139,6 +139,12 @@ const std::vector<GradCase>& cases() {
       {"repeat", [](const Tensors& x) { return x[0].repeat({2, 3}).sin(); }, {uniform({2, 2}, 32)}},
       {"gather", [](const Tensors& x) { return x[0].gather(1, gidx()).square(); }, {uniform({2, 4}, 33)}},
       {"index_select", [](const Tensors& x) { return x[0].index_select(0, gidx().reshape({6})).sin(); }, {uniform({4, 2}, 34)}},
+      {"scatter_add",
+       [](const Tensors& x) { return x[0].scatter_add(1, gidx(), x[1]).square(); },
+       {uniform({2, 4}, 46), uniform({2, 3}, 47)}},
+      {"embedding_rows",  // repeated rows: their gradients add up in one row
+       [](const Tensors& x) { return x[0].index_select(0, gidx().reshape({6})).square().sum(1); },
+       {uniform({4, 2}, 48)}},
       // linear algebra and networks
       {"matmul", [](const Tensors& x) { return x[0].matmul(x[1]); }, {uniform({2, 3, 4}, 35), uniform({4, 2}, 36)}},
       {"matmul_vec", [](const Tensors& x) { return x[0].matmul(x[1]).tanh(); }, {uniform({3}, 37), uniform({3, 2}, 38)}},

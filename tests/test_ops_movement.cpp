@@ -195,6 +195,29 @@ TEST(Ops, Gather) {
   EXPECT_TRUE(match_all({xi.gather(0, idx0), xi.cast(DType::Float16).gather(1, idx1)}));
 }
 
+// Indices outside the tensor read 0 (gather) and add nothing (scatter_add); repeated indices add up.
+TEST(Ops, ScatterAdd) {
+  Tensor x = rnd({3, 5}, 81), src = rnd({2, 4}, 82);
+  Tensor idx0 = Tensor::from_vector(std::vector<int32_t>{2, 0, 2, 2, 0, 0, 1, 7}, {2, 4});
+  Tensor idx1 = Tensor::from_vector(std::vector<int64_t>{4, 4, 0, -3, 1, 1, 1, 2}, {2, 4});
+  EXPECT_TRUE(check_fwd_bwd([&](const Tensors& in) { return in[0].scatter_add(0, idx0, in[1]); }, {x, src}));
+  EXPECT_TRUE(check_fwd_bwd([&](const Tensors& in) { return in[0].scatter_add(1, idx1, in[1]); }, {x, src}));
+  auto got = x.zeros_like().scatter_add(1, idx1, src).to_vector<float>();
+  auto sv = src.to_vector<float>();
+  EXPECT_EQ(got[0 * 5 + 4], sv[0] + sv[1]);
+  EXPECT_EQ(got[0 * 5 + 0], sv[2]);
+  EXPECT_EQ(got[1 * 5 + 1], sv[4] + sv[5] + sv[6]);
+  EXPECT_EQ(got[2 * 5 + 0], 0.0f);
+  Tensor xi = rnd_int({3, 5}, 83, -9, 9), si = rnd_int({2, 4}, 84, -9, 9);
+  EXPECT_TRUE(match_all({xi.scatter_add(0, idx0, si), xi.cast(DType::Int64).scatter_add(1, idx1, si),
+                         x.cast(DType::Float16).scatter_add(0, idx0, src)}));
+  Tensor out_of_range = Tensor::from_vector(std::vector<int32_t>{5, -1, 0}, {1, 3});
+  auto g = x.gather(1, out_of_range).to_vector<float>();
+  EXPECT_EQ(g[0], 0.0f);
+  EXPECT_EQ(g[1], 0.0f);
+  EXPECT_EQ(g[2], x.to_vector<float>()[0]);
+}
+
 TEST(Ops, IndexSelect) {
   Tensor x = rnd({4, 3, 2}, 79);
   Tensor idx = Tensor::from_vector(std::vector<int32_t>{3, 0, 3, 1}, {4});

@@ -222,6 +222,68 @@ TEST(Fusion, MlpForwardBackwardKernelCountIsExact) {
   EXPECT_EQ(kernels({loss, *w1.grad(), *w2.grad(), *w3.grad()}), 17u);  // Note [MLP kernel count]
 }
 
+namespace {
+// The loops of a kernel graph (their sizes, sorted), whether any is a reduce, whether it stores by adding.
+struct KernelShape {
+  std::vector<int64_t> loops;
+  bool reduces = false, accumulates = false;
+};
+KernelShape shape_of(const UOpPtr& ast) {
+  KernelShape k;
+  for (auto& n : toposort({ast})) {
+    if (n->op == Op::RANGE) k.loops.push_back(static_cast<int64_t>(n->src[0]->const_value()));
+    k.reduces |= n->op == Op::REDUCE;
+    k.accumulates |= is_accumulating_store(*n);
+  }
+  std::sort(k.loops.begin(), k.loops.end());
+  return k;
+}
+}  // namespace
+
+// Note [gather and scatter-add]: an embedding lookup of N rows of a V x D table runs over N x D
+// (no loop over V), and its gradient is a zeroing kernel and an accumulating one over N x D.
+TEST(Gather, EmbeddingLookupAndItsGradientDoNotLoopOverTheVocabulary) {
+  const int64_t V = 1000, D = 8, N = 6;
+  Tensor table = Tensor::randn({V, D}).requires_grad_();
+  Tensor::realize_all({table});
+  Tensor idx = Tensor::from_vector(std::vector<int32_t>{999, 3, 3, 0, -1, 1000}, {N});
+  Tensor rows = table.index_select(0, idx);
+  auto fwd = create_schedule({rows.uop()});
+  ASSERT_EQ(fwd.size(), 1u);
+  KernelShape k = shape_of(fwd[0].ast);
+  EXPECT_FALSE(k.reduces);
+  EXPECT_EQ(k.loops, (std::vector<int64_t>{N, D}));  // N < D
+  // out-of-range indices read 0
+  auto got = rows.to_vector<float>(), t = table.to_vector<float>();
+  for (int64_t d = 0; d < D; d++) {
+    EXPECT_EQ(got[0 * D + d], t[999 * D + d]);
+    EXPECT_EQ(got[2 * D + d], t[3 * D + d]);
+    EXPECT_EQ(got[4 * D + d], 0.0f);
+    EXPECT_EQ(got[5 * D + d], 0.0f);
+  }
+
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {N, 1});
+  (rows * w).sum().backward();
+  auto bwd = create_schedule({table.grad()->uop()});
+  size_t accumulating = 0;
+  for (auto& item : bwd) {
+    KernelShape b = shape_of(item.ast);
+    EXPECT_FALSE(b.reduces);
+    if (b.accumulates) EXPECT_EQ(b.loops, (std::vector<int64_t>{N, D}));
+    else EXPECT_EQ(b.loops, (std::vector<int64_t>{D, V}));  // zeroing the gradient
+    accumulating += b.accumulates;
+  }
+  EXPECT_EQ(accumulating, 1u);
+  EXPECT_EQ(bwd.size(), 2u);
+  auto g = table.grad()->to_vector<float>();
+  for (int64_t d = 0; d < D; d++) {
+    EXPECT_EQ(g[999 * D + d], 1.0f);
+    EXPECT_EQ(g[3 * D + d], 5.0f);  // rows 1 and 2 both read row 3: 2 + 3
+    EXPECT_EQ(g[0 * D + d], 4.0f);
+    EXPECT_EQ(g[1 * D + d], 0.0f);  // -1 and 1000 add nothing
+  }
+}
+
 TEST(Debug, Level4PrintsGeneratedSource) {
   std::string err;
   {

@@ -81,6 +81,12 @@ std::vector<UOpPtr> backward_rule(const UOpPtr& u, const UOpPtr& g) {
       TG_ASSERT(false, "unknown CUSTOM_GRAD rule ", u->arg_ints().at(0));
       return {};
     case Op::COPY: return {copy_to(g, s[0]->device)};
+    // Note [gather and scatter-add] in lazy.cpp: each is the other's gradient
+    case Op::GATHER: {
+      int64_t axis = u->arg_ints()[0];
+      return {scatter_add(g, s[1], axis, s[0]->shape[static_cast<size_t>(axis)]), nullptr};
+    }
+    case Op::SCATTER_ADD: return {gather(g, s[1], u->arg_ints()[0]), nullptr};
     default:
       return std::vector<UOpPtr>(s.size(), nullptr);  // not differentiable: comparisons, bit ops, ...
   }

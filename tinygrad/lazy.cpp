@@ -153,6 +153,41 @@ UOpPtr copy_to(const UOpPtr& x, const std::string& device) {
   return make_uop(Op::COPY, x->dtype, {x}, {}, x->shape, device);
 }
 
+// Note [gather and scatter-add]: an embedding is a row lookup: compared against every row, as a
+// one-hot product, it costs O(N*V*D) for N lookups of a V x D table, and so does its gradient.
+// GATHER reads x at positions that another tensor holds: lowering evaluates `index` at the output
+// position and uses the loaded value as the index along `axis` (a data-dependent address, gated
+// where it falls outside x, like PAD's validity), so it fuses into its readers as a view does and
+// costs O(N*D). Its gradient is SCATTER_ADD, which adds each value into its row: a kernel of its
+// own that runs over the values, not over the output, and stores with ADD into a buffer that a
+// kernel before it has zeroed (Note [accumulating stores] in schedule/lower.cpp). The two are each
+// other's gradients. Both index with any integer dtype; out-of-range indices select 0 and add
+// nothing (the front end cannot check data on the device without a sync).
+UOpPtr gather(const UOpPtr& x, const UOpPtr& index, int64_t axis) {
+  TG_ASSERT(!is_float(index->dtype) && x->shape.size() == index->shape.size() && axis >= 0 &&
+                axis < static_cast<int64_t>(x->shape.size()) && x->device == index->device,
+            "gather of ", x->str(0), " at ", index->str(0), " along ", axis);
+  for (size_t d = 0; d < x->shape.size(); d++)
+    TG_ASSERT(static_cast<int64_t>(d) == axis || x->shape[d] == index->shape[d], "gather: shapes differ in dim ", d);
+  return make_uop(Op::GATHER, x->dtype, {x, index}, Arg{std::vector<int64_t>{axis}}, index->shape, x->device);
+}
+
+DType scatter_accumulator(DType dtype) {
+  if (is_float(dtype)) return dtype == DType::Float64 ? DType::Float64 : DType::Float32;
+  return itemsize(dtype) == 8 ? DType::Int64 : DType::Int32;
+}
+
+UOpPtr scatter_add(const UOpPtr& values, const UOpPtr& index, int64_t axis, int64_t size) {
+  TG_ASSERT(!is_float(index->dtype) && values->shape == index->shape && axis >= 0 &&
+                axis < static_cast<int64_t>(values->shape.size()) && size >= 0 && values->device == index->device,
+            "scatter_add of ", values->str(0), " at ", index->str(0), " along ", axis);
+  DType acc = scatter_accumulator(values->dtype);
+  if (acc != values->dtype) return cast(scatter_add(cast(values, acc), index, axis, size), values->dtype);
+  Shape out = values->shape;
+  out[static_cast<size_t>(axis)] = size;
+  return make_uop(Op::SCATTER_ADD, acc, {values, index}, Arg{std::vector<int64_t>{axis, size}}, out, values->device);
+}
+
 std::vector<int64_t> argsort(const std::vector<int64_t>& order) {
   std::vector<int64_t> inv(order.size());
   for (size_t i = 0; i < order.size(); i++) inv[order[i]] = static_cast<int64_t>(i);

@@ -32,6 +32,14 @@ UOpPtr detach(const UOpPtr& x);
 // parameters...}, gradient.h) in place of differentiating its graph.
 UOpPtr custom_grad(const UOpPtr& value, const std::vector<UOpPtr>& inputs, std::vector<int64_t> rule);
 UOpPtr copy_to(const UOpPtr& x, const std::string& device);
+// Note [gather and scatter-add] in lazy.cpp. gather: out[i] = x[i with i[axis] = index[i]] (0
+// where index[i] is outside [0, x's size along axis)); index has out's shape, and x's on every
+// other axis. scatter_add: a zero tensor of values' shape with `size` along `axis`, to which
+// values[i] is added at i with i[axis] = index[i] (skipped outside [0, size)).
+UOpPtr gather(const UOpPtr& x, const UOpPtr& index, int64_t axis);
+UOpPtr scatter_add(const UOpPtr& values, const UOpPtr& index, int64_t axis, int64_t size);
+// The dtype scatter_add accumulates `dtype` in (float32 for half types, int32 for narrow integers).
+DType scatter_accumulator(DType dtype);
 
 // Inverse permutation, and a CONST seen through movement ops (nullptr when x is not constant).
 std::vector<int64_t> argsort(const std::vector<int64_t>& order);

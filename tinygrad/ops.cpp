@@ -46,6 +46,7 @@ const char* op_name(Op op) {
       "BITCAST", "ADD", "MUL", "IDIV", "MOD", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL",
       "SHR", "WHERE", "REDUCE_AXIS", "RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP",
       "CONTIGUOUS", "DETACH", "CUSTOM_GRAD", "ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER",
+      "GATHER", "SCATTER_ADD",
       "DEFINE_GLOBAL", "RANGE", "ENDRANGE", "SPECIAL", "LOAD",
       "STORE", "REDUCE", "DEFINE_ACC", "ASSIGN", "SINK", "WMMA"};
   return names[static_cast<int>(op)];
@@ -60,6 +61,7 @@ OpGroup op_group(Op op) {
   if (op <= Op::FLIP) return OpGroup::Movement;
   if (op <= Op::CUSTOM_GRAD) return OpGroup::Marker;
   if (op <= Op::ALLGATHER) return OpGroup::Collective;
+  if (op <= Op::SCATTER_ADD) return OpGroup::Indexed;
   return OpGroup::Kernel;
 }
 
@@ -339,6 +341,11 @@ UOpPtr kalu(Op op, const UOpPtr& a, const UOpPtr& b) {
   DType out = is_comparison(op) ? DType::Bool : a->dtype;
   return make_uop(op, out, {a, b});
 }
+bool is_accumulating_store(const UOp& u) {
+  auto* op = std::get_if<Op>(&u.arg);
+  return u.op == Op::STORE && op && *op == Op::ADD;
+}
+
 UOpPtr kalu(Op op, const UOpPtr& a) { return make_uop(op, a->dtype, {a}); }
 UOpPtr kwhere(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b) { return make_uop(Op::WHERE, a->dtype, {c, a, b}); }
 UOpPtr kcast(const UOpPtr& x, DType dtype) {

@@ -39,7 +39,12 @@ enum class Op : uint8_t {
   CONTIGUOUS, DETACH, CUSTOM_GRAD,
   // collectives (run by distributed/ through an interface the core declares; arg: CollectiveArg)
   ALLREDUCE, REDUCE_SCATTER, ALLGATHER,
-  // kernel graph
+  // indexed (Note [gather and scatter-add] in lazy.cpp; arg: {axis} and {axis, size}): GATHER
+  // src {x, index} reads x along the axis at the positions index holds; SCATTER_ADD src
+  // {values, index} adds values into a zero tensor of that size along the axis at those positions
+  GATHER, SCATTER_ADD,
+  // kernel graph (STORE src {buffer, index, value[, gate]}; with arg ADD it adds value into the
+  // element instead: Note [accumulating stores] in schedule/lower.cpp)
   DEFINE_GLOBAL, RANGE, ENDRANGE, SPECIAL, LOAD, STORE, REDUCE, DEFINE_ACC, ASSIGN,
   // a kernel with several stores (after upcasting) is rooted at a SINK of them
   SINK,
@@ -49,7 +54,7 @@ enum class Op : uint8_t {
 };
 const char* op_name(Op op);
 
-enum class OpGroup { Buffer, Unary, Binary, Ternary, Reduce, Movement, Marker, Collective, Kernel };
+enum class OpGroup { Buffer, Unary, Binary, Ternary, Reduce, Movement, Marker, Collective, Indexed, Kernel };
 OpGroup op_group(Op op);
 bool is_alu(Op op);          // unary, binary or ternary compute op
 bool is_comparison(Op op);   // CMPLT, CMPNE: result dtype is bool
@@ -132,6 +137,8 @@ UOpPtr kwhere(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b);
 UOpPtr kcast(const UOpPtr& x, DType dtype);
 bool is_const(const UOpPtr& u, double v);
 bool is_const(const UOpPtr& u);
+// A STORE that adds its value into the element (Note [accumulating stores] in schedule/lower.cpp).
+bool is_accumulating_store(const UOp& u);
 
 // Walk a graph from its roots, sources first.
 std::vector<UOpPtr> toposort(const std::vector<UOpPtr>& roots,

@@ -217,6 +217,9 @@ class Tensor {
   Tensor operator[](int64_t i) const { return slice({Index(i)}); }
   Tensor gather(int64_t axis, const Tensor& index) const;  // torch.gather
   Tensor index_select(int64_t axis, const Tensor& index) const;  // x[idx] along axis
+  // torch.Tensor.scatter_add: a copy of x with src[i] added at i with i[axis] = index[i] (index and
+  // src of one shape, no larger than x off the axis); indices outside x add nothing.
+  Tensor scatter_add(int64_t axis, const Tensor& index, const Tensor& src) const;
   static Tensor cat(const Tensors& ts, int64_t axis = 0);
   static Tensor stack(const Tensors& ts, int64_t axis = 0);
   Tensors split(int64_t size, int64_t axis = 0) const;

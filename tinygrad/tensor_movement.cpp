@@ -225,6 +225,8 @@ Tensor Tensor::slice(const std::vector<Index>& idx) const {
   return x.reshape(final_shape);
 }
 
+// Gather, index_select and scatter_add are GATHER and SCATTER_ADD nodes (Note [gather and
+// scatter-add] in lazy.cpp): O(N) in the elements they read or add, forward and backward.
 Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
   int64_t a = norm_axis("gather", *this, axis);
   TG_CHECK(!is_float(index.dtype()), "gather: index must be an integer tensor, got ", index.describe());
@@ -236,13 +238,7 @@ Tensor Tensor::gather(int64_t axis, const Tensor& index) const {
              describe(), " in dim ", d);
     b.push_back({0, d == a ? shape()[d] : index.shape()[d]});
   }
-  Tensor xt = shrink(b).transpose(a, -1);         // [..., N]
-  Tensor it = index.transpose(a, -1).unsqueeze(-1);  // [..., M, 1]
-  int64_t n = shape()[a];
-  Tensor positions = Tensor::arange(n, {.dtype = index.dtype(), .device = device()});
-  Tensor hit = it.eq(positions);                       // [..., M, N]
-  Tensor picked = hit.where(xt.unsqueeze(-2), xt.zeros_like().unsqueeze(-2)).sum(-1);
-  return picked.cast(dtype()).transpose(a, -1);
+  return result(lazy::gather(shrink(b).uop(), index.uop(), a), {this, &index});
 }
 
 Tensor Tensor::index_select(int64_t axis, const Tensor& index) const {
@@ -250,11 +246,27 @@ Tensor Tensor::index_select(int64_t axis, const Tensor& index) const {
   TG_CHECK(!is_float(index.dtype()) && index.ndim() == 1, "index_select: index must be a 1-D integer tensor, got ",
            index.describe());
   check_same_device("index_select", *this, index);
-  int64_t n = shape()[a];
-  Tensor hit = index.unsqueeze(-1).eq(Tensor::arange(n, {.dtype = index.dtype(), .device = device()}));  // [M, N]
-  Tensor xt = transpose(a, -1).unsqueeze(-2);                                                        // [..., 1, N]
-  Tensor picked = hit.where(xt, xt.zeros_like()).sum(-1).cast(dtype());                             // [..., M]
-  return picked.transpose(a, -1);
+  Shape at(static_cast<size_t>(ndim()), 1), out = shape();
+  at[static_cast<size_t>(a)] = out[static_cast<size_t>(a)] = index.numel();
+  return gather(a, index.reshape(at).expand(out));
+}
+
+Tensor Tensor::scatter_add(int64_t axis, const Tensor& index, const Tensor& src) const {
+  int64_t a = norm_axis("scatter_add", *this, axis);
+  TG_CHECK(!is_float(index.dtype()), "scatter_add: index must be an integer tensor, got ", index.describe());
+  TG_CHECK(index.shape() == src.shape(), "scatter_add: index ", index.describe(), " and src ", src.describe(),
+           " must have the same shape");
+  TG_CHECK(src.ndim() == ndim(), "scatter_add: src ", src.describe(), " must have as many dims as ", describe());
+  check_same_device("scatter_add", *this, index);
+  check_same_device("scatter_add", *this, src);
+  lazy::Pads grow;
+  for (int64_t d = 0; d < ndim(); d++) {
+    TG_CHECK(d == a || src.shape()[d] <= shape()[d], "scatter_add: src ", src.describe(), " is larger than ",
+             describe(), " in dim ", d);
+    grow.push_back({0, d == a ? 0 : shape()[d] - src.shape()[d]});
+  }
+  Tensor added = result(lazy::scatter_add(src.cast(dtype()).uop(), index.uop(), a, shape()[a]), {&src, &index});
+  return *this + added.pad(grow);
 }
 
 Tensor Tensor::cat(const Tensors& ts, int64_t axis) {

@@ -317,8 +317,10 @@ LinearKernel linearize(const UOpPtr& ast, const std::vector<DType>& param_dtypes
 std::vector<int64_t> launch_size(const LinearKernel& k) {
   constexpr double THREAD_MIN_WORK = 1 << 17;
   double iterations = 1;
-  for (auto& u : k.uops)
+  for (auto& u : k.uops) {
+    if (is_accumulating_store(*u)) return {};  // Note [accumulating stores] in schedule/lower.cpp
     if (u->op == Op::RANGE) iterations *= u->src[0]->const_value();
+  }
   double work = iterations * static_cast<double>(k.uops.size());
   return work >= THREAD_MIN_WORK ? k.global_size : std::vector<int64_t>{};
 }

@@ -118,7 +118,8 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
         break;
       }
       case Op::STORE: {
-        std::string st = store(u->src[0]->dtype, s(0), s(1), s(2));
+        std::string st = is_accumulating_store(*u) ? accumulate(u->src[0]->dtype, s(0), s(1), s(2))
+                                                   : store(u->src[0]->dtype, s(0), s(1), s(2));
         line(u->src.size() > 3 ? "if (" + s(3) + ") " + st : st);
         break;
       }
@@ -193,6 +194,11 @@ std::string CStyleRenderer::load(DType, const std::string& buf, const std::strin
 
 std::string CStyleRenderer::store(DType, const std::string& buf, const std::string& idx, const std::string& val) const {
   return buf + "[" + idx + "] = " + val + ";";
+}
+
+std::string CStyleRenderer::accumulate(DType, const std::string& buf, const std::string& idx,
+                                       const std::string& val) const {
+  return buf + "[" + idx + "] += " + val + ";";
 }
 
 std::string CStyleRenderer::special(int64_t arg) const {

@@ -39,6 +39,9 @@ class CStyleRenderer : public Renderer {
   // Element access of a buffer of `t`.
   virtual std::string load(DType t, const std::string& buf, const std::string& idx) const;
   virtual std::string store(DType t, const std::string& buf, const std::string& idx, const std::string& val) const;
+  // A STORE with arg ADD (Note [accumulating stores] in schedule/lower.cpp): a plain `+=` here,
+  // for kernels on one thread; GPU renderers add atomically.
+  virtual std::string accumulate(DType t, const std::string& buf, const std::string& idx, const std::string& val) const;
   // GPU hooks: a thread index (SPECIAL arg), a work-group barrier, a local-memory array.
   virtual std::string special(int64_t arg) const;
   virtual std::string barrier() const;

@@ -150,6 +150,16 @@ std::string CUDARenderer::store(DType t, const std::string& buf, const std::stri
   return CStyleRenderer::store(t, buf, idx, val);
 }
 
+// atomicAdd has float, double, int and unsigned long long forms; int64 adds as the latter (two's
+// complement). SCATTER_ADD accumulates in no other dtype (lazy::scatter_accumulator).
+std::string CUDARenderer::accumulate(DType t, const std::string& buf, const std::string& idx,
+                                     const std::string& val) const {
+  TG_ASSERT(t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64,
+            "CUDA: no atomic add of ", dtype_name(t));
+  if (t == DType::Int64) return "atomicAdd((unsigned long long*)&" + buf + "[" + idx + "], (unsigned long long)" + val + ");";
+  return "atomicAdd(&" + buf + "[" + idx + "], " + val + ");";
+}
+
 std::string CUDARenderer::special(int64_t arg) const {
   std::string d(1, "xyz"[special_dim(arg)]);
   switch (special_kind(arg)) {

@@ -350,6 +350,12 @@ void Writer::render_store(const UOp& u, size_t n) {
   }
   if (t == DType::Bool) v = emit_tmp("zext i1 " + v + " to i8");
   std::string p = emit_tmp(std::string("getelementptr inbounds ") + mem_type(t) + ", ptr " + ptr + ", i64 " + idx);
+  if (is_accumulating_store(u)) {  // Note [accumulating stores] in schedule/lower.cpp: one thread, load-add-store
+    check(t == DType::Float32 || t == DType::Float64 || t == DType::Int32 || t == DType::Int64,
+          "accumulating STORE of ", dtype_name(t));
+    std::string old = emit_tmp(std::string("load ") + mem_type(t) + ", ptr " + p + ", align " + align_of(t));
+    v = emit_tmp(std::string(is_float(t) ? "fadd " : "add ") + mem_type(t) + " " + old + ", " + v);
+  }
   emit(std::string("store ") + mem_type(t) + " " + v + ", ptr " + p + ", align " + align_of(t));
   if (!done.empty()) {
     emit("br label %" + done);

@@ -3,6 +3,7 @@
 // vload_half / vstore_half_rte, which OpenCL C has without the extension.
 #include "tinygrad/codegen/render_opencl.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -31,6 +32,25 @@ std::string OpenCLRenderer::buffer_type(DType t) const {
   return type_name(t);
 }
 
+namespace {
+
+// Atomic adds for accumulating stores (Note [accumulating stores] in schedule/lower.cpp): OpenCL
+// 1.2 adds integers atomically; floats go through a compare-and-swap loop on their bits, 64-bit
+// types through cl_khr_int64_base_atomics.
+const char* ATOMIC_ADDS =
+    "#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n"
+    "inline void tg_add_f32(volatile __global float* p, float v) { uint seen, old = as_uint(*p); "
+    "do { seen = old; old = atomic_cmpxchg((volatile __global uint*)p, seen, as_uint(as_float(seen) + v)); } "
+    "while (old != seen); }\n"
+    "inline void tg_add_i32(volatile __global int* p, int v) { atomic_add(p, v); }\n"
+    "inline void tg_add_i64(volatile __global long* p, long v) { atom_add(p, v); }\n";
+const char* ATOMIC_ADD_F64 =
+    "inline void tg_add_f64(volatile __global double* p, double v) { ulong seen, old = as_ulong(*p); "
+    "do { seen = old; old = atom_cmpxchg((volatile __global ulong*)p, seen, as_ulong(as_double(seen) + v)); } "
+    "while (old != seen); }\n";
+
+}  // namespace
+
 std::string OpenCLRenderer::prelude(const LinearKernel& k) const {
   bool f64 = false, f16 = false;
   for (auto& p : k.params) f64 |= p.dtype == DType::Float64, f16 |= p.dtype == DType::Float16;
@@ -42,6 +62,8 @@ std::string OpenCLRenderer::prelude(const LinearKernel& k) const {
        "inline ushort tg_f32_to_bf16(float f) { uint x = as_uint(f); "
        "if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u); "
        "x += 0x7fffu + ((x >> 16) & 1u); return (ushort)(x >> 16); }\n";
+  if (std::any_of(k.uops.begin(), k.uops.end(), [](const UOpPtr& u) { return is_accumulating_store(*u); }))
+    s += std::string(ATOMIC_ADDS) + (f64 ? ATOMIC_ADD_F64 : "");
   if (f16 && !native_half_)
     s += "inline ushort tg_half_bits(float f) { ushort b; vstore_half_rte(f, 0, (__private half*)&b); return b; }\n"
          "inline float tg_half_from_bits(ushort b) { return vload_half(0, (__private half*)&b); }\n"
@@ -105,6 +127,14 @@ std::string OpenCLRenderer::bitcast(DType to, DType from, const std::string& x, 
 std::string OpenCLRenderer::load(DType t, const std::string& buf, const std::string& idx) const {
   if (t == DType::Float16 && !native_half_) return "vload_half(" + idx + ", " + buf + ")";
   return CStyleRenderer::load(t, buf, idx);
+}
+
+std::string OpenCLRenderer::accumulate(DType t, const std::string& buf, const std::string& idx,
+                                       const std::string& val) const {
+  const char* f = t == DType::Float32 ? "tg_add_f32" : t == DType::Float64 ? "tg_add_f64"
+                  : t == DType::Int32 ? "tg_add_i32" : t == DType::Int64 ? "tg_add_i64" : nullptr;
+  TG_ASSERT(f, "OpenCL: no atomic add of ", dtype_name(t));
+  return std::string(f) + "(&" + buf + "[" + idx + "], " + val + ");";
 }
 
 std::string OpenCLRenderer::store(DType t, const std::string& buf, const std::string& idx, const std::string& val) const {

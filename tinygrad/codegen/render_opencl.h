@@ -23,6 +23,7 @@ class OpenCLRenderer : public CStyleRenderer {
   std::string bitcast(DType to, DType from, const std::string& x, const std::string& v) const override;
   std::string load(DType t, const std::string& buf, const std::string& idx) const override;
   std::string store(DType t, const std::string& buf, const std::string& idx, const std::string& val) const override;
+  std::string accumulate(DType t, const std::string& buf, const std::string& idx, const std::string& val) const override;
   std::string special(int64_t arg) const override;
   std::string barrier() const override { return "barrier(CLK_LOCAL_MEM_FENCE);"; }
   std::string local_array(DType t, const std::string& name, int64_t size) const override;

@@ -196,8 +196,8 @@ Embedding::Embedding(int64_t vocab, int64_t d) : vocab_size(vocab), dim(d) {
   register_parameter("weight", weight);
 }
 
-// Indices outside [0, vocab_size) select nothing and give a zero row (the lookup is a compare
-// against every row, Tensor::index_select).
+// Indices outside [0, vocab_size) give a zero row and no gradient. The lookup is a gather and
+// its gradient a scatter-add: O(N*D) for N indices (Note [gather and scatter-add] in lazy.cpp).
 Tensor Embedding::forward(const Tensor& idx) {
   TG_CHECK(is_int(idx.dtype()), "Embedding: indices must be an integer tensor, got ",
            idx.describe());

@@ -247,6 +247,8 @@ class Interpreter {
         });
       }
       case Op::REDUCE_AXIS: return reduce(u);
+      case Op::GATHER: return gather(u);
+      case Op::SCATTER_ADD: return scatter_add(u);
       case Op::WHERE: {
         const RefArray &c = in(u, 0), &a = in(u, 1), &b = in(u, 2);
         RefArray r = blank(u);
@@ -270,6 +272,37 @@ class Interpreter {
       return r;
     }
     TG_FAIL("reference: cannot evaluate ", op_name(u.op), " (", u.str(0), ")");
+  }
+
+  // out[i] = x[i with i[axis] = index[i]], 0 where the index is outside x
+  RefArray gather(const UOp& u) const {
+    const RefArray &x = in(u, 0), &index = in(u, 1);
+    auto axis = static_cast<size_t>(u.arg_ints()[0]);
+    RefArray r = blank(u);
+    for (size_t i = 0; i < r.data.size(); i++) {
+      std::vector<int64_t> idx = unravel(static_cast<int64_t>(i), u.shape);
+      auto at = static_cast<int64_t>(index.data[i]);
+      if (at < 0 || at >= x.shape[axis]) continue;
+      idx[axis] = at;
+      r.data[i] = x.data[static_cast<size_t>(ravel(idx, x.shape))];
+    }
+    return r;
+  }
+
+  // values[i] added at i with i[axis] = index[i], skipped where the index is outside the output
+  RefArray scatter_add(const UOp& u) const {
+    const RefArray &v = in(u, 0), &index = in(u, 1);
+    auto axis = static_cast<size_t>(u.arg_ints()[0]);
+    RefArray r = blank(u);
+    for (size_t i = 0; i < v.data.size(); i++) {
+      std::vector<int64_t> idx = unravel(static_cast<int64_t>(i), v.shape);
+      auto at = static_cast<int64_t>(index.data[i]);
+      if (at < 0 || at >= u.shape[axis]) continue;
+      idx[axis] = at;
+      double& acc = r.data[static_cast<size_t>(ravel(idx, u.shape))];
+      acc = wrap(u.dtype, acc + v.data[i]);
+    }
+    return r;
   }
 
   RefArray reduce(const UOp& u) const {

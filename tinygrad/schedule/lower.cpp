@@ -17,6 +17,15 @@
 // parameter, as in the lowering). The cache keeps the kernel graph and which placeholder each
 // parameter is; a hit only fills the parameters from this call's buffers. Keys hold no buffers,
 // so the cache keeps no memory alive; it is emptied when it reaches LOWERING_CACHE_ENTRIES.
+//
+// Note [accumulating stores]: a SCATTER_ADD kernel (Note [gather and scatter-add] in lazy.cpp)
+// runs over its values, not over its output: at each position it evaluates the value and the
+// index, and its STORE (arg ADD, gated by the index's validity) adds the value into the output
+// element at the index. Several positions can add into one element, so the scheduler zeroes the
+// buffer in a kernel before it, and devices render the store as an atomic add where threads share
+// a kernel's loops (GPU-style devices), as a plain load-add-store where the kernel runs on one
+// thread (the CPU, whose host-threads pass keeps such a kernel on the calling thread: that is
+// also deterministic, where atomic float adds are not).
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -38,11 +47,31 @@ class Lowerer {
       : root_(root), input_of_(input_of), inputs_(inputs) {}
 
   UOpPtr run() {
+    if (root_->op == Op::SCATTER_ADD) return run_scatter();
     std::vector<UOpPtr> idx;
     for (auto d : root_->shape) idx.push_back(d == 1 ? kint(0) : make_range(d));
     UOpPtr value = emit(root_, idx, nullptr);
     auto out = make_uop(Op::DEFINE_GLOBAL, root_->dtype, {}, Arg{int64_t{0}});
     return make_uop(Op::STORE, root_->dtype, {out, offset(idx, root_->shape), value});
+  }
+
+  // Note [accumulating stores]
+  UOpPtr run_scatter() {
+    const UOpPtr& values = root_->src[0];
+    int64_t axis = root_->arg_ints()[0], size = root_->arg_ints()[1];
+    std::vector<UOpPtr> idx;
+    for (auto d : values->shape) idx.push_back(d == 1 ? kint(0) : make_range(d));
+    UOpPtr value = emit(values, idx, nullptr);
+    UOpPtr at = kcast(emit(root_->src[1], idx, nullptr), dtypes::index);
+    std::vector<UOpPtr> out_idx = idx;
+    out_idx[static_cast<size_t>(axis)] = at;
+    auto out = make_uop(Op::DEFINE_GLOBAL, root_->dtype, {}, Arg{int64_t{0}});
+    return make_uop(Op::STORE, root_->dtype, {out, offset(out_idx, root_->shape), value, within(at, size)}, Arg{Op::ADD});
+  }
+
+  // 0 <= at < size
+  UOpPtr within(const UOpPtr& at, int64_t size) {
+    return simplify(kalu(Op::AND, kalu(Op::CMPLT, kint(-1), at), kalu(Op::CMPLT, at, kint(size))));
   }
 
  private:
@@ -159,6 +188,15 @@ class Lowerer {
         UOpPtr v = emit(node->src[0], out, inner_gate);
         return simplify(kwhere(valid, v, kconst(node->dtype, 0)));
       }
+      case Op::GATHER: {  // Note [gather and scatter-add] in lazy.cpp
+        auto axis = static_cast<size_t>(node->arg_ints()[0]);
+        UOpPtr at = kcast(emit(node->src[1], idx, gate), dtypes::index);
+        UOpPtr valid = within(at, in[axis]);
+        std::vector<UOpPtr> out = idx;
+        out[axis] = at;
+        UOpPtr v = emit(node->src[0], out, gate ? simplify(kalu(Op::AND, gate, valid)) : valid);
+        return simplify(kwhere(valid, v, kconst(node->dtype, 0)));
+      }
       case Op::REDUCE_AXIS: {
         auto& ra = node->arg_reduce();
         std::vector<UOpPtr> out = idx;
@@ -173,6 +211,7 @@ class Lowerer {
       case Op::ALLREDUCE:
       case Op::REDUCE_SCATTER:
       case Op::ALLGATHER:
+      case Op::SCATTER_ADD:
       case Op::BUFFER:
         TG_ASSERT(false, op_name(node->op), " reached a kernel unrealized");
       default:

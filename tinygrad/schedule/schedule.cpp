@@ -62,6 +62,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/lazy.h"
 #include "tinygrad/schedule/match_matmul.h"
 #include "tinygrad/schedule/padded_rows.h"
 #include "tinygrad/schedule/split_reduce.h"
@@ -199,13 +200,14 @@ Graph graph_to_compute(const std::vector<UOpPtr>& outputs) {
 }
 
 // The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY and collectives
-// (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]).
+// (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]), SCATTER_ADD (Note
+// [accumulating stores] in lower.cpp).
 NodeSet kernel_ends(const Graph& g) {
   NodeSet realize;
   for (auto& u : g.order) {
     if (existing_buffer(u.get())) continue;
     if (g.output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
-        is_collective(*u) || u->op == Op::CUSTOM_GRAD)
+        is_collective(*u) || u->op == Op::CUSTOM_GRAD || u->op == Op::SCATTER_ADD)
       realize.insert(u.get());
     if (u->op == Op::COPY || is_collective(*u))
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
@@ -249,7 +251,9 @@ std::unordered_map<const UOp*, int> count_readers(const Graph& g) {
 void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
   auto readers = count_readers(g);
   for (auto& u : g.order) {
-    if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || is_collective(*u)) continue;
+    if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || is_collective(*u) ||
+        u->op == Op::SCATTER_ADD)
+      continue;
     std::vector<const UOp*> stack;
     auto push_value_srcs = [&](const UOp& n) {
       for (size_t i = 0; i < value_src_count(n); i++) stack.push_back(n.src[i].get());
@@ -323,6 +327,11 @@ class ItemMaker {
   }
 
   void add_kernel(const UOpPtr& u, const std::shared_ptr<Buffer>& out) {
+    if (u->op == Op::SCATTER_ADD) {  // Note [accumulating stores] in lower.cpp: zeroed, then added into
+      lower(lazy::constant(0, u->dtype, u->device, u->shape), out);
+      lower(u, out);
+      return;
+    }
     UOpPtr root = u;
     // Note [split reductions] in split_reduce.cpp
     if (knobs::SPLIT_REDUCE && get_device(u->device).policy().split_reductions) {
