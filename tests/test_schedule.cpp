@@ -284,6 +284,30 @@ TEST(Gather, EmbeddingLookupAndItsGradientDoNotLoopOverTheVocabulary) {
   }
 }
 
+// Note [kernels with several outputs]: an Adam-style update stores the parameter and both
+// moments from one kernel; an output also read through a view keeps its own kernel.
+TEST(Fusion, AnUpdateAndItsMomentsAreOneKernelWithThreeOutputs) {
+  Tensor p = Tensor::randn({64, 32}), m = Tensor::randn({64, 32}), v = Tensor::rand({64, 32}), g = Tensor::randn({64, 32});
+  Tensor::realize_all({p, m, v, g});
+  Tensor g2 = g * 0.5;  // computed: each output evaluates it
+  Tensor m2 = m * 0.9 + g2 * 0.1, v2 = v * 0.99 + g2 * g2 * 0.01;
+  Tensor p2 = p - m2 / (v2.sqrt() + 1e-8) * 0.01;
+  auto items = create_schedule({p2.uop(), m2.uop(), v2.uop()});
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_EQ(items[0].outputs, 3u);
+  Tensor::realize_all({p2, m2, v2});
+  auto pv = p.to_vector<float>(), mv = m.to_vector<float>(), vv = v.to_vector<float>(), gv = g.to_vector<float>();
+  auto pn = p2.to_vector<float>(), mn = m2.to_vector<float>(), vn = v2.to_vector<float>();
+  for (size_t i = 0; i < pv.size(); i += 97) {
+    float gi = gv[i] * 0.5f, mi = mv[i] * 0.9f + gi * 0.1f, vi = vv[i] * 0.99f + gi * gi * 0.01f;
+    EXPECT_NEAR(mn[i], mi, 1e-6);
+    EXPECT_NEAR(vn[i], vi, 1e-6);
+    EXPECT_NEAR(pn[i], pv[i] - mi / (std::sqrt(vi) + 1e-8f) * 0.01f, 1e-5);
+  }
+  Tensor a = m * 2.0, b = a + a.flip({0});  // a is read at another index: two kernels
+  EXPECT_EQ(create_schedule({a.uop(), b.uop()}).size(), 2u);
+}
+
 TEST(Debug, Level4PrintsGeneratedSource) {
   std::string err;
   {

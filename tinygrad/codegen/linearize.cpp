@@ -155,7 +155,11 @@ namespace {
 class Linearizer {
  public:
   Linearizer(const UOpPtr& ast, const std::vector<DType>& param_dtypes) : ast_(upcast_half_alu(ast)) {
-    for (size_t i = 0; i < param_dtypes.size(); i++) k_.params.push_back({param_dtypes[i], i == 0});
+    std::set<int64_t> stored;  // the parameters the kernel's STOREs write
+    for (auto& n : toposort({ast_}))
+      if (n->op == Op::STORE && n->src[0]->op == Op::DEFINE_GLOBAL) stored.insert(n->src[0]->arg_int());
+    for (size_t i = 0; i < param_dtypes.size(); i++)
+      k_.params.push_back({param_dtypes[i], stored.count(static_cast<int64_t>(i)) > 0});
   }
 
   LinearKernel run() {

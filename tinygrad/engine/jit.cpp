@@ -45,10 +45,10 @@ struct Recording {
   ExecRecorder recorder = [this](const ExecItem& e) { record(e); };
 
   void record(const ExecItem& e) {
-    Item it{ExecItem{ScheduleItem{e.item.kind, e.item.ast, {}, e.item.device}, e.launch}, {}};
+    Item it{ExecItem{ScheduleItem{e.item.kind, e.item.ast, {}, e.item.device, e.item.outputs}, e.launch}, {}};
     for (size_t p = 0; p < e.item.buffers.size(); p++) {
       auto& b = e.item.buffers[p];
-      if (seen.insert(b).second && p != 0) held.push_back(b);
+      if (seen.insert(b).second && p >= e.item.outputs) held.push_back(b);
       it.bufs.push_back({b, b->device(), b->dtype(), b->numel()});
     }
     items.push_back(std::move(it));
@@ -466,7 +466,8 @@ std::unique_ptr<Capture> build_capture(Recording& rec, const Tensors& inputs, co
   auto cap = std::make_unique<Capture>();
   std::vector<ExecItem> items = rec.resolve();
   std::unordered_set<const Buffer*> written;
-  for (auto& e : items) written.insert(e.item.buffers[0].get());
+  for (auto& e : items)
+    for (size_t p = 0; p < e.item.outputs; p++) written.insert(e.item.buffers[p].get());
   StepState st;
   if (!collect_state(rec, written, *cap, st, why)) return nullptr;
 

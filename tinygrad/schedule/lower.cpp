@@ -30,6 +30,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -42,17 +43,24 @@ namespace {
 
 class Lowerer {
  public:
-  Lowerer(const UOpPtr& root, const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
+  Lowerer(const std::vector<UOpPtr>& roots, const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
           std::vector<std::shared_ptr<Buffer>>& inputs)
-      : root_(root), input_of_(input_of), inputs_(inputs) {}
+      : roots_(roots), root_(roots.front()), input_of_(input_of), inputs_(inputs) {}
 
+  // Root i is stored into parameter i; the roots share the loops (Note [kernels with several
+  // outputs] in schedule.cpp).
   UOpPtr run() {
     if (root_->op == Op::SCATTER_ADD) return run_scatter();
     std::vector<UOpPtr> idx;
     for (auto d : root_->shape) idx.push_back(d == 1 ? kint(0) : make_range(d));
-    UOpPtr value = emit(root_, idx, nullptr);
-    auto out = make_uop(Op::DEFINE_GLOBAL, root_->dtype, {}, Arg{int64_t{0}});
-    return make_uop(Op::STORE, root_->dtype, {out, offset(idx, root_->shape), value});
+    std::vector<UOpPtr> stores;
+    for (size_t i = 0; i < roots_.size(); i++) {
+      TG_ASSERT(roots_[i]->shape == root_->shape, "the outputs of one kernel differ in shape");
+      UOpPtr value = emit(roots_[i], idx, nullptr);
+      auto out = make_uop(Op::DEFINE_GLOBAL, roots_[i]->dtype, {}, Arg{static_cast<int64_t>(i)});
+      stores.push_back(make_uop(Op::STORE, roots_[i]->dtype, {out, offset(idx, root_->shape), value}));
+    }
+    return stores.size() == 1 ? stores[0] : make_uop(Op::SINK, DType::Float32, stores);
   }
 
   // Note [accumulating stores]
@@ -75,6 +83,7 @@ class Lowerer {
   }
 
  private:
+  const std::vector<UOpPtr>& roots_;
   const UOpPtr& root_;
   const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of_;
   std::vector<std::shared_ptr<Buffer>>& inputs_;
@@ -119,7 +128,7 @@ class Lowerer {
   }
 
   UOpPtr emit_uncached(const UOpPtr& node, const std::vector<UOpPtr>& idx, const UOpPtr& gate) {
-    if (node != root_) {
+    if (std::find(roots_.begin(), roots_.end(), node) == roots_.end()) {
       if (auto buf = input_of_(node.get())) {
         std::vector<UOpPtr> src{param(buf, node->dtype), offset(idx, node->shape)};
         if (gate) src.push_back(gate);
@@ -236,17 +245,18 @@ using InputOf = std::function<std::shared_ptr<Buffer>(const UOp*)>;
 // the order the key numbers them.
 class KernelKey {
  public:
-  KernelKey(const UOpPtr& root, const InputOf& input_of, size_t first_param)
-      : root_(root.get()), input_of_(input_of) {
+  KernelKey(const std::vector<UOpPtr>& roots, const InputOf& input_of, size_t first_param) : input_of_(input_of) {
+    for (auto& r : roots) roots_.insert(r.get());
     put(first_param);
-    visit(root_);
+    put(roots.size());
+    for (auto& r : roots) visit(r.get());
   }
   bool cacheable() const { return cacheable_; }
   const std::string& bytes() const { return bytes_; }
   const std::vector<std::shared_ptr<Buffer>>& buffers() const { return buffers_; }
 
  private:
-  const UOp* root_;
+  std::unordered_set<const UOp*> roots_;
   const InputOf& input_of_;
   std::string bytes_;
   std::vector<std::shared_ptr<Buffer>> buffers_;
@@ -287,11 +297,11 @@ class KernelKey {
     return static_cast<uint32_t>(buffers_.size() - 1);
   }
 
-  // Writes the nodes under n (children first) and returns n's number. Mirrors Lowerer::emit: the
+  // Writes the nodes under n (children first) and returns n's number. Mirrors Lowerer::emit: a
   // root is never an input, and a CUSTOM_GRAD is its value (src[0]) alone.
   uint32_t visit(const UOp* n) {
     if (auto it = id_.find(n); it != id_.end()) return it->second;
-    std::shared_ptr<Buffer> buf = n != root_ ? input_of_(n) : nullptr;
+    std::shared_ptr<Buffer> buf = roots_.count(n) ? nullptr : input_of_(n);
     std::vector<uint32_t> src;
     if (!buf) {
       size_t count = n->op == Op::CUSTOM_GRAD ? 1 : n->src.size();
@@ -338,11 +348,15 @@ LoweringCacheStats lowering_cache_stats() {
   return c.stats;
 }
 
+UOpPtr lower_kernel(const UOpPtr& root, const InputOf& input_of, std::vector<std::shared_ptr<Buffer>>& inputs) {
+  return lower_kernel(std::vector<UOpPtr>{root}, input_of, inputs);
+}
+
 // Note [lowering cache]
-UOpPtr lower_kernel(const UOpPtr& root, const InputOf& input_of,
+UOpPtr lower_kernel(const std::vector<UOpPtr>& roots, const InputOf& input_of,
                     std::vector<std::shared_ptr<Buffer>>& inputs) {
-  KernelKey key(root, input_of, inputs.size());
-  if (!key.cacheable()) return Lowerer(root, input_of, inputs).run();
+  KernelKey key(roots, input_of, inputs.size());
+  if (!key.cacheable()) return Lowerer(roots, input_of, inputs).run();
   auto& cache = lowering_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -353,7 +367,7 @@ UOpPtr lower_kernel(const UOpPtr& root, const InputOf& input_of,
     }
   }
   size_t first = inputs.size();
-  LoweredKernel lowered{Lowerer(root, input_of, inputs).run(), {}};
+  LoweredKernel lowered{Lowerer(roots, input_of, inputs).run(), {}};
   for (size_t i = first; i < inputs.size(); i++) {
     auto& bufs = key.buffers();
     auto at = std::find(bufs.begin(), bufs.end(), inputs[i]);

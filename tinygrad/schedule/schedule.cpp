@@ -54,8 +54,18 @@
 // them would recompute every convolution it reaches. The cost is one extra pass over the output
 // where a bias and activation used to fuse into the convolution's kernel.
 //
+// Note [kernels with several outputs]: an optimizer's step computes each parameter's new value
+// from its new moments (AdamW: m' = b1 m + (1 - b1) g, v' = b2 v + (1 - b2) g^2, p' = p - lr m' /
+// (sqrt(v') + eps) ...), and all three are outputs. As three kernels, the update reads m' and v'
+// back after writing them, and each kernel evaluates the gradient's expression again. So a
+// realize point U computed elementwise (its kernel has no reduce) whose every reader lies in the
+// kernel of one other such realize point K, of the same shape and device, reached from K through
+// elementwise ops only (both are evaluated at the same index), is stored by K's kernel: one
+// kernel, a STORE per output, the first K's (ScheduleItem::outputs; lower_kernel with several
+// roots). AdamW's update of a parameter and SGD's with momentum are one kernel each.
 #include "tinygrad/schedule/schedule.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -274,6 +284,85 @@ void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
   }
 }
 
+// ---- kernels with several outputs (Note [kernels with several outputs]) ----
+
+using Readers = std::unordered_map<const UOp*, std::vector<const UOp*>>;
+
+Readers readers_of(const Graph& g) {
+  Readers r;
+  for (auto& u : g.order) {
+    if (existing_buffer(u.get())) continue;
+    for (size_t i = 0; i < value_src_count(*u); i++) r[u->src[i].get()].push_back(u.get());
+  }
+  return r;
+}
+
+// Whether the kernel of realize point k (the nodes under it down to buffers and other realize
+// points) computes a reduce.
+bool kernel_reduces(const UOp* k, const NodeSet& realize) {
+  std::vector<const UOp*> stack{k};
+  NodeSet seen;
+  while (!stack.empty()) {
+    const UOp* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second || existing_buffer(n) || (n != k && realize.count(n))) continue;
+    if (n->op == Op::REDUCE_AXIS) return true;
+    for (size_t i = 0; i < value_src_count(*n); i++) stack.push_back(n->src[i].get());
+  }
+  return false;
+}
+
+// The nodes of k's kernel evaluated at k's own index (reached through elementwise ops), and the
+// realize points they read.
+struct SameIndexRegion {
+  NodeSet nodes;
+  std::vector<const UOp*> realized_reads;
+};
+SameIndexRegion same_index_region(const UOp* k, const NodeSet& realize) {
+  SameIndexRegion r;
+  std::vector<const UOp*> stack{k};
+  while (!stack.empty()) {
+    const UOp* n = stack.back();
+    stack.pop_back();
+    if (existing_buffer(n)) continue;
+    if (n != k && realize.count(n)) {
+      r.realized_reads.push_back(n);
+      continue;
+    }
+    if (!(n == k || is_elementwise(*n)) || !r.nodes.insert(n).second) continue;
+    for (size_t i = 0; i < value_src_count(*n); i++) stack.push_back(n->src[i].get());
+  }
+  return r;
+}
+
+// An elementwise realize point that can be one of a kernel's outputs.
+bool joinable(const UOp& u) { return is_alu(u.op) && !existing_buffer(&u); }
+
+// For each kernel that stores several outputs, the realize points its kernel also stores.
+std::unordered_map<const UOp*, std::vector<UOpPtr>> kernels_with_several_outputs(const Graph& g,
+                                                                                const NodeSet& realize) {
+  std::unordered_map<const UOp*, std::vector<UOpPtr>> joined;
+  NodeSet absorbed;
+  Readers readers = readers_of(g);
+  std::unordered_map<const UOp*, UOpPtr> node_of;
+  for (auto& u : g.order) node_of[u.get()] = u;
+  for (auto it = g.order.rbegin(); it != g.order.rend(); ++it) {
+    const UOp* k = it->get();
+    if (!realize.count(k) || absorbed.count(k) || !joinable(*k) || kernel_reduces(k, realize)) continue;
+    SameIndexRegion region = same_index_region(k, realize);
+    for (const UOp* u : region.realized_reads) {
+      if (absorbed.count(u) || joined.count(u) || !joinable(*u) || u->shape != k->shape || u->device != k->device ||
+          kernel_reduces(u, realize))
+        continue;
+      const auto& rs = readers[u];
+      if (!std::all_of(rs.begin(), rs.end(), [&](const UOp* r) { return region.nodes.count(r) > 0; })) continue;
+      joined[k].push_back(node_of.at(u));
+      absorbed.insert(u);
+    }
+  }
+  return joined;
+}
+
 // The nodes computed into buffers of their own (Note [where kernels end]).
 NodeSet realize_points(const Graph& g) {
   NodeSet realize = kernel_ends(g);
@@ -288,7 +377,11 @@ NodeSet realize_points(const Graph& g) {
 // Makes the buffers and schedule items of the realize points, visited sources first.
 class ItemMaker {
  public:
-  explicit ItemMaker(const NodeSet& realize) : realize_(realize) {}
+  ItemMaker(const NodeSet& realize, std::unordered_map<const UOp*, std::vector<UOpPtr>> joined)
+      : realize_(realize), joined_(std::move(joined)) {
+    for (auto& [k, us] : joined_)
+      for (auto& u : us) stored_by_.insert(u.get());
+  }
 
   // The buffer `u` is read from: its own, or the one a realize point scheduled earlier fills.
   std::shared_ptr<Buffer> input_of(const UOp* u) const {
@@ -298,10 +391,17 @@ class ItemMaker {
   }
 
   // Schedules realize point `u` into a new buffer, which it returns. An empty tensor needs no item.
+  // A realize point that another kernel stores (Note [kernels with several outputs]) waits for it.
   std::shared_ptr<Buffer> add(const UOpPtr& u) {
     auto out = std::make_shared<Buffer>(u->device, u->dtype, prod(u->shape));
+    if (stored_by_.count(u.get())) {
+      waiting_[u.get()] = out;
+      return out;
+    }
     if (u->op == Op::COPY || is_collective(*u))
       add_transfer(u, out);
+    else if (auto it = joined_.find(u.get()); it != joined_.end())
+      add_kernel_with_outputs(u, out, it->second);
     else if (prod(u->shape) > 0)
       add_kernel(u, out);
     buffers_[u.get()] = out;
@@ -312,6 +412,9 @@ class ItemMaker {
 
  private:
   const NodeSet& realize_;
+  std::unordered_map<const UOp*, std::vector<UOpPtr>> joined_;  // a kernel -> the other outputs it stores
+  NodeSet stored_by_;                                             // those other outputs
+  std::unordered_map<const UOp*, std::shared_ptr<Buffer>> waiting_;  // their buffers until their kernel is made
   std::unordered_map<const UOp*, std::shared_ptr<Buffer>> buffers_;
   std::vector<ScheduleItem> items_;
   std::vector<UOpPtr> stages_;  // first stages of split reduces: alive while `buffers_` names them
@@ -346,6 +449,24 @@ class ItemMaker {
     lower(root, out);
   }
 
+  // Note [kernels with several outputs]
+  void add_kernel_with_outputs(const UOpPtr& u, const std::shared_ptr<Buffer>& out, const std::vector<UOpPtr>& others) {
+    ScheduleItem item;
+    item.kind = ScheduleItem::Kind::Kernel;
+    item.device = u->device;
+    std::vector<UOpPtr> roots{u};
+    item.buffers = {out};
+    for (auto& o : others) {
+      roots.push_back(o);
+      item.buffers.push_back(waiting_.at(o.get()));
+      buffers_[o.get()] = waiting_.at(o.get());
+    }
+    if (prod(u->shape) == 0) return;
+    item.outputs = roots.size();
+    item.ast = lower_kernel(roots, [this](const UOp* n) { return input_of(n); }, item.buffers);
+    items_.push_back(std::move(item));
+  }
+
   // Lowers the kernel that computes `root` into `out` and schedules it; returns `out`.
   std::shared_ptr<Buffer> lower(const UOpPtr& root, std::shared_ptr<Buffer> out) {
     ScheduleItem item;
@@ -364,7 +485,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
                                           std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
   Graph g = graph_to_compute(outputs);
   NodeSet realize = realize_points(g);
-  ItemMaker maker(realize);
+  ItemMaker maker(realize, kernels_with_several_outputs(g, realize));
   for (auto& u : g.order) {
     if (!realize.count(u.get()) || existing_buffer(u.get())) continue;
     auto out = maker.add(u);

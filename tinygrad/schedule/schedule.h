@@ -16,9 +16,10 @@ class Buffer;
 struct ScheduleItem {
   enum class Kind { Kernel, Copy, Collective };
   Kind kind = Kind::Kernel;
-  UOpPtr ast;                                    // Kernel: kernel graph rooted at STORE; else the lazy node
-  std::vector<std::shared_ptr<Buffer>> buffers;  // buffers[0] is written, the rest are read
+  UOpPtr ast;                                    // Kernel: kernel graph rooted at STORE (or a SINK of them); else the lazy node
+  std::vector<std::shared_ptr<Buffer>> buffers;  // buffers[0, outputs) are written, the rest are read
   std::string device;
+  size_t outputs = 1;  // Note [kernels with several outputs] in schedule.cpp
 };
 
 // Schedules everything needed to compute `outputs`. `output_buffers` (when given) receives the
@@ -34,6 +35,11 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
 // store). `input_of` names the realized nodes the kernel reads; params are appended to `inputs`.
 // Kernels of the same structure are lowered once (Note [lowering cache] in lower.cpp).
 UOpPtr lower_kernel(const UOpPtr& root, const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
+                    std::vector<std::shared_ptr<Buffer>>& inputs);
+// One kernel that stores each of `roots` (of one shape) into parameter i, its index in `roots`:
+// a SINK of their STOREs (Note [kernels with several outputs] in schedule.cpp).
+UOpPtr lower_kernel(const std::vector<UOpPtr>& roots,
+                    const std::function<std::shared_ptr<Buffer>(const UOp*)>& input_of,
                     std::vector<std::shared_ptr<Buffer>>& inputs);
 
 struct LoweringCacheStats {
