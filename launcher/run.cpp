@@ -25,6 +25,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/nn/bpe.h"
 #include "tinygrad/nn/tokens.h"
 #include "tinygrad/runtime/cpu.h"
 
@@ -50,11 +51,12 @@ const char* USAGE =
     "  tg keys                                list every config key with its type and default\n"
     "  tg info                                build features, devices, memory pools, knobs\n"
     "  tg bench [--reps=N] [WORKLOAD ...]     time the benchmark workloads (JSON lines; all by default)\n"
-    "  tg tokenize TEXT OUT.bin [--shard-tokens=N]\n"
+    "  tg tokenize TEXT OUT.bin [--shard-tokens=N] [--bpe=DIR]\n"
     "                                         a UTF-8 text (plain or gzipped) as llm.c token shards\n"
-    "                                         for data.name=tokens; byte-level: token = byte, vocabulary\n"
-    "                                         256 (GPT-2 BPE is not implemented yet); past N tokens\n"
-    "                                         (default 10^8): OUT_000000.bin, OUT_000001.bin, ...\n"
+    "                                         for data.name=tokens; byte-level (token = byte, vocabulary\n"
+    "                                         256), or GPT-2 BPE with --bpe=DIR (vocab.json and merges.txt,\n"
+    "                                         or encoder.json and vocab.bpe; <|endoftext|> first); past N\n"
+    "                                         tokens (default 10^8): OUT_000000.bin, OUT_000001.bin, ...\n"
     "  tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
     "                                         continue a prompt with a trained gpt run's newest\n"
     "                                         checkpoint (byte-level runs; one seed, one text)\n"
@@ -208,8 +210,10 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
 }
 
 std::vector<std::string> tokenize_file(const std::string& text_path, const std::string& out_path,
-                                       int64_t shard_tokens) {
-  std::vector<uint16_t> tokens = nn::byte_tokens(nn::read_text_file(text_path));
+                                       int64_t shard_tokens, const std::string& bpe_dir) {
+  std::string text = nn::read_text_file(text_path);
+  std::vector<uint16_t> tokens =
+      bpe_dir.empty() ? nn::byte_tokens(text) : nn::gpt2_document_tokens(nn::Gpt2Bpe::load(bpe_dir), text);
   return nn::write_token_shards(out_path, tokens, shard_tokens);
 }
 
@@ -283,14 +287,16 @@ int tg_main(int argc, char** argv) {
     if (cmd == "tokenize") {
       std::vector<std::string> paths;
       int64_t shard_tokens = nn::TOKEN_SHARD_DEFAULT_TOKENS;
+      std::string bpe;
       for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
         if (a.rfind("--shard-tokens=", 0) == 0) shard_tokens = parse_shard_tokens(a.substr(15));
+        else if (a.rfind("--bpe=", 0) == 0) bpe = a.substr(6);
         else paths.push_back(a);
       }
       TG_CHECK(paths.size() == 2, "tg tokenize: expected TEXT OUT.bin, got ", paths.size(),
-               " paths (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N])");
-      for (const auto& p : tokenize_file(paths[0], paths[1], shard_tokens))
+               " paths (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N] [--bpe=DIR])");
+      for (const auto& p : tokenize_file(paths[0], paths[1], shard_tokens, bpe))
         std::cout << "wrote " << nn::TokenShard(p).size() << " tokens to " << p << "\n";
       return 0;
     }

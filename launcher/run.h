@@ -32,10 +32,11 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt = {});
 // `tg info`: build features, devices, memory pools, versions and knobs.
 std::string info_text();
 
-// `tg tokenize TEXT OUT.bin`: the text's bytes as llm.c token shards (byte-level tokenizer,
-// vocabulary 256), at most shard_tokens a file (nn::write_token_shards). Returns the paths.
+// `tg tokenize TEXT OUT.bin`: the text as llm.c token shards, at most shard_tokens a file
+// (nn::write_token_shards): its bytes (byte-level tokenizer, vocabulary 256), or with bpe_dir
+// GPT-2's BPE of the vocabulary there (nn::Gpt2Bpe, <|endoftext|> first). Returns the paths.
 std::vector<std::string> tokenize_file(const std::string& text_path, const std::string& out_path,
-                                       int64_t shard_tokens = 100'000'000);
+                                       int64_t shard_tokens = 100'000'000, const std::string& bpe_dir = "");
 
 // The whole command line: `tg train CONFIG [key=value ...]`, `tg config CONFIG [key=value ...]`,
 // `tg keys`, `tg info`, `tg bench`, `tg tokenize TEXT OUT.bin`, `tg help`. Errors print

@@ -14,13 +14,15 @@ REQUIRED=(build-essential cmake ninja-build pkg-config git python3
 # Features that switch off (or tests that skip) when absent. libgmock-dev: GoogleMock, next to GoogleTest.
 # clang and libclang-rt-14-dev (libFuzzer): the fuzz targets (scripts/fuzz.sh). jargon-text: the
 # Jargon File 4.4.7 (public domain, 1.7 MB of English as gzipped UTF-8 text), the default text of
-# the `text` dataset (character-level language models).
+# the `text` dataset (character-level language models). libpcre2-dev: GPT-2 BPE's split of text
+# (`tg tokenize --bpe=DIR`).
 OPTIONAL=(libgmock-dev
           libopenmpi-dev openmpi-bin iproute2
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
           libboost-dev
           clang libclang-rt-14-dev
-          dataset-fashion-mnist jargon-text)
+          dataset-fashion-mnist jargon-text
+          libpcre2-dev)
 # First one the apt sources have wins. LLVM is optional: without it the CPU backend uses the C compiler.
 LLVM_CHOICES=(llvm-19-dev llvm-16-dev)
 # Debian's llvm-19-dev CMake package calls find_package(zstd) and fails without it, yet doesn't depend on it.
