@@ -119,11 +119,14 @@ TEST_F(Nvrtc, CubinForTheCardAndPtxBeyondNvrtc) {
 }
 
 // Every kernel of these graphs, rendered for CUDA, is valid CUDA C++ for NVRTC (no GPU needed):
-// float16/bfloat16 storage, bool, int64, float64, infinities, bitcasts, grouped reductions.
+// float16/bfloat16 storage, bool, int64, float64, infinities, bitcasts, grouped reductions,
+// gathers, atomic adds of every dtype a scatter-add accumulates in, a kernel with two outputs.
 TEST_F(Nvrtc, RenderedKernelsCompile) {
   TensorOptions cpu{.device = "CPU"};
   auto r = [&](const Shape& s, uint32_t seed) { return Tensor::from_vector(testutil::rnd_values(prod(s), seed), s, cpu); };
   Tensor x = r({64, 300}, 1), y = r({300, 32}, 2), big = r({4096}, 3), rows = r({1024, 1024}, 4);
+  Tensor idx = Tensor::from_vector(std::vector<int32_t>{5, 0, 63, 5, 2, 2, 9, 1}, {8}, cpu);
+  Tensor moment = x * 0.9 + y.sum() * 0.1;
   Tensors graphs = {
       x.matmul(y).relu().softmax(1),
       (x.exp() + x.abs().log() + x.sin() + x.abs().sqrt()).max(1),
@@ -143,12 +146,20 @@ TEST_F(Nvrtc, RenderedKernelsCompile) {
       (rows * 10).cast(DType::Int32).max(1),     // integer max through shuffles
       rows.shrink({{0, 512}, {0, 128}}).sum(1),  // 16 threads a row: less than a warp
       rows * 2 + 1,                              // elementwise lanes
+      x.index_select(0, idx),                    // gathers
+      x.zeros_like().scatter_add(0, idx.reshape({8, 1}).expand({8, 300}), x.shrink({{0, 8}, {0, 300}})),  // atomic adds
+      x.cast(DType::Float64).zeros_like().scatter_add(1, idx.reshape({1, 8}).expand({64, 8}), x.cast(DType::Float64).shrink({{0, 64}, {0, 8}})),
+      (x * 9).cast(DType::Int64).scatter_add(1, idx.reshape({1, 8}).expand({64, 8}), (x * 9).cast(DType::Int64).shrink({{0, 64}, {0, 8}})),
+      (x * 9).cast(DType::Int32).scatter_add(1, idx.reshape({1, 8}).expand({64, 8}), (x * 9).cast(DType::Int32).shrink({{0, 64}, {0, 8}})),
+      moment, moment.sqrt() + x,                 // one kernel, two outputs
   };
-  int kernels = 0;
+  int kernels = 0, atomic = 0, two_outputs = 0;
   bool grouped = false;
   for (auto& k : render_cuda(graphs)) {
     kernels++;
     grouped |= !k.kernel.group_reduces.empty();
+    atomic += k.source.find("atomicAdd(") != std::string::npos;
+    two_outputs += k.kernel.params.size() > 1 && k.kernel.params[0].written && k.kernel.params[1].written;
     EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__("), std::string::npos) << k.source;
     EXPECT_EQ(k.source.find("#include"), std::string::npos) << k.source;
     if (k.source.find("int acc0 = (-2147483648)") != std::string::npos) {  // an int32 max reduction
@@ -159,6 +170,8 @@ TEST_F(Nvrtc, RenderedKernelsCompile) {
   }
   EXPECT_GE(kernels, static_cast<int>(graphs.size()));
   EXPECT_TRUE(grouped);  // big.sum() is a grouped reduction
+  EXPECT_EQ(atomic, 4);
+  EXPECT_EQ(two_outputs, 1);
 }
 
 // A convolution's filter loops (3 trips) are unrolled whole, its input-channel loop (16) is not
