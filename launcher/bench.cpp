@@ -90,29 +90,45 @@ BenchResult copy(const std::string& name, const Shape& shape, int reps) {
   return r;
 }
 
-// configs/gpt_char.yaml's training step: a 4-block GPT (128 wide, 4 heads) on batch 32 of 128
-// byte tokens, AdamW with weight decay on matrices only. Reports tokens per second.
-BenchResult gpt_char_step(int reps) {
+// A GPT training step on batch b of t random tokens: forward, cross-entropy, backward, AdamW
+// (weight decay on matrices only), replayed by the JIT; `dtype` is the model's compute dtype.
+BenchResult gpt_step(const std::string& name, int reps, const nn::GPTConfig& c, int64_t b, int64_t t,
+                     double lr, double b2, DType dtype = DType::Float32) {
   Tensor::manual_seed(0);
-  nn::GPTConfig c;
-  c.vocab_size = 256, c.block_size = 128, c.n_layer = 4, c.n_head = 4, c.n_embd = 128;
   nn::GPT model(c);
-  nn::AdamW opt(nn::decay_matrices_only(model.parameters(), 0.1), 2e-3, 0.9, 0.99);
+  if (dtype != DType::Float32) model.set_compute_dtype(dtype);
+  nn::AdamW opt(nn::decay_matrices_only(model.parameters(), 0.1), lr, 0.9, b2);
   MemoryPool& pool = get_device(default_device()).pool();
   pool.reset_peak();
-  Tensor x = Tensor::randint({32, 128}, 0, 256).realize(), y = Tensor::randint({32, 128}, 0, 256).realize();
+  Tensor x = Tensor::randint({b, t}, 0, c.vocab_size).realize(), y = Tensor::randint({b, t}, 0, c.vocab_size).realize();
   TinyJit step([&](const Tensors& in) {
     Tensor logits = model(in[0]);
-    Tensor loss = logits.reshape({-1, 256}).sparse_categorical_crossentropy(in[1].reshape({-1}));
+    Tensor loss = logits.reshape({-1, c.vocab_size}).sparse_categorical_crossentropy(in[1].reshape({-1}));
     opt.zero_grad();
     loss.backward();
     opt.step({loss});
     return Tensors{loss};
   });
-  BenchResult r = measure("gpt_char_step", reps, [&] { step({x, y}); });
+  BenchResult r = measure(name, reps, [&] { step({x, y}); });
   r.peak_mb = static_cast<double>(pool.stats().peak_bytes) / 1e6;
-  r.tokens_per_s = 32 * 128 / (r.ms * 1e-3);
+  r.tokens_per_s = static_cast<double>(b * t) / (r.ms * 1e-3);
   return r;
+}
+
+// configs/gpt_char.yaml's training step: a 4-block GPT (128 wide, 4 heads) on batch 32 of 128
+// byte tokens. Reports tokens per second.
+BenchResult gpt_char_step(int reps) {
+  nn::GPTConfig c;
+  c.vocab_size = 256, c.block_size = 128, c.n_layer = 4, c.n_head = 4, c.n_embd = 128;
+  return gpt_step("gpt_char_step", reps, c, 32, 128, 2e-3, 0.99);
+}
+
+// configs/gpt2_124m.yaml's step in bf16 (scripts/bench/gpt2.sh): GPT-2 124M (vocabulary 50304)
+// on batch 16 of 1024 tokens, or batch 4 of 4096 (position embeddings for 4096).
+BenchResult gpt2_step(const std::string& name, int reps, int64_t b, int64_t t) {
+  nn::GPTConfig c;
+  c.block_size = std::max<int64_t>(t, 1024);
+  return gpt_step(name, reps, c, b, t, 6e-4, 0.95, DType::BFloat16);
 }
 
 Tensor softmax(const Tensor& x) { return x.softmax(-1); }
@@ -159,6 +175,8 @@ const std::map<std::string, Workload>& workloads() {
          return train_step("cnn_step", reps, *model, opt, {512, 1, 28, 28});
        }},
       {"gpt_char_step", gpt_char_step},
+      {"gpt2_step", {[](int reps) { return gpt2_step("gpt2_step", reps, 16, 1024); }, false}},
+      {"gpt2_step_t4096", {[](int reps) { return gpt2_step("gpt2_step_t4096", reps, 4, 4096); }, false}},
       {"matmul_1024", [](int reps) { return matmul("matmul_1024", 1024, reps); }},
       {"matmul_2048", [](int reps) { return matmul("matmul_2048", 2048, std::max(1, reps / 2)); }},
       {"matmul_8192_bf16", {[](int reps) { return matmul("matmul_8192_bf16", 8192, reps, DType::BFloat16); }, false}},
