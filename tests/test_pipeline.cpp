@@ -188,5 +188,25 @@ TEST_F(PipelineBeam, SearchesOnThisDevice) {
   EXPECT_EQ(cached, 1u);
 }
 
+// BEAM times its candidates on scratch outputs: an embedding's gradient (zeroed, then added into)
+// is the same with and without the search.
+TEST_F(PipelineBeam, AccumulatingKernelsAreSearchedWithoutTouchingTheirOutput) {
+  KnobScope cachedir(knobs::CACHEDIR, dir_.string());
+  Tensor table = realized_randn({40, 16}, 10);
+  Tensor idx = Tensor::from_vector(std::vector<int32_t>{3, 3, 39, 0, 7, 3}, {6});
+  auto grad_of_rows = [&] {
+    Tensor t = table.detach().requires_grad_();
+    (t.index_select(0, idx) * 2.0).sum().backward();
+    return t.grad()->to_vector<float>();
+  };
+  std::vector<float> plain = grad_of_rows(), searched;
+  {
+    KnobScope beam(knobs::BEAM, 2);
+    searched = grad_of_rows();
+  }
+  EXPECT_EQ(searched, plain);
+  EXPECT_EQ(plain[3 * 16], 6.0f);  // three lookups of row 3, each with gradient 2
+}
+
 }  // namespace
 }  // namespace tg

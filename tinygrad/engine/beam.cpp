@@ -175,8 +175,15 @@ KernelChoice beam_search(const ScheduleItem& item, int width) {
   TG_CHECK(dev.supports(Feature::Timing), "BEAM: device ", item.device, " cannot time kernels");
   std::string path = cache_path(item, dev);
   if (auto c = cached_choice(path, item, dev)) return *c;
+  // Candidates write scratch outputs: an accumulating store (Note [accumulating stores] in
+  // schedule/lower.cpp) would otherwise add into the real output once per timed launch.
+  std::vector<std::shared_ptr<Buffer>> scratch;
   std::vector<void*> ptrs;
-  for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
+  for (size_t p = 0; p < item.buffers.size(); p++) {
+    auto& b = item.buffers[p];
+    if (p < item.outputs) scratch.push_back(std::make_shared<Buffer>(b->device(), b->dtype(), b->numel()));
+    ptrs.push_back(p < item.outputs ? scratch.back()->ensure_allocated() : b->ensure_allocated());
+  }
 
   auto t0 = std::chrono::steady_clock::now();
   int tried = 0;
