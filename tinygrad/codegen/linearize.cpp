@@ -133,9 +133,11 @@ std::string kernel_name(const UOpPtr& ast) {
   KernelLoops loops = kernel_loops(ast);
   UOpPtr first_reduce;
   int64_t stores = 0;
+  std::set<const UOp*> outputs;
   for (auto& n : toposort({ast})) {
     if (n->op == Op::REDUCE && !first_reduce) first_reduce = n;
     stores += n->op == Op::STORE;
+    if (n->op == Op::STORE) outputs.insert(n->src[0].get());
   }
   std::string name = first_reduce ? "r" : "E";
   for (auto& r : loops.outer) name += "_" + std::to_string(static_cast<int64_t>(r->src[0]->const_value()));
@@ -144,7 +146,9 @@ std::string kernel_name(const UOpPtr& ast) {
     for (size_t i = 0; i < rl.size(); i++)
       name += (i == 0 ? "__" : "_") + std::to_string(static_cast<int64_t>(rl[i]->src[0]->const_value()));
   }
-  if (stores > 1) name += "_x" + std::to_string(stores);  // upcast lanes
+  auto n_outputs = static_cast<int64_t>(outputs.size());
+  if (stores > n_outputs) name += "_x" + std::to_string(stores / n_outputs);  // upcast lanes
+  if (n_outputs > 1) name += "_o" + std::to_string(n_outputs);  // Note [kernels with several outputs]
   return name;
 }
 

@@ -16,7 +16,7 @@ struct KernelLoops {
 KernelLoops kernel_loops(const UOpPtr& ast);
 
 // A readable kernel name: "r_" for kernels with a reduce, "E_" otherwise, then the output loop
-// sizes, "__" and the reduce loop sizes, and "_x<n>" for n upcast stores.
+// sizes, "__" and the reduce loop sizes, "_x<n>" for n upcast lanes and "_o<n>" for n outputs.
 std::string kernel_name(const UOpPtr& ast);
 
 // The value a reduction by `op` starts from.
