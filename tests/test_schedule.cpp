@@ -204,6 +204,24 @@ TEST(Fusion, SchedulerPadsTheRowsOfAMatmulsB) {
   }
 }
 
+// Note [transposed B]: a Linear's x @ W^T reads W^T from a contiguous copy on the CPU (one more
+// kernel), except for a single row of x; the result is the same product.
+TEST(Fusion, ATransposedBIsCopiedIntoRowsForManyRowsOfA) {
+  if (!get_device(default_device()).policy().copy_transposed_b) GTEST_SKIP() << "the device keeps B's layout";
+  Tensor x = Tensor::randn({64, 96}).realize(), w = Tensor::randn({40, 96}).realize();
+  EXPECT_EQ(written_buffers(x.matmul(w.T()), 96 * 40, DType::Float32), 1u);
+  EXPECT_EQ(kernels({x.matmul(w.T())}), 2u);
+  Tensor one = x.shrink({{0, 1}, {0, 96}});
+  EXPECT_EQ(kernels({one.matmul(w.T())}), 1u);
+  auto got = x.matmul(w.T()).to_vector<float>(), xv = x.to_vector<float>(), wv = w.to_vector<float>();
+  for (int i = 0; i < 64; i += 7)
+    for (int j = 0; j < 40; j += 3) {
+      double want = 0;
+      for (int k = 0; k < 96; k++) want += static_cast<double>(xv[i * 96 + k]) * wv[j * 96 + k];
+      EXPECT_NEAR(got[i * 40 + j], want, 1e-3 * (1 + std::abs(want)));
+    }
+}
+
 // Note [MLP kernel count]: a 3-layer MLP's forward pass, loss and gradients are 17 kernels on
 // either CPU compiler (CPU_LLVM=0 and 1): the three products and the two relus that feed a
 // product (Note [product operands]), 4 for the cross-entropy loss and its mean, and 8 for the

@@ -56,8 +56,9 @@ struct DevicePolicy {
   std::optional<GpuLimits> gpu;
   // Note [channel-last convolutions] in tensor_nn.cpp
   bool channels_last_convolutions = false;
-  // Note [padded B rows] in schedule/padded_rows.cpp
+  // Note [padded B rows] and Note [transposed B] in schedule/padded_rows.cpp
   bool pad_aliasing_rows = false;
+  bool copy_transposed_b = false;
   // Note [split reductions] in schedule/split_reduce.cpp (with SPLIT_REDUCE=1)
   bool split_reductions = false;
   // Note [product operands] in schedule/schedule.cpp: a matrix product's operands are realized

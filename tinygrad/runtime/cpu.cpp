@@ -132,6 +132,7 @@ class CpuDevice : public Device {
   DevicePolicy policy_{.gpu = std::nullopt,
                        .channels_last_convolutions = true,
                        .pad_aliasing_rows = true,
+                       .copy_transposed_b = true,
                        .split_reductions = false,
                        .realize_product_operands = true};
   HostAllocator allocator_;
