@@ -10,6 +10,7 @@
 #include "distributed/mpi_backend.h"
 #endif
 #include "distributed/bootstrap.h"
+#include "distributed/store.h"
 #ifdef TG_WITH_NCCL
 #include "distributed/nccl_backend.h"
 #endif
@@ -126,6 +127,19 @@ std::string rank_device(const std::string& device, LocalRanks local, int gpus_on
   TG_CHECK(local.size <= gpus_on_node, "train.device=", device, ": ", local.size, " ranks on this node but ",
            gpus_on_node, " CUDA device(s); start at most one rank per GPU");
   return local.rank == 0 ? d : d + ":" + std::to_string(local.rank);
+}
+
+std::pair<std::string, uint16_t> parse_endpoint(const std::string& text, const std::string& what) {
+  const size_t colon = text.rfind(':');
+  TG_CHECK(colon != std::string::npos && colon > 0, what, ": expected HOST:PORT, got '", text, "'");
+  const std::string port_text = text.substr(colon + 1);
+  char* end = nullptr;
+  const long port = std::strtol(port_text.c_str(), &end, 10);
+  TG_CHECK(!port_text.empty() && *end == '\0' && port >= 1 && port <= 65535, what, ": the port of '", text,
+           "' is not a number from 1 to 65535");
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, static_cast<uint16_t>(port)};
 }
 
 bool built_with_mpi() {
