@@ -3,6 +3,7 @@
 #include "launcher/run.h"
 
 #include "launcher/bench.h"
+#include "launcher/launch.h"
 
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -58,6 +59,8 @@ const char* USAGE =
     "  tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
     "                                         continue a prompt with a trained gpt run's newest\n"
     "                                         checkpoint (byte-level runs; one seed, one text)\n"
+    "  tg launch --nproc-per-node N [...] -- CMD ARGS...\n"
+    "                                         start N workers (e.g. tg train ...) with their ranks; tg launch --help\n"
     "  tg help                                this text\n";
 
 std::string value_text(const Value& v) {
@@ -299,13 +302,14 @@ int tg_main(int argc, char** argv) {
       std::cout << r.prompt << sample_text(r) << std::endl;
       return 0;
     }
+    if (cmd == "launch") return launch_main(argc, argv, 2);
     if (cmd == "keys") {
       std::cout << "config keys (type, default):\n" << keys_text();
       return 0;
     }
     if (cmd == "train" || cmd == "config") {
       TG_CHECK(argc > 2, "tg ", cmd, ": missing CONFIG.yaml (usage: tg ", cmd, " CONFIG.yaml [key=value ...])");
-      Config cfg = load_config(argv[2], overrides_from(argc, argv, 3));
+      Config cfg = restarted_config(load_config(argv[2], overrides_from(argc, argv, 3)));
       if (cmd == "config") {
         std::cout << cfg.to_yaml();
         return 0;
@@ -322,7 +326,7 @@ int tg_main(int argc, char** argv) {
       if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
       return 0;
     }
-    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, sample, help)");
+    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, sample, launch, help)");
   } catch (const std::exception& e) {
     // The whole message: some errors list their details on indented lines after the first
     // (load_state_dict's missing and unexpected keys, the ranks that disagree).

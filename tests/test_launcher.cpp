@@ -369,7 +369,7 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(err, "error: override: unknown config key 'optim.lrr' (did you mean 'optim.lr'?)\n");
   EXPECT_EQ(run({"tg", "frobnicate"}).second,
-            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, sample, help)\n");
+            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, sample, launch, help)\n");
   EXPECT_EQ(run({"tg", "bench", "matmul_999"}).second,
             "error: tg bench: unknown workload 'matmul_999' (workloads: cnn_step, conv2d, copy, copy_8192, "
             "elementwise, elementwise_8192, gpt_char_step, layernorm, layernorm_8192, matmul_1024, matmul_2048, matmul_8192_bf16, "

@@ -1,0 +1,126 @@
+#!/bin/bash
+# `tg launch` end to end with `sh -c` workers: the variables each worker sees; a worker that
+# exits 3 (the launcher exits 3 naming rank 1, the other worker and what it started are gone); a
+# kill -9 of one worker (named, with its signal, within a bound); a worker that ignores SIGTERM
+# (SIGKILL after the grace period); SIGTERM to the launcher (no worker left); --max-restarts 1
+# (the group runs once more, with TG_RESTART_COUNT=1, and no more).
+# Usage: launch.sh TG [TRIALS of the kill -9 (default 20)]
+set -u
+tg=$1
+TRIALS=${2:-20}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+no() { echo "FAIL: $*"; fail=1; }
+now() { date +%s.%N; }
+seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+within() { awk -v a="$1" -v m="$2" 'BEGIN { exit !(a <= m) }'; }
+
+# The pids a test's workers wrote (each worker: its own pid and its background child's).
+alive_of() {
+  local alive=""
+  for f in "$1"/pid.*; do
+    [ -e "$f" ] || continue
+    for pid in $(cat "$f"); do
+      state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+      [ -n "$state" ] && [ "$state" != Z ] && alive="$alive $pid"
+    done
+  done
+  echo "$alive"
+}
+wait_for_files() {  # DIR N: until N pid files exist (at most 10 s)
+  for _ in $(seq 200); do [ "$(ls "$1" | grep -c '^pid\.')" -ge "$2" ] && return 0; sleep 0.05; done
+  return 1
+}
+# A worker that records its pid and a child's, then sleeps (the child too).
+SLEEPER='sleep 300 & echo "$$ $!" > "$D/pid.$TG_RANK"; wait'
+
+echo "== the workers' variables"
+out=$("$tg" launch --nproc-per-node 2 -- sh -c 'echo "vars $TG_RANK $TG_WORLD_SIZE $TG_LOCAL_RANK $TG_LOCAL_WORLD_SIZE $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $TG_RESTART_COUNT ${#TG_RDZV_TOKEN} $TG_RDZV_RUN_ID"; [ "$TG_RDZV_ENDPOINT" = "$MASTER_ADDR:$MASTER_PORT" ] && echo endpoint-ok' 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || no "launcher returned $rc"
+echo "$out" | grep -qx '\[rank 0\] vars 0 2 0 2 0 2 0 2 127.0.0.1 0 64 tg/attempt0' || no "rank 0's variables"
+echo "$out" | grep -qx '\[rank 1\] vars 1 2 1 2 1 2 1 2 127.0.0.1 0 64 tg/attempt0' || no "rank 1's variables"
+[ "$(echo "$out" | grep -c 'endpoint-ok')" -eq 2 ] || no "TG_RDZV_ENDPOINT is not MASTER_ADDR:MASTER_PORT"
+
+echo "== a worker exits 3"
+D=$work/exit3; mkdir -p "$D"; export D
+out=$("$tg" launch --nproc-per-node 2 --grace-s 2 -- sh -c 'if [ $TG_RANK = 1 ]; then echo "pid $$" > "$D/pid.1"; echo "last words"; exit 3; fi; '"$SLEEPER" 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 3 ] || no "launcher returned $rc, not 3"
+echo "$out" | grep -q 'rank 1 (local rank 1, pid [0-9]*) exited with code 3' || no "rank 1's exit not named"
+echo "$out" | grep -A1 'the last lines of rank 1' | grep -q 'last words' || no "rank 1's last lines not shown"
+alive=$(alive_of "$D"); [ -z "$alive" ] || { no "processes left: $alive"; kill -9 $alive; }
+
+echo "== kill -9 of one worker, $TRIALS trials"
+kill9_trial() {
+  D=$work/kill9.$1; mkdir -p "$D"
+  "$tg" launch --nproc-per-node 2 --grace-s 2 -- sh -c "$SLEEPER" > "$D/out" 2>&1 &
+  launcher=$!
+  wait_for_files "$D" 2 || no "the workers did not start"
+  victim=$(cut -d' ' -f1 "$D/pid.1")
+  start=$(now)
+  kill -9 "$victim"
+  wait "$launcher"
+  rc=$?
+  took=$(seconds_since "$start")
+  local bad=$fail
+  [ $rc -eq 137 ] || no "launcher returned $rc, not 137 (128 + SIGKILL)"
+  within "$took" 4 || no "the launcher took ${took} s (limit 4 s: a 2 s grace period + 2 s)"
+  grep -q 'rank 1 (local rank 1, pid [0-9]*) was killed by SIGKILL (signal 9)' "$D/out" || no "rank 1's kill not named"
+  alive=$(alive_of "$D"); [ -z "$alive" ] || { no "processes left: $alive"; kill -9 $alive; }
+  [ $fail -eq $bad ] || cat "$D/out"
+  slowest=$(awk -v a="$took" -v b="$slowest" 'BEGIN { print (a > b ? a : b) }')
+}
+slowest=0
+for t in $(seq "$TRIALS"); do kill9_trial "$t"; done
+echo "the launcher ended at most ${slowest} s after the kill"
+
+echo "== a worker that ignores SIGTERM is killed after the grace period"
+D=$work/stubborn; mkdir -p "$D"
+start=$(now)
+out=$("$tg" launch --nproc-per-node 2 --grace-s 0.5 -- sh -c 'trap "" TERM; if [ $TG_RANK = 1 ]; then sleep 0.3; exit 5; fi; echo "$$" > "$D/pid.0"; while :; do sleep 0.1; done' 2>&1)
+rc=$?
+took=$(seconds_since "$start")
+echo "$out"
+[ $rc -eq 5 ] || no "launcher returned $rc, not 5"
+within "$took" 3 || no "the launcher took ${took} s (a 0.5 s grace period)"
+alive=$(alive_of "$D"); [ -z "$alive" ] || { no "processes left: $alive"; kill -9 $alive; }
+
+echo "== SIGTERM to the launcher"
+D=$work/term; mkdir -p "$D"
+"$tg" launch --nproc-per-node 2 --grace-s 2 -- sh -c "$SLEEPER" > "$D/out" 2>&1 &
+launcher=$!
+wait_for_files "$D" 2 || no "the workers did not start"
+kill -TERM "$launcher"
+wait "$launcher"
+rc=$?
+cat "$D/out"
+[ $rc -eq 143 ] || no "launcher returned $rc, not 143 (128 + SIGTERM)"
+grep -q 'stopped every worker after SIGTERM' "$D/out" || no "no word of the stop"
+alive=$(alive_of "$D"); [ -z "$alive" ] || { no "processes left: $alive"; kill -9 $alive; }
+
+echo "== --max-restarts 1"
+D=$work/restart; mkdir -p "$D"
+out=$("$tg" launch --nproc-per-node 2 --max-restarts 1 -- sh -c 'echo "attempt $TG_RESTART_COUNT $TG_RDZV_RUN_ID" >> "$D/runs.$TG_RANK"; [ "$TG_RESTART_COUNT" = 1 ] || [ $TG_RANK = 0 ] || exit 7' 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || no "launcher returned $rc after a successful restart"
+echo "$out" | grep -q 'restarting the group (restart 1 of 1)' || no "no word of the restart"
+[ "$(cat "$D/runs.1")" = "$(printf 'attempt 0 tg/attempt0\nattempt 1 tg/attempt1')" ] || no "rank 1's runs: $(cat "$D/runs.1")"
+out=$("$tg" launch --nproc-per-node 1 --max-restarts 1 -- sh -c 'echo x >> "$D/always"; exit 4' 2>&1)
+rc=$?
+[ $rc -eq 4 ] || no "an always-failing group returned $rc, not 4"
+[ "$(wc -l < "$D/always")" -eq 2 ] || no "an always-failing group ran $(wc -l < "$D/always") times, not 2"
+echo "$out" | grep -q 'no restarts left' || no "no word that the restarts ran out"
+
+echo "== refusals"
+"$tg" launch --nproc-per-node 0 -- true 2>&1 | grep -q 'from 1 to 1024' || no "--nproc-per-node 0 accepted"
+"$tg" launch --nnodes 2 --node-rank 1 -- true 2>&1 | grep -q 'needs --rdzv HOST:PORT' || no "--nnodes 2 without --rdzv accepted"
+"$tg" launch --nproc-per-node 1 2>&1 | grep -q 'no command to run' || no "a launch without a command accepted"
+"$tg" launch --nproc-per-node 1 -- /nonexistent/cmd 2>&1 | grep -q 'exited with code 127' || no "a command that cannot run"
+
+[ $fail -eq 0 ] && echo "launch: all checks passed"
+exit $fail
