@@ -116,6 +116,32 @@ rc=$?
 [ "$(wc -l < "$D/always")" -eq 2 ] || no "an always-failing group ran $(wc -l < "$D/always") times, not 2"
 echo "$out" | grep -q 'no restarts left' || no "no word that the restarts ran out"
 
+echo "== two nodes on the loopback address (one store, served by node 0)"
+D=$work/nodes; mkdir -p "$D"
+port=$((20000 + RANDOM % 20000))
+two_nodes() {  # PORT CMD: node 1 in the background, node 0 here; the return codes in $D/rc.K
+  TG_RDZV_TOKEN=shared-secret "$tg" launch --nnodes 2 --node-rank 1 --rdzv "127.0.0.1:$1" --nproc-per-node 2 \
+    --rdzv-timeout-s 20 -- sh -c "$2" > "$D/out.1" 2>&1 &
+  local node1=$!
+  TG_RDZV_TOKEN=shared-secret "$tg" launch --nnodes 2 --node-rank 0 --rdzv "127.0.0.1:$1" --nproc-per-node 2 \
+    --rdzv-timeout-s 20 -- sh -c "$2" > "$D/out.0" 2>&1
+  echo $? > "$D/rc.0"
+  wait $node1
+  echo $? > "$D/rc.1"
+  cat "$D/out.0" "$D/out.1"
+}
+two_nodes "$port" 'echo "node $TG_NODE_RANK rank $TG_RANK of $TG_WORLD_SIZE local $TG_LOCAL_RANK store $MASTER_ADDR:$MASTER_PORT"'
+[ "$(cat "$D/rc.0") $(cat "$D/rc.1")" = "0 0" ] || no "the nodes returned $(cat "$D/rc.0") and $(cat "$D/rc.1")"
+for r in 0 1 2 3; do
+  grep -q "\[rank $r\] node $((r / 2)) rank $r of 4 local $((r % 2)) store 127.0.0.1:$port" "$D/out.$((r / 2))" || no "rank $r's variables"
+done
+two_nodes $((port + 1)) 'sleep 0.3; [ $TG_RANK = 3 ] && exit 9; sleep 30'
+[ "$(cat "$D/rc.1")" = 9 ] || no "node 1 returned $(cat "$D/rc.1"), not 9"
+[ "$(cat "$D/rc.0")" != 0 ] || no "node 0 returned 0 after rank 3 failed"
+grep -q 'another node failed: rank 3 on node 1 exited with code 9' "$D/out.0" || no "node 0 did not name rank 3"
+"$tg" launch --nnodes 2 --node-rank 0 --rdzv 127.0.0.1:$((port + 2)) -- true 2>&1 | grep -q 'no token; set TG_RDZV_TOKEN' \
+  || no "a multi-node launch without a token"
+
 echo "== refusals"
 "$tg" launch --nproc-per-node 0 -- true 2>&1 | grep -q 'from 1 to 1024' || no "--nproc-per-node 0 accepted"
 "$tg" launch --nnodes 2 --node-rank 1 -- true 2>&1 | grep -q 'needs --rdzv HOST:PORT' || no "--nnodes 2 without --rdzv accepted"
