@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 
+#include "distributed/process_group.h"
 #include "distributed/store.h"
 #include "launcher/trainer.h"
 #include "tinygrad/error.h"
@@ -589,6 +590,19 @@ int launch_main(int argc, char** argv, int first) {
     return 0;
   }
   return run_launch(parse_launch_args(argc, argv, first));
+}
+
+void check_strategy_fits_launch(const Config& cfg) {
+  const std::string strategy = cfg.get_string("distributed.strategy");
+  const dist::Launcher launcher = dist::detected_launcher();
+  const int world = dist::env_world_size();
+  TG_CHECK(strategy != "none" || world == 1, "distributed.strategy=none, but this process is rank ", dist::env_rank(),
+           " of ", world, " started by ", dist::launcher_name(launcher), ": each would train the whole model alone ",
+           "and they would race for one run directory; set distributed.strategy=ddp (or zero1) to train together, ",
+           "or start a single process");
+  TG_CHECK(strategy == "none" || launcher != dist::Launcher::None, "distributed.strategy=", strategy,
+           " in a single process that no launcher started: start the ranks with `tg launch --nproc-per-node N -- ",
+           "tg train ...` (or mpirun -np N, or srun), or set distributed.strategy=none");
 }
 
 Config restarted_config(const Config& cfg) {

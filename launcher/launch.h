@@ -37,6 +37,12 @@ int run_launch(const LaunchOptions& opt);
 // from); without train.run_dir every attempt makes a run directory of its own.
 Config restarted_config(const Config& cfg);
 
+// Note [a strategy that fits the launch]: distributed.strategy=none in a process that is one of
+// several ranks (mpirun -np 2 tg train ...) would train the same model twice, racing for one run
+// directory; ddp or zero1 in a process that no launcher started has nobody to exchange gradients
+// with. Both are errors that say what to do, raised before anything is touched.
+void check_strategy_fits_launch(const Config& cfg);
+
 extern const char* LAUNCH_USAGE;
 // `tg launch ARGS...` from argv[first] on (--help prints LAUNCH_USAGE): parse, then run.
 int launch_main(int argc, char** argv, int first);

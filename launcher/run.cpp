@@ -156,10 +156,11 @@ std::string prepare_run_dir(const Config& cfg) {
 
 TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   cfg.validate();
+  check_strategy_fits_launch(cfg);
   // Everything that can fail on the user's input fails before the run directory is touched.
   const std::string& init = cfg.get_string("train.init_weights");
   TG_CHECK(init.empty() || fs::is_regular_file(init), "train.init_weights: no file '", init, "'");
-  // distributed.strategy=ddp: every mpirun rank trains; rank 0 alone picks the run directory,
+  // distributed.strategy=ddp: every rank (mpirun, tg launch, srun) trains; rank 0 alone picks the run directory,
   // writes into it and prints.
   std::unique_ptr<dist::ProcessGroup> group;
   if (cfg.get_string("distributed.strategy") != "none") {

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "distributed/rendezvous.h"
 #include "distributed/store.h"
 #include "tinygrad/error.h"
 #ifdef TG_WITH_STORE
@@ -335,4 +336,29 @@ TEST(Store, ParsesEndpoints) {
   EXPECT_EQ(parse_endpoint("10.0.0.1:29500", "--rdzv"), std::make_pair(std::string("10.0.0.1"), uint16_t(29500)));
   EXPECT_NE(error_of([] { parse_endpoint("host", "--rdzv"); }).find("expected HOST:PORT"), std::string::npos);
   EXPECT_NE(error_of([] { parse_endpoint("host:99999", "--rdzv"); }).find("1 to 65535"), std::string::npos);
+}
+
+// NCCL's unique id without MPI: root's bytes reach every rank through the store, and a root that
+// never publishes is named at the deadline.
+TEST(Store, BootstrapBroadcastsThroughTheStore) {
+  SKIP_WITHOUT_STORE();
+  StoreServer server(server_opts());
+  std::vector<std::string> got(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; r++)
+    ranks.emplace_back([&, r] {
+      auto boot = store_bootstrap(std::make_unique<StoreClient>(client_of(server)), r, 3, Seconds(5));
+      for (int round = 0; round < 2; round++) {
+        std::string id(128, char('0' + r));
+        boot->broadcast(id.data(), id.size(), round);
+        got[size_t(r)] += id.substr(0, 1);
+      }
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(got, std::vector<std::string>(3, "01"));
+  auto lonely = store_bootstrap(std::make_unique<StoreClient>(client_of(server, TOKEN, "other")), 1, 2, Seconds(0.2));
+  char id[16];
+  const std::string e = error_of([&] { lonely->broadcast(id, sizeof id, 0); });
+  EXPECT_NE(e.find("rank 0 never published its id"), std::string::npos) << e;
+  EXPECT_NE(e.find("bootstrap/0"), std::string::npos) << e;
 }

@@ -6,7 +6,7 @@
 # (the group runs once more, with TG_RESTART_COUNT=1, and no more).
 # Usage: launch.sh TG [TRIALS of the kill -9 (default 20)]
 set -u
-tg=$1
+tg=$(realpath "$1")
 TRIALS=${2:-20}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -147,6 +147,22 @@ echo "== refusals"
 "$tg" launch --nnodes 2 --node-rank 1 -- true 2>&1 | grep -q 'needs --rdzv HOST:PORT' || no "--nnodes 2 without --rdzv accepted"
 "$tg" launch --nproc-per-node 1 2>&1 | grep -q 'no command to run' || no "a launch without a command accepted"
 "$tg" launch --nproc-per-node 1 -- /nonexistent/cmd 2>&1 | grep -q 'exited with code 127' || no "a command that cannot run"
+
+echo "== tg train refuses a strategy that does not fit how it was started"
+src=$(cd "$(dirname "$0")/../.." && pwd)
+cfg=$src/configs/fmnist_mlp.yaml
+(cd "$work" && "$tg" train "$cfg" distributed.strategy=ddp 2>&1) | grep -q 'distributed.strategy=ddp in a single process that no launcher started: start the ranks with `tg launch' \
+  || no "ddp in a single process accepted"
+(cd "$work" && "$tg" launch --nproc-per-node 2 -- tg train "$cfg" 2>&1) | grep -q 'strategy=none, but this process is rank 1 of 2 started by tg launch' \
+  || no "two ranks with strategy=none accepted"
+(cd "$work" && OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 "$tg" train "$cfg" 2>&1) | grep -q 'rank 1 of 2 started by mpirun' \
+  || no "strategy=none under mpirun accepted"
+if ! "$tg" info 2>/dev/null | grep -q '^process-group backends:.* gloo'; then
+  out=$(cd "$work" && timeout 60 "$tg" launch --nproc-per-node 2 -- tg train "$cfg" distributed.strategy=ddp 2>&1)
+  rc=$?
+  [ $rc -eq 1 ] || no "ddp on the CPU under tg launch without gloo returned $rc, not 1"
+  echo "$out" | grep -q 'the gloo backend (CPU collectives without MPI) is not built yet' || no "no word that gloo is missing"
+fi
 
 [ $fail -eq 0 ] && echo "launch: all checks passed"
 exit $fail
