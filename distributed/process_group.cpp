@@ -10,6 +10,9 @@
 #include "distributed/mpi_backend.h"
 #endif
 #include "distributed/bootstrap.h"
+#ifdef TG_WITH_GLOO
+#include "distributed/gloo_backend.h"
+#endif
 #include "distributed/rendezvous.h"
 #include "distributed/store.h"
 #ifdef TG_WITH_NCCL
@@ -119,6 +122,9 @@ std::vector<std::string> built_backends() {
 #ifdef TG_WITH_NCCL
   b.push_back("nccl");
 #endif
+#ifdef TG_WITH_GLOO
+  b.push_back("gloo");
+#endif
   return b;
 }
 
@@ -160,9 +166,17 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
   }
   TG_CHECK(!gpu, "distributed.backend=", chosen, ": the ", chosen, " backend runs collectives on host memory, not on ",
            device, "; use train.device=CPU or distributed.backend=nccl");
-  if (chosen == "gloo")
-    TG_FAIL("distributed.backend=gloo", how, ": the gloo backend (CPU collectives without MPI) is not built yet; ",
-            "run CPU data parallelism under mpirun -np N (distributed.backend=mpi), or on CUDA devices (nccl)");
+  if (chosen == "gloo") {
+#ifdef TG_WITH_GLOO
+    auto store = job_store(timeout);
+    const auto [host, port] = parse_endpoint(store->endpoint(), "the rendezvous store");
+    return gloo_group(std::move(store), env_rank(), env_world_size(), timeout, address_towards(host, port));
+#else
+    TG_FAIL("distributed.backend=gloo", how, ": the gloo backend (CPU collectives without MPI) is not built (Gloo ",
+            "was not found at configure time: install libgloo-dev); run CPU data parallelism under mpirun -np N ",
+            "(distributed.backend=mpi), or on CUDA devices (nccl)");
+#endif
+  }
   TG_CHECK(under_mpirun || launcher == Launcher::None, "distributed.backend=mpi: this process was started by ",
            launcher_name(launcher), ", not by mpirun; the mpi backend needs mpirun -np N tg train ...");
   auto g = world_group();

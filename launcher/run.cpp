@@ -156,7 +156,6 @@ std::string prepare_run_dir(const Config& cfg) {
 
 TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   cfg.validate();
-  check_strategy_fits_launch(cfg);
   // Everything that can fail on the user's input fails before the run directory is touched.
   const std::string& init = cfg.get_string("train.init_weights");
   TG_CHECK(init.empty() || fs::is_regular_file(init), "train.init_weights: no file '", init, "'");
@@ -315,6 +314,7 @@ int tg_main(int argc, char** argv) {
         std::cout << cfg.to_yaml();
         return 0;
       }
+      check_strategy_fits_launch(cfg);  // the command's check: tests train ranks both ways in one job
       RunOptions opt;
       opt.tty = isatty(fileno(stdout)) != 0;
       TrainSummary s;

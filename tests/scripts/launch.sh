@@ -153,7 +153,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 cfg=$src/configs/fmnist_mlp.yaml
 (cd "$work" && "$tg" train "$cfg" distributed.strategy=ddp 2>&1) | grep -q 'distributed.strategy=ddp in a single process that no launcher started: start the ranks with `tg launch' \
   || no "ddp in a single process accepted"
-(cd "$work" && "$tg" launch --nproc-per-node 2 -- tg train "$cfg" 2>&1) | grep -q 'strategy=none, but this process is rank 1 of 2 started by tg launch' \
+(cd "$work" && "$tg" launch --nproc-per-node 2 -- tg train "$cfg" 2>&1) | grep -q 'strategy=none, but this process is rank [01] of 2 started by tg launch' \
   || no "two ranks with strategy=none accepted"
 (cd "$work" && OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 "$tg" train "$cfg" 2>&1) | grep -q 'rank 1 of 2 started by mpirun' \
   || no "strategy=none under mpirun accepted"
