@@ -2,7 +2,8 @@
 // all_gather, broadcast, barrier) on host memory. Every collective returns a Work handle; waiting
 // on it past the timeout throws a tg::Error that names the collective, its sequence number, this
 // rank and, where the backend can tell, the ranks that never arrived. Backends: local (threads of
-// one process, local_backend.h) and mpi (Open MPI, mpi_backend.h).
+// one process, local_backend.h), mpi (Open MPI, mpi_backend.h), nccl (nccl_backend.h) and gloo
+// (gloo_backend.h).
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -125,10 +126,10 @@ std::string nccl_status();
 std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device,
                                               Seconds timeout = Seconds(300));
 
-// Note [a rank's device]: under mpirun every rank of a node sees every GPU. A GPU device named
-// without an index (train.device=CUDA) means the GPU of the rank's local rank
-// (OMPI_COMM_WORLD_LOCAL_RANK, TG_LOCAL_RANK, SLURM_LOCALID), as torchrun's LOCAL_RANK convention; more ranks on a node than
-// GPUs is an error naming both numbers (NCCL refuses two ranks on one GPU). A device with an
+// Note [a rank's device]: under mpirun (tg launch, srun) every rank of a node sees every GPU. A
+// GPU device named without an index (train.device=CUDA) means the GPU of the rank's local rank
+// (OMPI_COMM_WORLD_LOCAL_RANK, TG_LOCAL_RANK, SLURM_LOCALID), as torchrun's LOCAL_RANK
+// convention; more ranks on a node than GPUs is an error naming both numbers (NCCL refuses two ranks on one GPU). A device with an
 // index, and the CPU, are taken as given.
 struct LocalRanks {
   int rank = 0;  // this process's rank among the node's

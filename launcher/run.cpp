@@ -159,8 +159,8 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   // Everything that can fail on the user's input fails before the run directory is touched.
   const std::string& init = cfg.get_string("train.init_weights");
   TG_CHECK(init.empty() || fs::is_regular_file(init), "train.init_weights: no file '", init, "'");
-  // distributed.strategy=ddp: every rank (mpirun, tg launch, srun) trains; rank 0 alone picks the run directory,
-  // writes into it and prints.
+  // distributed.strategy=ddp: every rank (of mpirun, tg launch or srun) trains; rank 0 alone
+  // picks the run directory, writes into it and prints.
   std::unique_ptr<dist::ProcessGroup> group;
   if (cfg.get_string("distributed.strategy") != "none") {
     const std::string& device = cfg.get_string("train.device");
