@@ -129,8 +129,8 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
 // Note [a rank's device]: under mpirun (tg launch, srun) every rank of a node sees every GPU. A
 // GPU device named without an index (train.device=CUDA) means the GPU of the rank's local rank
 // (OMPI_COMM_WORLD_LOCAL_RANK, TG_LOCAL_RANK, SLURM_LOCALID), as torchrun's LOCAL_RANK
-// convention; more ranks on a node than GPUs is an error naming both numbers (NCCL refuses two ranks on one GPU). A device with an
-// index, and the CPU, are taken as given.
+// convention; more ranks on a node than GPUs is an error naming both numbers (NCCL refuses two
+// ranks on one GPU). A device with an index, and the CPU, are taken as given.
 struct LocalRanks {
   int rank = 0;  // this process's rank among the node's
   int size = 1;  // ranks on this node
