@@ -19,6 +19,7 @@
 
 #include "distributed/host_exchange.h"
 #include "distributed/process_group.h"
+#include "distributed/store.h"
 #include "launcher/observers.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
@@ -247,6 +248,7 @@ std::string info_text() {
   os << "process-group backends:";
   for (const auto& b : dist::built_backends()) os << " " << b;
   os << "\nNCCL: " << dist::nccl_status() << "\n";
+  os << "rendezvous store: " << (dist::built_with_store() ? "built" : "not built (needs Boost.Asio and OpenSSL)") << "\n";
   os << "models:";
   for (const auto& n : model_registry().names()) os << " " << n;
   os << "\ndatasets:";

@@ -387,7 +387,7 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
 
 TEST(LauncherInfo, NamesFeaturesDevicesAndKnobs) {
   std::string info = info_text();
-  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: "})
+  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: ", "rendezvous store: "})
     EXPECT_NE(info.find(want), std::string::npos) << want << "\n" << info;
 }
 
