@@ -83,12 +83,13 @@ class P2PWork : public Work {
 };
 
 // Note [gloo arrival notices]: Gloo's collectives end a timeout with "timed out waiting for
-// recv", not with the rank that is missing. So before collective #s each rank sets
-// "arrive/<s>/<rank>" in the store, and a rank whose collective failed reads which of those keys
-// are missing: the ranks that never reached #s. Where every rank arrived, one of them stopped
-// answering inside it (a SIGSTOP, a dead peer). One store round trip per collective, next to the
-// gradient buckets of a step. A failed collective leaves the group failed: later ones throw
-// the first failure, and the process should end (tg launch then stops the others).
+// recv", not with the rank that is missing. So as it starts collective #s each rank sets its key
+// "arrived/<rank>" in the store to s (one key per rank, overwritten: the store does not grow with
+// the steps), and a rank whose collective failed reads every rank's key: those below s never
+// reached #s. Where every rank arrived, one of them stopped answering inside it (a SIGSTOP, a
+// dead peer). One store round trip per collective, next to the gradient buckets of a step. A
+// failed collective leaves the group failed: later ones throw the first failure, and the process
+// should end (tg launch then stops the others).
 class GlooGroup : public ProcessGroup {
  public:
   GlooGroup(std::unique_ptr<StoreClient> store, int rank, int size, Seconds timeout, const std::string& address)
@@ -212,7 +213,7 @@ class GlooGroup : public ProcessGroup {
     const uint64_t seq = next_seq();
     const std::string name = std::string(what) + " #" + std::to_string(seq);
     try {
-      store_->set("arrive/" + std::to_string(seq) + "/" + std::to_string(rank_), "");
+      store_->set("arrived/" + std::to_string(rank_), std::to_string(seq));
       collective();
     } catch (const std::exception& e) {
       failure_ = "gloo: " + name + " failed on rank " + std::to_string(rank_) + " (" + e.what() + ")" +
@@ -245,9 +246,10 @@ class GlooGroup : public ProcessGroup {
   std::string missing_ranks(uint64_t seq) {
     std::string never;
     try {
-      for (int r = 0; r < size_; r++)
-        if (!store_->try_get("arrive/" + std::to_string(seq) + "/" + std::to_string(r)))
-          never += (never.empty() ? "" : ", ") + std::to_string(r);
+      for (int r = 0; r < size_; r++) {
+        const auto at = store_->try_get("arrived/" + std::to_string(r));
+        if (!at || std::stoull(*at) < seq) never += (never.empty() ? "" : ", ") + std::to_string(r);
+      }
     } catch (const std::exception& e) {
       return std::string("; the store could not say which ranks arrived (") + e.what() + ")";
     }

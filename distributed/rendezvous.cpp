@@ -18,8 +18,9 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
-// The IPv4 address a host name resolves to (the address rank 0 serves the store on).
-std::string ipv4_of(const std::string& host) {
+}  // namespace
+
+std::string resolve_ipv4(const std::string& host) {
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
@@ -30,6 +31,8 @@ std::string ipv4_of(const std::string& host) {
   ::freeaddrinfo(found);
   return text;
 }
+
+namespace {
 
 std::unique_ptr<StoreClient> slurm_store(Seconds timeout) {
   const std::string nodes = env_or("SLURM_STEP_NODELIST", env_or("SLURM_JOB_NODELIST", ""));
@@ -44,7 +47,7 @@ std::unique_ptr<StoreClient> slurm_store(Seconds timeout) {
   if (env_rank() == 0) {
     static std::unique_ptr<StoreServer> served;  // for the life of the process
     StoreServerOptions so;
-    so.host = ipv4_of(o.host);
+    so.host = resolve_ipv4(o.host);
     so.port = o.port;
     so.token = o.token;
     if (!served) served = std::make_unique<StoreServer>(so);

@@ -21,6 +21,9 @@ std::unique_ptr<StoreClient> job_store(Seconds timeout);
 // the others wait for it within `timeout` (an error names the key and so the missing root).
 std::unique_ptr<Bootstrap> store_bootstrap(std::unique_ptr<StoreClient> store, int rank, int size, Seconds timeout);
 
+// The IPv4 address a host name (or address) resolves to: the one address a store server binds.
+std::string resolve_ipv4(const std::string& host);
+
 // The first host of a Slurm node list: "gpu[07-09,12],cpu1" -> "gpu07".
 std::string first_slurm_node(const std::string& nodelist);
 

@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 
 #include <atomic>
+#include <deque>
 #include <list>
 #include <map>
 #include <set>
@@ -83,11 +84,19 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  // Queues a frame; one async_write at a time, so that frames never interleave (a client that
+  // sends its next request before reading a long reply).
   void send(std::string payload) {
-    auto buf = std::make_shared<std::string>(wire::frame_header(payload.size()) + payload);
+    outbox_.push_back(wire::frame_header(payload.size()) + payload);
+    if (outbox_.size() == 1) write_next();
+  }
+
+  void write_next() {
     auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(*buf), [self, buf](const boost::system::error_code& ec, size_t) {
-      if (ec) self->close();
+    asio::async_write(socket_, asio::buffer(outbox_.front()), [self](const boost::system::error_code& ec, size_t) {
+      if (ec) return self->close();
+      self->outbox_.pop_front();
+      if (!self->outbox_.empty()) self->write_next();
     });
   }
 
@@ -239,6 +248,7 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::steady_timer timer_;
   unsigned char header_[4] = {};
   std::string payload_, nonce_;
+  std::deque<std::string> outbox_;  // frames waiting to be written, the front one being written
   std::shared_ptr<Waiter> waiting_;  // the parked WAIT of this session (it holds the session)
   bool authenticated_ = false, closed_ = false;
 };

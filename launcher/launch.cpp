@@ -21,6 +21,7 @@
 #include <optional>
 
 #include "distributed/process_group.h"
+#include "distributed/rendezvous.h"
 #include "distributed/store.h"
 #include "launcher/trainer.h"
 #include "tinygrad/error.h"
@@ -315,7 +316,10 @@ class Group {
     std::optional<Clock::time_point> all_ended;
     for (;;) {
       pump_output(100);
-      if (int sig = signals_.received()) begin_stop(Outcome{Outcome::Interrupted, -1, 0, sig, ""}, sig);
+      if (int sig = signals_.received()) {
+        if (stopping_ && !killed_) stop_deadline_ = Clock::now();  // a second signal: SIGKILL now
+        begin_stop(Outcome{Outcome::Interrupted, -1, 0, sig, ""}, sig);
+      }
       reap();
       if (rdzv_.client && !stopping_ && Clock::now() - last_peer_check > std::chrono::milliseconds(500)) {
         last_peer_check = Clock::now();
@@ -443,7 +447,7 @@ Rendezvous open_rendezvous(const LaunchOptions& o) {
   r.token = dist::store_token_from_env();  // every node holds the same one
   if (o.node_rank == 0) {
     dist::StoreServerOptions so;
-    so.host = r.host;
+    so.host = dist::resolve_ipv4(r.host);  // the one address node 0 listens on
     so.port = r.port;
     so.token = r.token;
     r.server = std::make_unique<dist::StoreServer>(so);

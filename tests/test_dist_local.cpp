@@ -205,6 +205,8 @@ TEST(Launchers, FirstNodeOfASlurmNodeList) {
   EXPECT_EQ(tg::dist::first_slurm_node("single"), "single");
   EXPECT_EQ(tg::dist::first_slurm_node("a1,b[1-2]"), "a1");
   EXPECT_EQ(tg::dist::first_slurm_node("rack-2-n[5]"), "rack-2-n5");
+  EXPECT_EQ(tg::dist::resolve_ipv4("localhost"), "127.0.0.1");
+  EXPECT_EQ(tg::dist::resolve_ipv4("10.1.2.3"), "10.1.2.3");
 }
 
 // send/recv on the local backend: a ring exchange in order, a size that differs named by both

@@ -242,9 +242,11 @@ TEST(Store, BadFramesCloseOnlyTheirConnection) {
     c->send_bytes(framed(store_wire::Writer().u8(uint8_t(store_wire::Op::Add)).str("run/k").i64(1).take()));
     EXPECT_TRUE(c->closed_within(std::chrono::milliseconds(3000)));
   }
-  {  // a well-formed request by hand works
+  {  // well-formed requests by hand work, two sent before either reply is read too
     auto c = authenticated_raw(server.port(), TOKEN);
-    c->send_bytes(framed(store_wire::Writer().u8(uint8_t(store_wire::Op::Get)).str("run/k").take()));
+    const std::string get = framed(store_wire::Writer().u8(uint8_t(store_wire::Op::Get)).str("run/k").take());
+    c->send_bytes(get + get);
+    EXPECT_EQ(c->read_frame(), store_wire::Writer().u8(0).str("v").take());
     EXPECT_EQ(c->read_frame(), store_wire::Writer().u8(0).str("v").take());
   }
   EXPECT_EQ(server.refused_connections(), 6u);
