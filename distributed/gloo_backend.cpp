@@ -163,6 +163,21 @@ class GlooGroup : public ProcessGroup {
     return finished_work();
   }
 
+  // A device group's arrival notices (nccl under tg launch or srun): the same scheme as the
+  // group's own (Note [gloo arrival notices]), under "device_arrived/<rank>".
+  void notice_arrival(uint64_t seq) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      store_->set("device_arrived/" + std::to_string(rank_), std::to_string(seq));
+    } catch (const std::exception&) {
+      // the notice is a diagnosis aid: a store that is gone must not fail the collective itself
+    }
+  }
+  std::string report_failure(uint64_t seq) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return missing_ranks("device_arrived/", seq).substr(2);  // without the leading "; "
+  }
+
   std::shared_ptr<Work> send(const void* data, size_t count, DType dtype, int peer) override {
     check_collective_dtype("send", dtype);
     check_peer("send", peer, rank_, size_);
@@ -217,7 +232,7 @@ class GlooGroup : public ProcessGroup {
       collective();
     } catch (const std::exception& e) {
       failure_ = "gloo: " + name + " failed on rank " + std::to_string(rank_) + " (" + e.what() + ")" +
-                 missing_ranks(seq);
+                 missing_ranks("arrived/", seq);
       throw Error(failure_);
     }
   }
@@ -243,11 +258,12 @@ class GlooGroup : public ProcessGroup {
     gloo::allreduce(o);
   }
 
-  std::string missing_ranks(uint64_t seq) {
+  // "; never reached it: rank ..." from the ranks' latest notices under `key` (Note [gloo arrival notices]).
+  std::string missing_ranks(const std::string& key, uint64_t seq) {
     std::string never;
     try {
       for (int r = 0; r < size_; r++) {
-        const auto at = store_->try_get("arrived/" + std::to_string(r));
+        const auto at = store_->try_get(key + std::to_string(r));
         if (!at || std::stoull(*at) < seq) never += (never.empty() ? "" : ", ") + std::to_string(r);
       }
     } catch (const std::exception& e) {

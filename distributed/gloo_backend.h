@@ -1,7 +1,8 @@
 // The gloo process group: CPU collectives without MPI (Gloo's TCP transport), for ranks started
 // by `tg launch` or srun. Its ranks meet through the rendezvous store (Gloo's
 // gloo::rendezvous::Store implemented over StoreClient), and each collective leaves an arrival
-// notice there, so a timeout names the ranks that never reached it (Note [gloo arrival notices]).
+// notice there, so a timeout names the ranks that never reached it (Note [gloo arrival notices]);
+// it carries a nccl group's notices too (notice_arrival, report_failure) where no MPI is.
 // Built when Gloo (Debian's libgloo-dev) and the store are found (TG_WITH_GLOO).
 #pragma once
 #include <memory>

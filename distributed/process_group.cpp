@@ -154,7 +154,13 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
     }
     if (!under_mpirun) {  // the unique id through the rendezvous store (tg launch, srun)
       auto boot = store_bootstrap(job_store(timeout), env_rank(), env_world_size(), timeout);
-      return nccl_group(*boot, device, timeout);
+      std::unique_ptr<ProcessGroup> watch;  // arrival notices through a gloo group, where built
+#ifdef TG_WITH_GLOO
+      auto store = job_store(timeout);
+      const auto [host, port] = parse_endpoint(store->endpoint(), "the rendezvous store");
+      watch = gloo_group(std::move(store), env_rank(), env_world_size(), timeout, address_towards(host, port));
+#endif
+      return nccl_group(*boot, device, timeout, std::move(watch));
     }
     auto host = world_group();  // carries the unique id, then the arrival notices
     host->set_timeout(timeout);

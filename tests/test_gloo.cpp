@@ -129,6 +129,20 @@ TEST(Gloo, ATimeoutNamesTheRankThatNeverArrived) {
   }
   EXPECT_EQ(errors[2], "");
 }
+// The notices a device group (nccl) leaves through its gloo watch: rank 2 never noticed #1.
+TEST(Gloo, ArrivalNoticesOfADeviceGroupNameTheMissingRank) {
+  std::vector<std::string> reports(3);
+  auto errors = on_ranks(3, [&](ProcessGroup& g) {
+    g.notice_arrival(0);
+    if (g.rank() != 2) g.notice_arrival(1);
+    g.barrier()->wait();
+    reports[size_t(g.rank())] = g.report_failure(1);
+  });
+  for (auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(reports[0], "never reached it: rank 2");
+  EXPECT_EQ(reports[1], "never reached it: rank 2");
+  EXPECT_EQ(reports[2], "never reached it: rank 2");
+}
 #else
 TEST(Gloo, NotBuilt) { GTEST_SKIP() << "the gloo backend is not built (needs libgloo-dev, libboost-dev, libssl-dev)"; }
 #endif
