@@ -297,7 +297,9 @@ StoreServer::~StoreServer() {
     impl_->io.stop();
   });
   impl_->thread.join();
-  impl_->state.waiters.clear();  // their timers go before the io_context
+  // A parked wait and its session hold each other: break that, so both go with the io_context.
+  for (auto& w : impl_->state.waiters) w->answer = nullptr;
+  impl_->state.waiters.clear();
 }
 
 uint16_t StoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }

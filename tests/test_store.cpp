@@ -364,3 +364,19 @@ TEST(Store, BootstrapBroadcastsThroughTheStore) {
   EXPECT_NE(e.find("rank 0 never published its id"), std::string::npos) << e;
   EXPECT_NE(e.find("bootstrap/0"), std::string::npos) << e;
 }
+
+// A server that goes away while a client waits: the wait ends at once with an error, and the
+// server's destruction with a wait parked in it neither hangs nor crashes.
+TEST(Store, AWaitEndsWhenTheServerGoesAway) {
+  SKIP_WITHOUT_STORE();
+  auto server = std::make_unique<StoreServer>(server_opts());
+  StoreClient c(client_of(*server));
+  std::string e;
+  const auto start = Clock::now();
+  std::thread waiter([&] { e = error_of([&] { c.wait({"never"}, Seconds(10)); }); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server.reset();
+  waiter.join();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+  EXPECT_NE(e.find("closed the connection"), std::string::npos) << e;
+}
