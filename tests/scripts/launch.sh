@@ -2,8 +2,9 @@
 # `tg launch` end to end with `sh -c` workers: the variables each worker sees; a worker that
 # exits 3 (the launcher exits 3 naming rank 1, the other worker and what it started are gone); a
 # kill -9 of one worker (named, with its signal, within a bound); a worker that ignores SIGTERM
-# (SIGKILL after the grace period); SIGTERM to the launcher (no worker left); --max-restarts 1
-# (the group runs once more, with TG_RESTART_COUNT=1, and no more).
+# (SIGKILL after the grace period); SIGTERM and SIGINT to the launcher (no worker left);
+# --max-restarts 1 (the group runs once more, with TG_RESTART_COUNT=1, and no more); two nodes on
+# the loopback address; the refusals of tg train.
 # Usage: launch.sh TG [TRIALS of the kill -9 (default 20)]
 set -u
 tg=$(realpath "$1")
@@ -106,6 +107,18 @@ cat "$D/out"
 [ $rc -eq 143 ] || no "launcher returned $rc, not 143 (128 + SIGTERM)"
 grep -q 'stopped every worker after SIGTERM' "$D/out" || no "no word of the stop"
 alive=$(alive_of "$D"); [ -z "$alive" ] || { no "processes left: $alive"; kill -9 $alive; }
+
+echo "== SIGINT to the launcher (as a Ctrl-C would send it)"
+D=$work/int; mkdir -p "$D"
+"$tg" launch --nproc-per-node 2 --grace-s 2 -- sh -c "$SLEEPER" > "$D/out" 2>&1 &
+launcher=$!
+wait_for_files "$D" 2 || no "the workers did not start"
+kill -INT "$launcher"
+wait "$launcher"
+rc=$?
+[ $rc -eq 130 ] || no "launcher returned $rc after SIGINT, not 130 (128 + SIGINT)"
+grep -q 'stopped every worker after SIGINT' "$D/out" || no "no word of the stop after SIGINT"
+alive=$(alive_of "$D"); [ -z "$alive" ] || { no "processes left after SIGINT: $alive"; kill -9 $alive; }
 
 echo "== --max-restarts 1"
 D=$work/restart; mkdir -p "$D"
