@@ -16,6 +16,7 @@
 
 #include "distributed/local_backend.h"
 #include "launcher/config.h"
+#include "launcher/launch.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
@@ -243,6 +244,27 @@ TEST(LauncherRunDir, ExistingRunDirIsNotOverwritten) {
   EXPECT_TRUE(fs::is_directory(dir));
   // An empty existing directory is fine.
   EXPECT_EQ(prepare_run_dir(c), dir.string());
+  fs::remove_all(dir);
+}
+
+// Note [restarts resume]: a group restarted by tg launch continues its run directory, or starts
+// it afresh while no checkpoint is complete; the first attempt, and runs without train.run_dir,
+// are left as they are. (tests/scripts/launch_train.sh resumes from a real checkpoint.)
+TEST(LauncherRunDir, ARestartedGroupContinuesItsRunDirectory) {
+  fs::path dir = temp_dir("restarted");
+  fs::create_directories(dir / "checkpoints");
+  Config c = parse_config("", "c.yaml", {"train.run_dir=" + dir.string()});
+  EXPECT_FALSE(restarted_config(c).get_bool("train.overwrite"));  // TG_RESTART_COUNT unset
+  ::setenv("TG_RESTART_COUNT", "0", 1);
+  EXPECT_FALSE(restarted_config(c).get_bool("train.overwrite"));  // the first attempt
+  ::setenv("TG_RESTART_COUNT", "1", 1);
+  Config again = restarted_config(c);
+  EXPECT_TRUE(again.get_bool("train.overwrite"));  // nothing complete to resume from yet
+  EXPECT_FALSE(again.get_bool("train.resume"));
+  Config unnamed = restarted_config(parse_config("", "c.yaml"));
+  EXPECT_FALSE(unnamed.get_bool("train.overwrite"));
+  EXPECT_FALSE(unnamed.get_bool("train.resume"));
+  ::unsetenv("TG_RESTART_COUNT");
   fs::remove_all(dir);
 }
 
