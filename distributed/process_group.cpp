@@ -10,6 +10,11 @@
 #include "distributed/mpi_backend.h"
 #endif
 #include "distributed/bootstrap.h"
+#ifdef TG_WITH_GLOO
+#include "distributed/gloo_backend.h"
+#endif
+#include "distributed/rendezvous.h"
+#include "distributed/store.h"
 #ifdef TG_WITH_NCCL
 #include "distributed/nccl_backend.h"
 #endif
@@ -58,11 +63,50 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
+// The first number of a Slurm tasks-per-node list ("2(x3),1" -> 2).
+int first_count(const char* list) { return list && *list ? std::atoi(list) : 1; }
+
 }  // namespace
 
-bool launched_by_mpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
-int env_rank() { return env_int("OMPI_COMM_WORLD_RANK", 0); }
-int env_world_size() { return env_int("OMPI_COMM_WORLD_SIZE", 1); }
+Launcher detected_launcher() {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) return Launcher::Mpirun;
+  if (std::getenv("TG_WORLD_SIZE")) return Launcher::TgLaunch;
+  if (std::getenv("SLURM_PROCID") && (std::getenv("SLURM_STEP_NUM_TASKS") || std::getenv("SLURM_NTASKS")))
+    return Launcher::Slurm;
+  return Launcher::None;
+}
+
+const char* launcher_name(Launcher l) {
+  switch (l) {
+    case Launcher::Mpirun: return "mpirun";
+    case Launcher::TgLaunch: return "tg launch";
+    case Launcher::Slurm: return "srun";
+    case Launcher::None: break;
+  }
+  return "no launcher";
+}
+
+bool launched_by_mpirun() { return detected_launcher() == Launcher::Mpirun; }
+
+int env_rank() {
+  switch (detected_launcher()) {
+    case Launcher::Mpirun: return env_int("OMPI_COMM_WORLD_RANK", 0);
+    case Launcher::TgLaunch: return env_int("TG_RANK", 0);
+    case Launcher::Slurm: return env_int("SLURM_PROCID", 0);
+    case Launcher::None: break;
+  }
+  return 0;
+}
+
+int env_world_size() {
+  switch (detected_launcher()) {
+    case Launcher::Mpirun: return env_int("OMPI_COMM_WORLD_SIZE", 1);
+    case Launcher::TgLaunch: return env_int("TG_WORLD_SIZE", 1);
+    case Launcher::Slurm: return env_int("SLURM_STEP_NUM_TASKS", env_int("SLURM_NTASKS", 1));
+    case Launcher::None: break;
+  }
+  return 1;
+}
 
 std::unique_ptr<ProcessGroup> world_group() {
 #ifdef TG_WITH_MPI
@@ -78,6 +122,9 @@ std::vector<std::string> built_backends() {
 #ifdef TG_WITH_NCCL
   b.push_back("nccl");
 #endif
+#ifdef TG_WITH_GLOO
+  b.push_back("gloo");
+#endif
   return b;
 }
 
@@ -87,12 +134,16 @@ std::string nccl_status() { return "not built (nccl.h was not found at configure
 
 std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device, Seconds timeout) {
   const bool gpu = canonical_device(device).rfind("CUDA", 0) == 0;
-  const std::string chosen = backend == "auto" ? (gpu ? "nccl" : "mpi") : backend;
-  TG_CHECK(chosen == "mpi" || chosen == "nccl", "distributed.backend: '", backend, "' is not one of auto, mpi, nccl");
+  const Launcher launcher = detected_launcher();
+  const bool under_mpirun = launcher == Launcher::Mpirun;
+  const std::string chosen = backend == "auto" ? (gpu ? "nccl" : under_mpirun ? "mpi" : "gloo") : backend;
+  TG_CHECK(chosen == "mpi" || chosen == "nccl" || chosen == "gloo", "distributed.backend: '", backend,
+           "' is not one of auto, mpi, nccl, gloo");
+  const std::string how =
+      backend == "auto" ? std::string(" (auto, for device ") + device + " under " + launcher_name(launcher) + ")" : "";
   if (chosen == "nccl") {
-    const std::string how = backend == "auto" ? " (auto, for device " + device + ")" : "";
     TG_CHECK(gpu, "distributed.backend=nccl: nccl runs collectives on CUDA devices, not on ", device,
-             "; use distributed.backend=mpi");
+             "; use distributed.backend=mpi (under mpirun) or gloo");
 #ifdef TG_WITH_NCCL
     std::string why = nccl_status();
     TG_CHECK(why.rfind("unavailable: ", 0) != 0, "distributed.backend=nccl", how, ": NCCL is ", why);
@@ -100,6 +151,16 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
       get_device(device);
     } catch (const Error& e) {
       throw Error("distributed.backend=nccl" + how + ": " + e.what());
+    }
+    if (!under_mpirun) {  // the unique id through the rendezvous store (tg launch, srun)
+      auto boot = store_bootstrap(job_store(timeout), env_rank(), env_world_size(), timeout);
+      std::unique_ptr<ProcessGroup> watch;  // arrival notices through a gloo group, where built
+#ifdef TG_WITH_GLOO
+      auto store = job_store(timeout);
+      const auto [host, port] = parse_endpoint(store->endpoint(), "the rendezvous store");
+      watch = gloo_group(std::move(store), env_rank(), env_world_size(), timeout, address_towards(host, port));
+#endif
+      return nccl_group(*boot, device, timeout, std::move(watch));
     }
     auto host = world_group();  // carries the unique id, then the arrival notices
     host->set_timeout(timeout);
@@ -109,15 +170,40 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
     TG_FAIL("distributed.backend=nccl", how, ": ", nccl_status());
 #endif
   }
-  TG_CHECK(!gpu, "distributed.backend=mpi: the mpi backend runs collectives on host memory, not on ", device,
-           "; use train.device=CPU or distributed.backend=nccl");
+  TG_CHECK(!gpu, "distributed.backend=", chosen, ": the ", chosen, " backend runs collectives on host memory, not on ",
+           device, "; use train.device=CPU or distributed.backend=nccl");
+  if (chosen == "gloo") {
+#ifdef TG_WITH_GLOO
+    auto store = job_store(timeout);
+    const auto [host, port] = parse_endpoint(store->endpoint(), "the rendezvous store");
+    return gloo_group(std::move(store), env_rank(), env_world_size(), timeout, address_towards(host, port));
+#else
+    TG_FAIL("distributed.backend=gloo", how, ": the gloo backend (CPU collectives without MPI) is not built (Gloo ",
+            "was not found at configure time: install libgloo-dev); run CPU data parallelism under mpirun -np N ",
+            "(distributed.backend=mpi), or on CUDA devices (nccl)");
+#endif
+  }
+  TG_CHECK(under_mpirun || launcher == Launcher::None, "distributed.backend=mpi: this process was started by ",
+           launcher_name(launcher), ", not by mpirun; the mpi backend needs mpirun -np N tg train ...");
   auto g = world_group();
   g->set_timeout(timeout);
   return g;
 }
 
 LocalRanks env_local_ranks() {
-  return LocalRanks{env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0), env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1)};
+  switch (detected_launcher()) {
+    case Launcher::Mpirun:
+      return LocalRanks{env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0), env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1)};
+    case Launcher::TgLaunch: return LocalRanks{env_int("TG_LOCAL_RANK", 0), env_int("TG_LOCAL_WORLD_SIZE", 1)};
+    case Launcher::Slurm: {
+      const char* per_node = std::getenv("SLURM_NTASKS_PER_NODE");
+      if (!per_node || !*per_node) per_node = std::getenv("SLURM_STEP_TASKS_PER_NODE");
+      if (!per_node || !*per_node) per_node = std::getenv("SLURM_TASKS_PER_NODE");
+      return LocalRanks{env_int("SLURM_LOCALID", 0), first_count(per_node)};
+    }
+    case Launcher::None: break;
+  }
+  return LocalRanks{};
 }
 
 std::string rank_device(const std::string& device, LocalRanks local, int gpus_on_node) {
@@ -126,6 +212,19 @@ std::string rank_device(const std::string& device, LocalRanks local, int gpus_on
   TG_CHECK(local.size <= gpus_on_node, "train.device=", device, ": ", local.size, " ranks on this node but ",
            gpus_on_node, " CUDA device(s); start at most one rank per GPU");
   return local.rank == 0 ? d : d + ":" + std::to_string(local.rank);
+}
+
+std::pair<std::string, uint16_t> parse_endpoint(const std::string& text, const std::string& what) {
+  const size_t colon = text.rfind(':');
+  TG_CHECK(colon != std::string::npos && colon > 0, what, ": expected HOST:PORT, got '", text, "'");
+  const std::string port_text = text.substr(colon + 1);
+  char* end = nullptr;
+  const long port = std::strtol(port_text.c_str(), &end, 10);
+  TG_CHECK(!port_text.empty() && *end == '\0' && port >= 1 && port <= 65535, what, ": the port of '", text,
+           "' is not a number from 1 to 65535");
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, static_cast<uint16_t>(port)};
 }
 
 bool built_with_mpi() {

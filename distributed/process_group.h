@@ -2,7 +2,8 @@
 // all_gather, broadcast, barrier) on host memory. Every collective returns a Work handle; waiting
 // on it past the timeout throws a tg::Error that names the collective, its sequence number, this
 // rank and, where the backend can tell, the ranks that never arrived. Backends: local (threads of
-// one process, local_backend.h) and mpi (Open MPI, mpi_backend.h).
+// one process, local_backend.h), mpi (Open MPI, mpi_backend.h), nccl (nccl_backend.h) and gloo
+// (gloo_backend.h).
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -95,9 +96,18 @@ class ProcessGroup {
   int64_t graph_id_ = 0;
 };
 
+// Note [who started this process]: a rank learns its place from whoever started it, in this
+// order: mpirun (Open MPI's OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE), `tg launch`
+// (TG_RANK, TG_WORLD_SIZE, TG_LOCAL_RANK, TG_LOCAL_WORLD_SIZE), Slurm's srun (SLURM_PROCID,
+// SLURM_STEP_NUM_TASKS or else SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE or the first
+// count of SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE), else none: rank 0 of 1. mpirun
+// comes first because mpirun inside a Slurm allocation sets both.
+enum class Launcher { None, Mpirun, TgLaunch, Slurm };
+Launcher detected_launcher();
+const char* launcher_name(Launcher l);  // "mpirun", "tg launch", "srun", "no launcher"
 // True when this process was started by mpirun (Open MPI's OMPI_COMM_WORLD_SIZE is set).
 bool launched_by_mpirun();
-// Rank and world size from Open MPI's environment (0 and 1 outside mpirun).
+// Rank and world size from the launcher's environment (0 and 1 outside any).
 int env_rank();
 int env_world_size();
 
@@ -109,22 +119,23 @@ bool built_with_mpi();
 std::vector<std::string> built_backends();
 // "NCCL 2.28.9 (libnccl.so.2)", or why NCCL is unavailable here, or that the build has none.
 std::string nccl_status();
-// The world group for distributed.backend (auto | mpi | nccl) on this rank's device (see
-// rank_device): auto picks nccl for CUDA devices and mpi otherwise; nccl's unique id travels
-// over MPI (its communicator joins within `timeout`). An error names what is missing.
+// The world group for distributed.backend (auto | mpi | nccl | gloo) on this rank's device (see
+// rank_device): auto picks nccl for CUDA devices, mpi under mpirun and gloo otherwise; nccl's
+// unique id travels over MPI under mpirun and through the rendezvous store otherwise (its
+// communicator joins within `timeout`). An error names what is missing.
 std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device,
                                               Seconds timeout = Seconds(300));
 
-// Note [a rank's device]: under mpirun every rank of a node sees every GPU. A GPU device named
-// without an index (train.device=CUDA) means the GPU of the rank's local rank
-// (OMPI_COMM_WORLD_LOCAL_RANK), as torchrun's LOCAL_RANK convention; more ranks on a node than
-// GPUs is an error naming both numbers (NCCL refuses two ranks on one GPU). A device with an
-// index, and the CPU, are taken as given.
+// Note [a rank's device]: under mpirun (tg launch, srun) every rank of a node sees every GPU. A
+// GPU device named without an index (train.device=CUDA) means the GPU of the rank's local rank
+// (OMPI_COMM_WORLD_LOCAL_RANK, TG_LOCAL_RANK, SLURM_LOCALID), as torchrun's LOCAL_RANK
+// convention; more ranks on a node than GPUs is an error naming both numbers (NCCL refuses two
+// ranks on one GPU). A device with an index, and the CPU, are taken as given.
 struct LocalRanks {
   int rank = 0;  // this process's rank among the node's
   int size = 1;  // ranks on this node
 };
-LocalRanks env_local_ranks();  // OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE (0 and 1 outside mpirun)
+LocalRanks env_local_ranks();  // from the launcher (Note [who started this process]); 0 and 1 outside any
 std::string rank_device(const std::string& device, LocalRanks local, int gpus_on_node);
 
 // Checks that dtype is one the collectives support; `what` names the collective.

@@ -3,6 +3,7 @@
 #include "launcher/run.h"
 
 #include "launcher/bench.h"
+#include "launcher/launch.h"
 
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -18,6 +19,7 @@
 
 #include "distributed/host_exchange.h"
 #include "distributed/process_group.h"
+#include "distributed/store.h"
 #include "launcher/observers.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
@@ -60,6 +62,8 @@ const char* USAGE =
     "  tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
     "                                         continue a prompt with a trained gpt run's newest\n"
     "                                         checkpoint (byte-level runs; one seed, one text)\n"
+    "  tg launch --nproc-per-node N [...] -- CMD ARGS...\n"
+    "                                         start N workers (e.g. tg train ...) with their ranks; tg launch --help\n"
     "  tg help                                this text\n";
 
 std::string value_text(const Value& v) {
@@ -158,8 +162,8 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   // Everything that can fail on the user's input fails before the run directory is touched.
   const std::string& init = cfg.get_string("train.init_weights");
   TG_CHECK(init.empty() || fs::is_regular_file(init), "train.init_weights: no file '", init, "'");
-  // distributed.strategy=ddp: every mpirun rank trains; rank 0 alone picks the run directory,
-  // writes into it and prints.
+  // distributed.strategy=ddp: every rank (of mpirun, tg launch or srun) trains; rank 0 alone
+  // picks the run directory, writes into it and prints.
   std::unique_ptr<dist::ProcessGroup> group;
   if (cfg.get_string("distributed.strategy") != "none") {
     const std::string& device = cfg.get_string("train.device");
@@ -248,6 +252,7 @@ std::string info_text() {
   os << "process-group backends:";
   for (const auto& b : dist::built_backends()) os << " " << b;
   os << "\nNCCL: " << dist::nccl_status() << "\n";
+  os << "rendezvous store: " << (dist::built_with_store() ? "built" : "not built (needs Boost.Asio and OpenSSL)") << "\n";
   os << "models:";
   for (const auto& n : model_registry().names()) os << " " << n;
   os << "\ndatasets:";
@@ -305,17 +310,19 @@ int tg_main(int argc, char** argv) {
       std::cout << r.prompt << sample_text(r) << std::endl;
       return 0;
     }
+    if (cmd == "launch") return launch_main(argc, argv, 2);
     if (cmd == "keys") {
       std::cout << "config keys (type, default):\n" << keys_text();
       return 0;
     }
     if (cmd == "train" || cmd == "config") {
       TG_CHECK(argc > 2, "tg ", cmd, ": missing CONFIG.yaml (usage: tg ", cmd, " CONFIG.yaml [key=value ...])");
-      Config cfg = load_config(argv[2], overrides_from(argc, argv, 3));
+      Config cfg = restarted_config(load_config(argv[2], overrides_from(argc, argv, 3)));
       if (cmd == "config") {
         std::cout << cfg.to_yaml();
         return 0;
       }
+      check_strategy_fits_launch(cfg);  // the command's check: tests train ranks both ways in one job
       RunOptions opt;
       opt.tty = isatty(fileno(stdout)) != 0;
       TrainSummary s;
@@ -328,7 +335,7 @@ int tg_main(int argc, char** argv) {
       if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
       return 0;
     }
-    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, sample, help)");
+    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, sample, launch, help)");
   } catch (const std::exception& e) {
     // The whole message: some errors list their details on indented lines after the first
     // (load_state_dict's missing and unexpected keys, the ranks that disagree).

@@ -15,11 +15,14 @@ REQUIRED=(build-essential cmake ninja-build pkg-config git python3
 # clang and libclang-rt-14-dev (libFuzzer): the fuzz targets (scripts/fuzz.sh). jargon-text: the
 # Jargon File 4.4.7 (public domain, 1.7 MB of English as gzipped UTF-8 text), the default text of
 # the `text` dataset (character-level language models). libpcre2-dev: GPT-2 BPE's split of text
-# (`tg tokenize --bpe=DIR`).
+# (`tg tokenize --bpe=DIR`). libboost-dev (Asio) and libssl-dev (libcrypto's HMAC): the
+# rendezvous store of `tg launch`; libgloo-dev: the gloo backend (CPU collectives without MPI,
+# under `tg launch` or srun); slurmctld, slurmd and slurm-client: the test that starts a one-node
+# Slurm (test_slurm).
 OPTIONAL=(libgmock-dev
           libopenmpi-dev openmpi-bin iproute2
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
-          libboost-dev
+          libboost-dev libssl-dev libgloo-dev slurmctld slurmd slurm-client
           clang libclang-rt-14-dev
           dataset-fashion-mnist jargon-text
           libpcre2-dev)

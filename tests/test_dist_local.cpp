@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <optional>
 #include <regex>
 #include <thread>
 #include <vector>
 
 #include "distributed/local_backend.h"
+#include "distributed/rendezvous.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -133,13 +136,77 @@ TEST(Backends, NcclStateIsNamedAndUnbuiltPathsAreRefused) {
              "nccl runs collectives on CUDA devices, not on CPU");
   // no such GPU here: the error names the backend, how it was chosen and the device
   std::string auto_gpu = testutil::error_of([] { tg::dist::world_group_for("auto", "CUDA:99"); });
-  EXPECT_HAS(auto_gpu, has_nccl ? "distributed.backend=nccl (auto, for device CUDA:99)" : "not built");
+  EXPECT_HAS(auto_gpu, has_nccl ? "distributed.backend=nccl (auto, for device CUDA:99 under no launcher)" : "not built");
   if (has_nccl && nccl.rfind("NCCL ", 0) == 0) {
     EXPECT_HAS(auto_gpu, "device 'CUDA:99'");
   }
   EXPECT_HAS(testutil::error_of([] { tg::dist::world_group_for("mpi", "CUDA"); }),
              "the mpi backend runs collectives on host memory, not on CUDA");
-  EXPECT_HAS(testutil::error_of([] { tg::dist::world_group_for("gloo", "CPU"); }), "'gloo' is not one of auto, mpi, nccl");
+  EXPECT_HAS(testutil::error_of([] { tg::dist::world_group_for("shm", "CPU"); }), "'shm' is not one of auto, mpi, nccl, gloo");
+}
+
+namespace {
+// Sets environment variables for one scope, restoring what was there.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars) {
+    for (auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      saved_.push_back({k, old ? std::optional<std::string>(old) : std::nullopt});
+      ::setenv(k.c_str(), v.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (auto& [k, v] : saved_) v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+}  // namespace
+
+// Note [who started this process]: ranks from mpirun, tg launch or srun, in that order.
+TEST(Launchers, RanksComeFromWhoeverStartedTheProcess) {
+  using tg::dist::Launcher;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE")) GTEST_SKIP() << "runs outside mpirun";
+  EXPECT_EQ(tg::dist::detected_launcher(), Launcher::None);
+  EXPECT_EQ(tg::dist::env_world_size(), 1);
+  {
+    ScopedEnv slurm({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                     {"SLURM_TASKS_PER_NODE", "4(x2)"}});
+    EXPECT_EQ(tg::dist::detected_launcher(), Launcher::Slurm);
+    EXPECT_EQ(tg::dist::env_rank(), 5);
+    EXPECT_EQ(tg::dist::env_world_size(), 8);
+    EXPECT_EQ(tg::dist::env_local_ranks().rank, 1);
+    EXPECT_EQ(tg::dist::env_local_ranks().size, 4);
+    ScopedEnv launch({{"TG_RANK", "3"}, {"TG_WORLD_SIZE", "4"}, {"TG_LOCAL_RANK", "1"}, {"TG_LOCAL_WORLD_SIZE", "2"}});
+    EXPECT_EQ(tg::dist::detected_launcher(), Launcher::TgLaunch);  // tg launch inside a Slurm job
+    EXPECT_EQ(tg::dist::env_rank(), 3);
+    EXPECT_EQ(tg::dist::env_world_size(), 4);
+    EXPECT_EQ(tg::dist::env_local_ranks().rank, 1);
+    EXPECT_EQ(tg::dist::env_local_ranks().size, 2);
+    EXPECT_EQ(tg::dist::rank_device("CUDA", tg::dist::env_local_ranks(), 2), "CUDA:1");
+    // CPU collectives without mpirun need gloo (here without a store to meet through); the mpi
+    // backend needs mpirun
+    const auto built = tg::dist::built_backends();
+    EXPECT_HAS(testutil::error_of([] { tg::dist::world_group_for("auto", "CPU"); }),
+               std::find(built.begin(), built.end(), "gloo") != built.end()
+                   ? "tg launch gave no TG_RDZV_ENDPOINT"
+                   : "distributed.backend=gloo (auto, for device CPU under tg launch): the gloo backend");
+    EXPECT_HAS(testutil::error_of([] { tg::dist::world_group_for("mpi", "CPU"); }),
+               "started by tg launch, not by mpirun");
+  }
+  EXPECT_EQ(tg::dist::detected_launcher(), Launcher::None);
+}
+
+TEST(Launchers, FirstNodeOfASlurmNodeList) {
+  EXPECT_EQ(tg::dist::first_slurm_node("gpu[07-09,12],cpu1"), "gpu07");
+  EXPECT_EQ(tg::dist::first_slurm_node("node3,node4"), "node3");
+  EXPECT_EQ(tg::dist::first_slurm_node("single"), "single");
+  EXPECT_EQ(tg::dist::first_slurm_node("a1,b[1-2]"), "a1");
+  EXPECT_EQ(tg::dist::first_slurm_node("rack-2-n[5]"), "rack-2-n5");
+  EXPECT_EQ(tg::dist::resolve_ipv4("localhost"), "127.0.0.1");
+  EXPECT_EQ(tg::dist::resolve_ipv4("10.1.2.3"), "10.1.2.3");
 }
 
 // send/recv on the local backend: a ring exchange in order, a size that differs named by both

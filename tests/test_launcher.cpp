@@ -16,6 +16,7 @@
 
 #include "distributed/local_backend.h"
 #include "launcher/config.h"
+#include "launcher/launch.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
@@ -177,7 +178,7 @@ TEST(LauncherConfig, BadValuesAreOneLineErrors) {
   EXPECT_EQ(err({"train.epochs=0"}), "config: train.epochs or train.steps must be > 0");
   EXPECT_EQ(err({"train.resume=true"}), "config: train.resume=true needs train.run_dir (the run to continue)");
   EXPECT_EQ(err({"train.precision=fp16"}), "config: train.precision='fp16' is not one of fp32, bf16 (did you mean 'fp32'?)");
-  EXPECT_EQ(err({"distributed.backend=gloo"}), "config: distributed.backend='gloo' is not one of auto, mpi, nccl");
+  EXPECT_EQ(err({"distributed.backend=shm"}).rfind("config: distributed.backend='shm' is not one of auto, mpi, nccl, gloo", 0), 0u);
   EXPECT_EQ(err({"distributed.grad_dtype=fp16"}).rfind("config: distributed.grad_dtype='fp16' is not one of fp32, bf16", 0), 0u);
   EXPECT_EQ(err({"train.keep_checkpoints=-1"}), "config: train.keep_checkpoints must be >= 0, got -1");
   EXPECT_EQ(err({"train.keep_checkpoints=2.5"}), "override: train.keep_checkpoints must be an int, got '2.5'");
@@ -243,6 +244,27 @@ TEST(LauncherRunDir, ExistingRunDirIsNotOverwritten) {
   EXPECT_TRUE(fs::is_directory(dir));
   // An empty existing directory is fine.
   EXPECT_EQ(prepare_run_dir(c), dir.string());
+  fs::remove_all(dir);
+}
+
+// Note [restarts resume]: a group restarted by tg launch continues its run directory, or starts
+// it afresh while no checkpoint is complete; the first attempt, and runs without train.run_dir,
+// are left as they are. (tests/scripts/launch_train.sh resumes from a real checkpoint.)
+TEST(LauncherRunDir, ARestartedGroupContinuesItsRunDirectory) {
+  fs::path dir = temp_dir("restarted");
+  fs::create_directories(dir / "checkpoints");
+  Config c = parse_config("", "c.yaml", {"train.run_dir=" + dir.string()});
+  EXPECT_FALSE(restarted_config(c).get_bool("train.overwrite"));  // TG_RESTART_COUNT unset
+  ::setenv("TG_RESTART_COUNT", "0", 1);
+  EXPECT_FALSE(restarted_config(c).get_bool("train.overwrite"));  // the first attempt
+  ::setenv("TG_RESTART_COUNT", "1", 1);
+  Config again = restarted_config(c);
+  EXPECT_TRUE(again.get_bool("train.overwrite"));  // nothing complete to resume from yet
+  EXPECT_FALSE(again.get_bool("train.resume"));
+  Config unnamed = restarted_config(parse_config("", "c.yaml"));
+  EXPECT_FALSE(unnamed.get_bool("train.overwrite"));
+  EXPECT_FALSE(unnamed.get_bool("train.resume"));
+  ::unsetenv("TG_RESTART_COUNT");
   fs::remove_all(dir);
 }
 
@@ -369,7 +391,7 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(err, "error: override: unknown config key 'optim.lrr' (did you mean 'optim.lr'?)\n");
   EXPECT_EQ(run({"tg", "frobnicate"}).second,
-            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, sample, help)\n");
+            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, sample, launch, help)\n");
   EXPECT_EQ(run({"tg", "bench", "matmul_999"}).second,
             "error: tg bench: unknown workload 'matmul_999' (workloads: cnn_step, conv2d, copy, copy_8192, "
             "elementwise, elementwise_8192, gpt2_step, gpt2_step_t4096, gpt_char_step, layernorm, layernorm_8192, matmul_1024, matmul_2048, matmul_8192_bf16, "
@@ -387,7 +409,7 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
 
 TEST(LauncherInfo, NamesFeaturesDevicesAndKnobs) {
   std::string info = info_text();
-  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: "})
+  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: ", "rendezvous store: "})
     EXPECT_NE(info.find(want), std::string::npos) << want << "\n" << info;
 }
 
