@@ -39,9 +39,11 @@ CompileError::CompileError(const std::string& kernel, const std::string& source,
       source_(source) {}
 
 std::string process_rank_label() {
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (!rank || !*rank) return "";
-  return detail::cat(" (rank ", rank, ")");
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "TG_RANK", "SLURM_PROCID"}) {  // mpirun, tg launch, srun
+    const char* rank = std::getenv(var);
+    if (rank && *rank) return detail::cat(" (rank ", rank, ")");
+  }
+  return "";
 }
 
 }  // namespace tg

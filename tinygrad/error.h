@@ -30,7 +30,8 @@ class CompileError : public Error {
   std::string kernel_, source_;
 };
 
-// " (rank N)" when this process is rank N of an mpirun job (OMPI_COMM_WORLD_RANK), else "": the
+// " (rank N)" when this process is rank N of a job (OMPI_COMM_WORLD_RANK under mpirun, TG_RANK
+// under tg launch, SLURM_PROCID under srun), else "": the
 // suffix that device call wrappers append to their errors, so a failure names its process.
 std::string process_rank_label();
 
