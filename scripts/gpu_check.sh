@@ -2,8 +2,9 @@
 # scripts/gpu_check.sh: on a machine with an NVIDIA GPU, builds everything (without LLVM), runs every
 # test labelled gpu (the CUDA suites, the backend suites' _cuda variants, the nccl suites under mpirun),
 # trains configs/fmnist_mlp.yaml on CUDA and on the CPU, and trains the CNN data-parallel over NCCL at
-# world size 1 (ddp and zero1: replayed CUDA graphs with the NCCL work inside, parameters against the
-# run without DDP). Logs go to $OUT (default: gpu_check_out/).
+# world size 1 (ddp and zero1 under mpirun: replayed CUDA graphs with the NCCL work inside; ddp under
+# tg launch, NCCL bootstrapped through the rendezvous store; parameters against the run without
+# DDP). Logs go to $OUT (default: gpu_check_out/).
 #
 #   OUT=dir bash scripts/gpu_check.sh
 #   TG_DATA=dir   Fashion-MNIST IDX .gz files when /usr/share/datasets/fashion-mnist is missing
@@ -50,12 +51,9 @@ runs=/tmp/tg_runs
 common=(configs/fmnist_cnn.yaml device=CUDA data.root="$data" train.steps=30 train.overwrite=true)
 timeout 240 build/launcher/tg train "${common[@]}" train.run_dir=$runs/plain > "$OUT/cnn_plain.log" 2>&1
 log "cnn plain: rc $?"
-for s in ddp zero1; do
-  DEBUG=1 timeout 240 mpirun -np 1 -x DEBUG -x NCCL_NVLS_ENABLE build/launcher/tg train "${common[@]}" \
-    distributed.strategy=$s train.run_dir=$runs/$s > "$OUT/cnn_$s.log" 2>&1
-  log "cnn $s over nccl: rc $?"
-  grep -E "graph of [0-9]+ kernels and [0-9]+ collectives|jit train_step: captured|error" "$OUT/cnn_$s.log" | sort | uniq -c | head -6 | tee -a "$OUT/summary.txt"
-  python3 - "$runs/plain/checkpoints/step_30.safetensors" "$runs/$s/checkpoints/step_30.safetensors" <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
+# The parameters of run $1 after 30 steps against the plain run's.
+compare_to_plain() {
+  python3 - "$runs/plain/checkpoints/step_30.safetensors" "$runs/$1/checkpoints/step_30.safetensors" <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
 import sys
 from safetensors.numpy import load_file
 a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
@@ -63,4 +61,17 @@ keys = [k for k in a if k.startswith("model.")]
 worst = max(float(abs(a[k] - b[k]).max() / (abs(a[k]).max() + 1e-12)) for k in keys)
 print(f"  {len(keys)} parameters, max relative difference to the run without DDP: {worst:.3g}")
 PY
+}
+for s in ddp zero1; do
+  DEBUG=1 timeout 240 mpirun -np 1 -x DEBUG -x NCCL_NVLS_ENABLE build/launcher/tg train "${common[@]}" \
+    distributed.strategy=$s train.run_dir=$runs/$s > "$OUT/cnn_$s.log" 2>&1
+  log "cnn $s over nccl: rc $?"
+  grep -E "graph of [0-9]+ kernels and [0-9]+ collectives|jit train_step: captured|error" "$OUT/cnn_$s.log" | sort | uniq -c | head -6 | tee -a "$OUT/summary.txt"
+  compare_to_plain $s
 done
+# Under tg launch (no MPI) NCCL's unique id goes through the rendezvous store.
+timeout 240 build/launcher/tg launch --nproc-per-node 1 -- build/launcher/tg train "${common[@]}" \
+  distributed.strategy=ddp train.run_dir=$runs/launch > "$OUT/cnn_launch.log" 2>&1
+log "cnn ddp under tg launch (nccl bootstrapped through the store): rc $?"
+grep -iE "error|nccl" "$OUT/cnn_launch.log" | head -4 | tee -a "$OUT/summary.txt"
+compare_to_plain launch
