@@ -304,7 +304,9 @@ TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
   ASSERT_EQ(cols.size(), 1u);
   EXPECT_TRUE(cols[0].kernel.group_reduces.empty()) << cols[0].source;
   Tensor w = Tensor::from_vector(testutil::rnd_values(256 * 1024, 3), {256, 1024}, cpu);
-  auto mm = render_cuda({x.shrink({{0, 256}, {0, 1024}}).matmul(w.permute({1, 0}))});  // rows shared by outputs
+  // rows shared by outputs (16 rows of A: the CPU's scheduler would copy a transposed B for more,
+  // Note [transposed B])
+  auto mm = render_cuda({x.shrink({{0, 16}, {0, 1024}}).matmul(w.permute({1, 0}))});
   ASSERT_EQ(mm.size(), 1u);
   EXPECT_TRUE(mm[0].kernel.group_reduces.empty()) << mm[0].source;
   auto ew = render_cuda({x * 2 + 1});

@@ -154,6 +154,7 @@ UOpPtr relaid_b(const UOpPtr& b, int64_t a_rows, const DevicePolicy& policy) {
 UOpPtr padded_product(const UOp& product, const DevicePolicy& policy) {
   int64_t k = static_cast<int64_t>(product.shape.size()) - 1;
   if (k < 2) return nullptr;
+  if (prod(product.shape) == 0) return nullptr;
   int64_t a_rows = prod(product.shape) / (product.shape[k] * product.shape[k - 1]);
   for (size_t side = 0; side < product.src.size(); side++) {
     std::vector<UOpPtr> chain;
