@@ -21,6 +21,7 @@
 #include "launcher/observers.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
+#include "launcher/run_record.h"
 #include "launcher/sample.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -113,14 +114,39 @@ int64_t parse_shard_tokens(const std::string& text) {
   return n;
 }
 
-// Rank 0's string on every rank.
-std::string broadcast_string(dist::ProcessGroup& g, const std::string& s) {
+// The string of rank `root` on every rank.
+std::string broadcast_string(dist::ProcessGroup& g, const std::string& s, int root = 0) {
   int64_t n = static_cast<int64_t>(s.size());
-  dist::broadcast_host(g, &n, 1, DType::Int64, 0);
+  dist::broadcast_host(g, &n, 1, DType::Int64, root);
   std::vector<int32_t> chars(s.begin(), s.end());
   chars.resize(static_cast<size_t>(n));
-  dist::broadcast_host(g, chars.data(), chars.size(), DType::Int32, 0);
+  dist::broadcast_host(g, chars.data(), chars.size(), DType::Int32, root);
   return std::string(chars.begin(), chars.end());
+}
+
+// Every rank's string, rank 0's first, on every rank.
+std::vector<std::string> all_strings(dist::ProcessGroup& g, const std::string& mine) {
+  std::vector<std::string> out;
+  for (int r = 0; r < g.size(); r++) out.push_back(broadcast_string(g, mine, r));
+  return out;
+}
+
+// Note [errors reach train.log]: an error that ends a run goes to stderr (tg_main) and, once the
+// run directory is the run's own (a resumed run's from the start, a new run's once prepared),
+// into its train.log too, whole (details on the lines after the first). A new run that fails
+// before its directory is prepared leaves no directory behind, so it has no log to write to.
+void log_error(const std::string& dir, const std::string& what) {
+  try {
+    TrainLog((fs::path(dir) / "train.log").string()).line("error: " + what);
+  } catch (const std::exception&) {
+    // the log is not writable: stderr has the error
+  }
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  TG_CHECK(out.good(), "cannot write '", path.string(), "'");
 }
 
 }  // namespace
@@ -156,6 +182,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   // Everything that can fail on the user's input fails before the run directory is touched.
   const std::string& init = cfg.get_string("train.init_weights");
   TG_CHECK(init.empty() || fs::is_regular_file(init), "train.init_weights: no file '", init, "'");
+  const ProgressMode progress = opt.progress ? progress_mode(cfg.get_string("train.progress"), opt.tty) : ProgressMode::Off;
   // distributed.strategy=ddp: every mpirun rank trains; rank 0 alone picks the run directory,
   // writes into it and prints.
   std::unique_ptr<dist::ProcessGroup> group;
@@ -170,39 +197,50 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   const bool lead = !group || group->rank() == 0;
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
   if (group) dir = broadcast_string(*group, dir);
-  if (cfg.get_bool("train.resume")) {
-    std::vector<std::string> passed_over;
-    resume_from = latest_checkpoint(dir, &passed_over);
-    if (lead)
-      for (const auto& why : passed_over) std::cerr << "resume: passing over " << why << "\n";
-    TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'",
-             passed_over.empty() ? "" : " (" + std::to_string(passed_over.size()) + " passed over, reasons above)");
-  }
-  Trainer trainer(cfg, dir, group.get());  // loads the data and builds the model: fails before anything is written
-  if (!init.empty()) trainer.load_weights(init);
-  if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
-  if (!lead) {
-    // zero1: every rank writes its optimizer shard whenever rank 0 writes a checkpoint
-    if (cfg.get_string("distributed.strategy") == "zero1") trainer.add_observer(std::make_shared<CheckpointWriter>());
-    return trainer.fit();
-  }
-  Config named = cfg;
-  named.set("train.run_dir", dir);  // the directory chosen above, even when a second has passed since
-  prepare_run_dir(named);
-  {
-    std::ofstream out(fs::path(dir) / "config.yaml", std::ios::trunc);
-    out << "# resolved config of " << cfg.name << " (" << timestamp() << ")\n" << cfg.to_yaml();
-  }
-  auto log = std::make_shared<TrainLog>((fs::path(dir) / "train.log").string());
-  // The checkpoint writer goes first, so that the others see its final checkpoint before the end.
-  trainer.add_observer(std::make_shared<CheckpointWriter>());
-  if (opt.progress) trainer.add_observer(std::make_shared<ProgressPrinter>(stdout, opt.tty));
-  trainer.add_observer(std::make_shared<MetricsWriter>((fs::path(dir) / "metrics.jsonl").string()));
-  trainer.add_observer(log);
+  bool dir_is_ours = cfg.get_bool("train.resume");  // Note [errors reach train.log]
   try {
+    if (cfg.get_bool("train.resume")) {
+      std::vector<std::string> passed_over;
+      resume_from = latest_checkpoint(dir, &passed_over);
+      if (lead)
+        for (const auto& why : passed_over) std::cerr << "resume: passing over " << why << "\n";
+      TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'",
+               passed_over.empty() ? "" : " (" + std::to_string(passed_over.size()) + " passed over, reasons above)");
+    }
+    Trainer trainer(cfg, dir, group.get());  // loads the data and builds the model: fails before anything is written
+    if (!init.empty()) trainer.load_weights(init);
+    if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
+    RunRecord record{.command_line = opt.command_line, .config_name = cfg.name, .world_size = trainer.world_size()};
+    record.devices = group ? all_strings(*group, default_device()) : std::vector<std::string>{default_device()};
+    if (!lead) {
+      // zero1: every rank writes its optimizer shard whenever rank 0 writes a checkpoint
+      if (cfg.get_string("distributed.strategy") == "zero1") trainer.add_observer(std::make_shared<CheckpointWriter>());
+      return trainer.fit();
+    }
+    Config named = cfg;
+    named.set("train.run_dir", dir);  // the directory chosen above, even when a second has passed since
+    prepare_run_dir(named);
+    dir_is_ours = true;
+    // A resume keeps the config and record of every earlier start and writes its own beside them.
+    RunFiles files = run_files(dir, cfg.get_bool("train.resume"));
+    write_text(fs::path(dir) / files.config,
+               "# resolved config of " + cfg.name + " (" + timestamp() + ")\n" + cfg.to_yaml());
+    record.config_file = files.config;
+    record.resume_index = files.resume_index;
+    record.device_description = get_device(default_device()).description();
+    if (!resume_from.empty()) record.initial_weights = {"checkpoint", resume_from, trainer.step()};
+    else if (!init.empty()) record.initial_weights = {"file", init};
+    else record.initial_weights = {"random"};
+    write_text(fs::path(dir) / files.record, run_record_json(record, cfg));
+    // The checkpoint writer goes first, so that the others see its final checkpoint before the end.
+    trainer.add_observer(std::make_shared<CheckpointWriter>());
+    if (progress != ProgressMode::Off)
+      trainer.add_observer(std::make_shared<ProgressPrinter>(stdout, progress == ProgressMode::Bar));
+    trainer.add_observer(std::make_shared<MetricsWriter>((fs::path(dir) / "metrics.jsonl").string()));
+    trainer.add_observer(std::make_shared<TrainLog>((fs::path(dir) / "train.log").string()));
     return trainer.fit();
   } catch (const std::exception& e) {
-    log->line(std::string("error: ") + e.what());
+    if (lead && dir_is_ours) log_error(dir, e.what());
     throw;
   }
 }
@@ -312,11 +350,13 @@ int tg_main(int argc, char** argv) {
       }
       RunOptions opt;
       opt.tty = isatty(fileno(stdout)) != 0;
+      opt.command_line.assign(argv, argv + argc);
       TrainSummary s;
       try {
         s = run_train(cfg, opt);
       } catch (...) {
-        if (opt.tty) std::fputs("\n", stdout);  // end a progress bar line before the error
+        if (progress_mode(cfg.get_string("train.progress"), opt.tty) == ProgressMode::Bar)
+          std::fputs("\n", stdout);  // end a progress bar line before the error
         throw;
       }
       if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints

@@ -13,8 +13,9 @@
 namespace tg::launcher {
 
 struct RunOptions {
-  bool progress = true;   // print progress to stdout
-  bool tty = false;       // redraw a progress bar (set from isatty by tg_main)
+  bool progress = true;   // print progress to stdout (as train.progress says; false: none)
+  bool tty = false;       // stdout is a terminal (train.progress=auto draws a bar there; set by tg_main)
+  std::vector<std::string> command_line;  // recorded in run.json (tg_main: its argv)
 };
 
 // Chooses the run directory: train.run_dir, or runs/<config name>-<timestamp> (a free name).
@@ -24,9 +25,12 @@ std::string choose_run_dir(const Config& cfg);
 // choose_run_dir, then makes the directory (emptied first under train.overwrite).
 std::string prepare_run_dir(const Config& cfg);
 
-// Runs one experiment: prepares the run directory, writes config.yaml, attaches the observers
-// (progress, metrics.jsonl, train.log, checkpoints), loads train.init_weights, resumes from the
-// latest checkpoint when train.resume, trains, and returns the summary.
+// Runs one experiment: prepares the run directory, writes config.yaml and run.json (a resume:
+// config.resume-N.yaml and run.resume-N.json beside the earlier ones; run_record.h), attaches the
+// observers (progress, metrics.jsonl, train.log, checkpoints), loads train.init_weights, resumes
+// from the latest checkpoint when train.resume, trains, and returns the summary. An error that
+// ends the run also goes into train.log once the directory is the run's (Note [errors reach
+// train.log] in run.cpp).
 TrainSummary run_train(const Config& cfg, const RunOptions& opt = {});
 
 // `tg info`: build features, devices, memory pools, versions and knobs.

@@ -19,10 +19,12 @@
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
+#include "launcher/run_record.h"
 #include "launcher/trainer.h"
 #include "tinygrad/error.h"
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/nn/state.h"
+#include "tests/run_util.h"
 
 namespace fs = std::filesystem;
 using namespace tg;
@@ -415,8 +417,8 @@ TEST(LauncherTrainer, RecordsCheckpointsAndResumes) {
   std::string ckpt = (dir / "checkpoints" / "step_9.safetensors").string();
   auto meta = nn::safe_metadata(ckpt);
   EXPECT_EQ(meta.at("step"), "9");
-  EXPECT_EQ(meta.at("epoch"), "1");
-  EXPECT_EQ(meta.at("batch_in_epoch"), "3");
+  EXPECT_EQ(meta.at("epoch"), "2");  // Note [epoch numbers]: step 9 of 6 a epoch is in epoch 2
+  EXPECT_EQ(meta.at("batches_done_in_epoch"), "3");
   auto header = nn::safe_header(ckpt);
   for (const char* k : {"model.fc.weight", "model.fc.bias", "optim.step", "optim.0.exp_avg", "optim.1.exp_avg_sq"})
     EXPECT_TRUE(header.count(k)) << k;
@@ -679,4 +681,155 @@ TEST(LauncherRankAgreement, EveryRankThrowsNamingTheRanksAndKeys) {
   for (const auto& msg : m) EXPECT_NE(msg.find("\n  a: 5 on rank 1, 1 on rank 0\n"), std::string::npos) << msg;
   EXPECT_NE(m[2].find("\n  and on this rank:\n  c: 4 on rank 2, missing on rank 0\n"), std::string::npos) << m[2];
   EXPECT_EQ(m[1].find("and on this rank"), std::string::npos) << m[1];
+}
+
+namespace {
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+nlohmann::json json_file(const fs::path& p) { return nlohmann::json::parse(file_text(p)); }
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+// The run directory records how each start of a run was made (run.json, run.resume-N.json), a
+// resume keeps the earlier config.yaml and writes config.resume-N.yaml, every metrics record has
+// wall-clock time, and the epochs are numbered the same in metrics, train.log and checkpoints.
+TEST(LauncherRunRecord, RecordsEachStartAndKeepsEveryConfig) {
+  fs::path dir = temp_dir("run_record");
+  std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8", "train.steps=9",
+                                "train.checkpoint_every=3", "train.log_every=1", "optim.lr=0.05",
+                                "train.run_dir=" + dir.string()};
+  const double before = unix_now();
+  run_train(parse_config("", "synth.yaml", o), {.progress = false, .command_line = {"tg", "train", "synth.yaml"}});
+  const std::string first_config = file_text(dir / "config.yaml");
+  nlohmann::json rec = json_file(dir / "run.json");
+  EXPECT_EQ(rec["command_line"], nlohmann::json({"tg", "train", "synth.yaml"}));
+  EXPECT_EQ(rec["version"], build_version());
+  EXPECT_EQ(rec["commit"], build_commit());
+  EXPECT_FALSE(build_commit().empty());
+  EXPECT_EQ(rec["devices"], nlohmann::json({"CPU"}));
+  EXPECT_EQ(rec["world_size"], 1);
+  EXPECT_EQ(rec["precision"], "fp32");
+  EXPECT_EQ(rec["config_file"], "config.yaml");
+  EXPECT_EQ(rec["initial_weights"], nlohmann::json({{"source", "random"}, {"seed", 0}}));
+  EXPECT_FALSE(rec["host"].get<std::string>().empty());
+
+  // Resume from step 6 with more steps: the first config stays, the resume's goes beside it.
+  fs::remove(dir / "checkpoints" / "step_9.safetensors");
+  o[3] = "train.steps=12";
+  o.push_back("train.resume=true");
+  run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  const double after = unix_now();
+  EXPECT_EQ(file_text(dir / "config.yaml"), first_config);
+  EXPECT_NE(first_config.find("steps: 9"), std::string::npos) << first_config;
+  EXPECT_NE(file_text(dir / "config.resume-1.yaml").find("steps: 12"), std::string::npos);
+  nlohmann::json resumed = json_file(dir / "run.resume-1.json");
+  EXPECT_EQ(resumed["resume_index"], 1);
+  EXPECT_EQ(resumed["config_file"], "config.resume-1.yaml");
+  EXPECT_EQ(resumed["initial_weights"]["source"], "checkpoint");
+  EXPECT_EQ(resumed["initial_weights"]["step"], 6);
+  EXPECT_EQ(run_files(dir.string(), true).config, "config.resume-2.yaml");
+  EXPECT_TRUE(fs::exists(dir / "run.json"));
+
+  // Wall-clock time on every record; elapsed_s goes on across the resume. Epochs: 6 batches each.
+  auto records = testutil::metrics_records(dir, "train");
+  ASSERT_EQ(records.size(), 12u);
+  double last_elapsed = 0;
+  for (const auto& r : records) {
+    EXPECT_GE(r["time"].get<double>(), before - 1);
+    EXPECT_LE(r["time"].get<double>(), after + 1);
+    EXPECT_GE(r["elapsed_s"].get<double>(), last_elapsed);
+    last_elapsed = r["elapsed_s"].get<double>();
+    EXPECT_EQ(r["epoch"], (r["step"].get<int64_t>() - 1) / 6 + 1) << r;
+  }
+  for (const char* type : {"eval", "checkpoint"})
+    for (const auto& r : testutil::metrics_records(dir, type)) {
+      EXPECT_TRUE(r.contains("time") && r.contains("elapsed_s")) << r;
+      EXPECT_EQ(r["epoch"], (r["step"].get<int64_t>() - 1) / 6 + 1) << r;
+    }
+  EXPECT_EQ(nn::safe_metadata((dir / "checkpoints" / "step_6.safetensors").string()).at("epoch"), "1");
+  EXPECT_EQ(nn::safe_metadata((dir / "checkpoints" / "step_12.safetensors").string()).at("epoch"), "2");
+  const std::string log = file_text(dir / "train.log");
+  EXPECT_NE(log.find("epoch 1 step 6/"), std::string::npos) << log;
+  EXPECT_NE(log.find("epoch 2 step 7/"), std::string::npos) << log;
+  fs::remove_all(dir);
+}
+
+// train.progress: auto is a bar on a terminal, plain lines elsewhere and under a launcher (mpirun
+// gives rank 0 a pseudo-terminal: its log file used to fill with \r bars).
+TEST(LauncherRunRecord, ProgressModeFollowsTheTerminalAndTheLauncher) {
+  const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "TG_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE"};
+  std::map<std::string, std::string> saved;
+  for (const char* v : vars)
+    if (const char* x = std::getenv(v)) saved[v] = x;
+  for (const char* v : vars) ::unsetenv(v);
+  EXPECT_EQ(progress_mode("auto", true), ProgressMode::Bar);
+  EXPECT_EQ(progress_mode("auto", false), ProgressMode::Plain);
+  EXPECT_EQ(progress_mode("bar", false), ProgressMode::Bar);
+  EXPECT_EQ(progress_mode("plain", true), ProgressMode::Plain);
+  EXPECT_EQ(progress_mode("off", true), ProgressMode::Off);
+  for (const char* v : vars) {
+    ::setenv(v, "2", 1);
+    EXPECT_TRUE(started_by_launcher()) << v;
+    EXPECT_EQ(progress_mode("auto", true), ProgressMode::Plain) << v;
+    ::unsetenv(v);
+  }
+  for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
+  EXPECT_NE(error_of([] { parse_config("", "c.yaml", {"train.progress=fancy"}); }).find("train.progress"), std::string::npos);
+
+  // What each mode prints: a bar redrawn with \r and elapsed<ETA, plain lines, nothing.
+  std::map<std::string, std::string> printed;
+  for (const char* mode : {"bar", "plain", "off"}) {
+    fs::path dir = temp_dir(std::string("progress_") + mode);
+    Config c = parse_config("", "synth.yaml", {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8",
+                                               "train.steps=4", "train.log_every=1", "train.print_every=2",
+                                               std::string("train.progress=") + mode, "train.run_dir=" + dir.string()});
+    testing::internal::CaptureStdout();
+    run_train(c, {.progress = true, .tty = false});
+    printed[mode] = testing::internal::GetCapturedStdout();
+    fs::remove_all(dir);
+  }
+  EXPECT_NE(printed["bar"].find("\r[####"), std::string::npos) << printed["bar"];
+  EXPECT_NE(printed["bar"].find("] epoch 1 step 4/4"), std::string::npos) << printed["bar"];
+  EXPECT_NE(printed["bar"].find("  [00:00<00:00]"), std::string::npos) << printed["bar"];
+  EXPECT_EQ(printed["plain"].find('\r'), std::string::npos) << printed["plain"];
+  EXPECT_NE(printed["plain"].find("epoch 1 step 2/4"), std::string::npos) << printed["plain"];
+  EXPECT_EQ(printed["plain"].find("epoch 1 step 3/4"), std::string::npos) << printed["plain"];
+  EXPECT_EQ(printed["off"], "");
+}
+
+// A resume with another model: load_state_dict's whole message (every missing and unexpected
+// key) on stderr and in train.log.
+TEST(LauncherRunRecord, ErrorsGoWholeIntoTrainLog) {
+  fs::path dir = temp_dir("error_log");
+  std::vector<std::string> args = {"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml",
+                                   "data.name=test_synth", "data.batch_size=8", "model.name=test_tiny", "train.steps=2",
+                                   "train.progress=off", "train.run_dir=" + dir.string()};
+  ASSERT_EQ(tg_cli(args).first, 0);
+  args[5] = "model.name=test_mlp";
+  args.push_back("train.resume=true");
+  args[6] = "train.steps=4";
+  auto [rc, err] = tg_cli(args);
+  EXPECT_EQ(rc, 1);
+  const std::string want = "load_state_dict: cannot load into Sequential:\n  missing keys: '1.weight', '1.bias', "
+                           "'3.weight', '3.bias'\n  unexpected keys: 'fc.bias', 'fc.weight'";
+  EXPECT_EQ(err, "error: " + want + "\n");
+  const std::string log = file_text(dir / "train.log");
+  EXPECT_NE(log.find("  error: " + want + "\n"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir / "config.resume-1.yaml"));  // the failed resume wrote no config
+  fs::remove_all(dir);
+}
+
+TEST(LauncherRunRecord, VersionNamesCommitAndFeatures) {
+  std::string v = version_text();
+  EXPECT_EQ(v.rfind("tinygrad++ " + build_version() + " (commit " + build_commit() + ")\n", 0), 0u) << v;
+  EXPECT_NE(v.find("CPU kernels: "), std::string::npos) << v;
+  EXPECT_NE(v.find("process-group backends: local"), std::string::npos) << v;
 }
