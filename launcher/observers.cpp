@@ -150,6 +150,7 @@ void MetricsWriter::on_train_begin(Trainer& t) {
   TG_CHECK(out_, "metrics: cannot write '", path_, "'");
   elapsed_before_ = t.step() > 0 ? last_elapsed_s(path_) : 0.0;
   began_ = std::chrono::steady_clock::now();
+  for (auto& sink : sinks_) sink->begin(t.step());
 }
 
 // The elapsed_s of the file's last record that has one (0 when none): where a resumed run's
@@ -170,6 +171,7 @@ void MetricsWriter::write(nlohmann::json record) {
   record["elapsed_s"] = std::round(elapsed * 1000) / 1000;
   out_ << record.dump() << "\n";
   out_.flush();
+  for (auto& sink : sinks_) sink->write(record);
 }
 
 void MetricsWriter::on_step_end(Trainer&, const StepEvent& e) {
@@ -181,6 +183,7 @@ void MetricsWriter::on_step_end(Trainer&, const StepEvent& e) {
                    {"examples_per_s", std::round(e.examples_per_s * 10) / 10}};
   if (e.tokens_per_s > 0) j["tokens_per_s"] = std::round(e.tokens_per_s);
   if (e.mfu) j["mfu"] = std::round(*e.mfu * 1e4) / 1e4;
+  if (e.grad_norm) j["grad_norm"] = *e.grad_norm;
   write(j);
 }
 

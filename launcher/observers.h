@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "launcher/trainer.h"
 
@@ -35,13 +37,23 @@ class ProgressPrinter : public TrainObserver {
 // One JSON object per line: {"type":"train","step","epoch","loss","lr","examples_per_s"} or
 // {"type":"eval","step","epoch","eval_accuracy" | "val_loss","perplexity","eval_seconds"} (train
 // records of next-token tasks add "tokens_per_s" and, with train.peak_tflops, "mfu") or {"type":"checkpoint",...} or
-// {"type":"skip","step","grad_norm"} (ddp: a step every rank skipped on a non-finite gradient).
+// {"type":"skip","step","grad_norm"} (ddp: a step every rank skipped on a non-finite gradient);
+// train records add "grad_norm" where the step computes it (ddp and zero1 steps that check or clip).
 // Every record carries "time" (wall clock, seconds since the Unix epoch) and "elapsed_s" (training
 // time of the run, continued across resumes). A resumed run first drops the records after its
 // checkpoint's step, so the file reads like one uninterrupted run.
 class MetricsWriter : public TrainObserver {
  public:
+  // Receives every record right after metrics.jsonl has it (metric_sinks.h: TensorBoard, CSV).
+  class Sink {
+   public:
+    virtual ~Sink() = default;
+    // Training begins at `step` (> 0: resumed; metrics.jsonl holds the records up to it).
+    virtual void begin(int64_t step) = 0;
+    virtual void write(const nlohmann::json& record) = 0;
+  };
   explicit MetricsWriter(std::string path);
+  void add_sink(std::shared_ptr<Sink> sink) { sinks_.push_back(std::move(sink)); }
   void on_train_begin(Trainer& t) override;
   void on_step_end(Trainer& t, const StepEvent& e) override;
   void on_step_skipped(Trainer& t, const SkipEvent& e) override;
@@ -55,6 +67,7 @@ class MetricsWriter : public TrainObserver {
   std::ofstream out_;
   double elapsed_before_ = 0;  // a resumed run's elapsed_s at its checkpoint
   std::chrono::steady_clock::time_point began_;
+  std::vector<std::shared_ptr<Sink>> sinks_;
 };
 
 // Plain text lines with a timestamp, appended to run_dir/train.log.

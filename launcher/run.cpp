@@ -18,6 +18,7 @@
 
 #include "distributed/host_exchange.h"
 #include "distributed/process_group.h"
+#include "launcher/metric_sinks.h"
 #include "launcher/observers.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
@@ -236,7 +237,11 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
     trainer.add_observer(std::make_shared<CheckpointWriter>());
     if (progress != ProgressMode::Off)
       trainer.add_observer(std::make_shared<ProgressPrinter>(stdout, progress == ProgressMode::Bar));
-    trainer.add_observer(std::make_shared<MetricsWriter>((fs::path(dir) / "metrics.jsonl").string()));
+    auto metrics = std::make_shared<MetricsWriter>((fs::path(dir) / "metrics.jsonl").string());
+    if (cfg.get_bool("train.tensorboard")) metrics->add_sink(std::make_shared<TensorBoardSink>((fs::path(dir) / "tensorboard").string()));
+    if (cfg.get_bool("train.csv"))
+      metrics->add_sink(std::make_shared<CsvSink>((fs::path(dir) / "metrics.csv").string(), (fs::path(dir) / "metrics.jsonl").string()));
+    trainer.add_observer(metrics);
     trainer.add_observer(std::make_shared<TrainLog>((fs::path(dir) / "train.log").string()));
     return trainer.fit();
   } catch (const std::exception& e) {

@@ -395,6 +395,7 @@ TrainSummary Trainer::fit() {
         double dt = seconds_since(t_window);
         double examples_per_s = dt > 0 ? static_cast<double>(window_examples) / dt : 0.0;
         StepEvent ev{step_, total_steps_, epoch_of(step_), b->index, bpe, loss_v, lr, examples_per_s};
+        if (outs.size() == 3) ev.grad_norm = step_outcome_.grad_norm;
         if (data_.task == Task::NextToken) {
           ev.tokens_per_s = examples_per_s * static_cast<double>(b->y.shape(1));
           double peak = cfg_.get_float("train.peak_tflops");

@@ -35,6 +35,7 @@ struct StepEvent {
   double examples_per_s = 0;  // since the previous step event
   double tokens_per_s = 0;    // next-token tasks: examples/s times the sequence length
   std::optional<double> mfu;  // model FLOPs utilisation, where the model and train.peak_tflops say (Note [mfu])
+  std::optional<double> grad_norm;  // the global gradient norm before clipping, where the step computes it (ddp, zero1)
 };
 
 // What an evaluation measured (Note [training tasks] in trainer.cpp).

@@ -16,10 +16,12 @@
 
 #include "distributed/local_backend.h"
 #include "launcher/config.h"
+#include "launcher/metric_sinks.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
 #include "launcher/run_record.h"
+#include "launcher/tensorboard.h"
 #include "launcher/trainer.h"
 #include "tinygrad/error.h"
 #include "tinygrad/nn/layers.h"
@@ -832,4 +834,223 @@ TEST(LauncherRunRecord, VersionNamesCommitAndFeatures) {
   EXPECT_EQ(v.rfind("tinygrad++ " + build_version() + " (commit " + build_commit() + ")\n", 0), 0u) << v;
   EXPECT_NE(v.find("CPU kernels: "), std::string::npos) << v;
   EXPECT_NE(v.find("process-group backends: local"), std::string::npos) << v;
+}
+
+namespace {
+
+// A reader of TensorBoard event files written for this test from the format's description (Note
+// [TensorBoard event files]): every record's two CRCs are checked and its Event decoded.
+struct ProtoReader {
+  std::string_view in;
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+      if (in.empty()) throw std::runtime_error("varint runs past the message");
+      auto b = static_cast<uint8_t>(in.front());
+      in.remove_prefix(1);
+      v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+  }
+  template <class T>
+  T fixed() {
+    if (in.size() < sizeof(T)) throw std::runtime_error("fixed field runs past the message");
+    T v;
+    std::memcpy(&v, in.data(), sizeof(T));
+    in.remove_prefix(sizeof(T));
+    return v;
+  }
+  std::string_view bytes() {
+    uint64_t n = varint();
+    if (in.size() < n) throw std::runtime_error("length-delimited field runs past the message");
+    std::string_view b = in.substr(0, n);
+    in.remove_prefix(n);
+    return b;
+  }
+};
+
+Event decode_event(std::string_view data) {
+  Event e;
+  ProtoReader r{data};
+  while (!r.in.empty()) {
+    uint64_t key = r.varint();
+    switch (key) {
+      case (1 << 3 | 1): e.wall_time = r.fixed<double>(); break;
+      case (2 << 3 | 0): e.step = static_cast<int64_t>(r.varint()); break;
+      case (3 << 3 | 2): e.file_version = std::string(r.bytes()); break;
+      case (5 << 3 | 2): {
+        ProtoReader summary{r.bytes()};
+        while (!summary.in.empty()) {
+          if (summary.varint() != (1 << 3 | 2)) throw std::runtime_error("Summary: unexpected field");
+          ProtoReader value{summary.bytes()};
+          std::string tag;
+          float simple = NAN;
+          while (!value.in.empty()) {
+            uint64_t k = value.varint();
+            if (k == (1 << 3 | 2)) tag = std::string(value.bytes());
+            else if (k == (2 << 3 | 5)) simple = value.fixed<float>();
+            else throw std::runtime_error("Summary.Value: unexpected field");
+          }
+          e.scalars.emplace_back(tag, simple);
+        }
+        break;
+      }
+      case (6 << 3 | 2): e.session_start = r.bytes() == std::string_view("\x08\x01", 2); break;
+      default: throw std::runtime_error("Event: unexpected field key " + std::to_string(key));
+    }
+  }
+  return e;
+}
+
+std::vector<Event> read_event_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::string all(std::istreambuf_iterator<char>(in), {});
+  std::string_view rest = all;
+  std::vector<Event> out;
+  auto u32 = [](std::string_view b) { uint32_t v; std::memcpy(&v, b.data(), 4); return v; };
+  while (!rest.empty()) {
+    if (rest.size() < 12) throw std::runtime_error("truncated record header");
+    std::string_view len_bytes = rest.substr(0, 8);
+    uint64_t len;
+    std::memcpy(&len, len_bytes.data(), 8);
+    if (u32(rest.substr(8, 4)) != masked_crc32c(len_bytes)) throw std::runtime_error("length CRC mismatch");
+    if (rest.size() < 16 + len) throw std::runtime_error("truncated record");
+    std::string_view data = rest.substr(12, len);
+    if (u32(rest.substr(12 + len, 4)) != masked_crc32c(data)) throw std::runtime_error("data CRC mismatch");
+    out.push_back(decode_event(data));
+    rest.remove_prefix(16 + len);
+  }
+  return out;
+}
+
+std::vector<fs::path> event_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST(LauncherTensorBoard, Crc32cAndEventEncodingMatchTheFormat) {
+  EXPECT_EQ(crc32c("123456789"), 0xE3069283u);  // CRC-32C's check value
+  EXPECT_EQ(crc32c(""), 0u);
+  EXPECT_EQ(crc32c(std::string(32, '\0')), 0x8A9136AAu);  // RFC 3720, B.4
+  // The first record of every TensorBoard file: Event{wall_time, file_version: "brain.Event:2"}.
+  Event first{.wall_time = 1.5, .file_version = "brain.Event:2"};
+  std::string bytes = encode_event(first);
+  EXPECT_EQ(bytes, std::string("\x09\x00\x00\x00\x00\x00\x00\xf8\x3f\x1a\x0d", 11) + "brain.Event:2");
+  Event back = decode_event(bytes);
+  EXPECT_EQ(back.wall_time, 1.5);
+  EXPECT_EQ(back.file_version, "brain.Event:2");
+  Event scalars{.wall_time = 2, .step = 300, .scalars = {{"train/loss", 0.25f}, {"eval/val_loss", -1e-3f}}};
+  back = decode_event(encode_event(scalars));
+  EXPECT_EQ(back.step, 300);
+  EXPECT_EQ(back.scalars, scalars.scalars);
+  std::string rec = tfrecord("abc");
+  ASSERT_EQ(rec.size(), 8u + 4 + 3 + 4);
+  EXPECT_EQ(rec.substr(0, 8), std::string("\x03\0\0\0\0\0\0\0", 8));
+}
+
+// train.tensorboard=true and train.csv=true: the event files and metrics.csv hold metrics.jsonl's
+// values (the event file read back here, its CRCs checked and its protocol buffers decoded).
+TEST(LauncherTensorBoard, EventFilesAndCsvHoldTheMetrics) {
+  fs::path dir = temp_dir("tensorboard");
+  std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8", "train.steps=8",
+                                "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4", "optim.lr=0.05",
+                                "train.tensorboard=true", "train.csv=true", "train.run_dir=" + dir.string()};
+  run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  auto files = event_files(dir / "tensorboard");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].filename().string().rfind("events.out.tfevents.", 0), 0u) << files[0];
+  std::vector<Event> events = read_event_file(files[0]);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].file_version, "brain.Event:2");
+  std::vector<nlohmann::json> records;
+  for (const char* type : {"train", "eval"})
+    for (auto& r : testutil::metrics_records(dir, type)) records.push_back(r);
+  std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a["time"] < b["time"]; });
+  EXPECT_TRUE(events[1].session_start);  // the session begins at step 1
+  EXPECT_EQ(events[1].step, 1);
+  ASSERT_EQ(events.size(), 2 + records.size());  // 4 train records, 2 evaluations
+  ASSERT_EQ(records.size(), 6u);
+  for (size_t i = 0; i < records.size(); i++) {
+    const Event& e = events[i + 2];
+    const auto& r = records[i];
+    EXPECT_EQ(e.step, r["step"].get<int64_t>());
+    EXPECT_NEAR(e.wall_time, r["time"].get<double>(), 1e-6);
+    std::map<std::string, float> got(e.scalars.begin(), e.scalars.end());
+    const std::string type = r["type"];
+    for (const char* key : {"loss", "lr", "examples_per_s", "epoch", "eval_accuracy"}) {
+      if (!r.contains(key)) continue;
+      ASSERT_TRUE(got.count(type + "/" + key)) << type << "/" << key;
+      EXPECT_EQ(got[type + "/" + key], r[key].get<float>()) << key;
+    }
+    EXPECT_EQ(e.scalars, record_scalars(r));
+  }
+
+  // metrics.csv: the union of the keys as its header, one row per metrics.jsonl record.
+  std::ifstream csv(dir / "metrics.csv");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  std::ifstream jsonl(dir / "metrics.jsonl");
+  std::vector<nlohmann::json> all;
+  for (std::string line; std::getline(jsonl, line);) all.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 1 + all.size());
+  EXPECT_EQ(lines[0], "type,step,epoch,time,elapsed_s,eval_accuracy,eval_seconds,examples_per_s,loss,lr,path");
+  std::vector<std::string> header;
+  std::stringstream hs(lines[0]);
+  for (std::string cell; std::getline(hs, cell, ',');) header.push_back(cell);
+  for (size_t i = 0; i < all.size(); i++) {
+    std::vector<std::string> cells;
+    std::stringstream rs(lines[i + 1]);
+    for (std::string cell; std::getline(rs, cell, ',');) cells.push_back(cell);
+    cells.resize(header.size());
+    for (size_t c = 0; c < header.size(); c++) {
+      const auto& r = all[i];
+      std::string want = !r.contains(header[c]) ? "" : r[header[c]].is_string() ? r[header[c]].get<std::string>() : r[header[c]].dump();
+      EXPECT_EQ(cells[c], want) << "row " << i << " column " << header[c];
+    }
+  }
+
+  // A resume from step 4: a second event file that restarts at step 5, and metrics.csv rewritten
+  // from the trimmed metrics.jsonl.
+  fs::remove(dir / "checkpoints" / "step_8.safetensors");
+  o.push_back("train.resume=true");
+  run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  files = event_files(dir / "tensorboard");
+  ASSERT_EQ(files.size(), 2u);
+  std::vector<Event> resumed = read_event_file(files[1]);
+  ASSERT_GE(resumed.size(), 2u);
+  EXPECT_TRUE(resumed[1].session_start);
+  EXPECT_EQ(resumed[1].step, 5);
+  EXPECT_EQ(resumed[2].step, 6);
+  std::ifstream csv2(dir / "metrics.csv");
+  size_t rows = 0;
+  for (std::string line; std::getline(csv2, line);) rows++;
+  std::ifstream jsonl2(dir / "metrics.jsonl");
+  size_t records2 = 0;
+  for (std::string line; std::getline(jsonl2, line);) records2++;
+  EXPECT_EQ(rows, 1 + records2);
+
+  fs::remove_all(dir);
+}
+
+// TensorBoard's own reader (EventAccumulator) gives metrics.jsonl's values for a run that was
+// resumed (the restart event drops the first file's values after the checkpoint), where python3
+// has TensorBoard (the GPU machine; Note [python interop] in test_state.cpp).
+TEST(LauncherTensorBoard, TensorBoardReadsTheRunBack) {
+  if (std::system("python3 -c 'import tensorboard' > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 has no tensorboard module: TensorBoard's EventAccumulator not checked here";
+  fs::path dir = temp_dir("tensorboard_python");
+  std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8", "train.steps=8",
+                                "train.log_every=2", "train.eval_every=4", "train.checkpoint_every=4", "optim.lr=0.05",
+                                "train.tensorboard=true", "train.run_dir=" + dir.string()};
+  run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  fs::remove(dir / "checkpoints" / "step_8.safetensors");
+  o.push_back("train.resume=true");
+  run_train(parse_config("", "synth.yaml", o), {.progress = false});
+  std::string cmd = "python3 " + std::string(TG_SOURCE_DIR) + "/tests/scripts/tensorboard_read.py " + dir.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  fs::remove_all(dir);
 }
