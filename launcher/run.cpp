@@ -1,11 +1,13 @@
-// run_train, the run directory, `tg info`, `tg tokenize` and the argv dispatch of the tg command
-// (see run.h).
+// run_train, the run directory, `tg info`, `tg tokenize` and the tg command's line: its commands
+// and their arguments on CLI11 (see run.h).
 #include "launcher/run.h"
 
 #include "launcher/bench.h"
 
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
 
 #include <charconv>
 #include <ctime>
@@ -45,23 +47,6 @@ std::string timestamp() {
 
 bool non_empty_dir(const fs::path& p) { return fs::is_directory(p) && !fs::is_empty(p); }
 
-const char* USAGE =
-    "usage: tg <command> [args]\n"
-    "  tg train CONFIG.yaml [key=value ...]   train an experiment (e.g. optim.lr=0.01 train.steps=300)\n"
-    "  tg config CONFIG.yaml [key=value ...]  print the resolved config\n"
-    "  tg keys                                list every config key with its type and default\n"
-    "  tg info                                build features, devices, memory pools, knobs\n"
-    "  tg bench [--reps=N] [WORKLOAD ...]     time the benchmark workloads (JSON lines; all by default)\n"
-    "  tg tokenize TEXT OUT.bin [--shard-tokens=N]\n"
-    "                                         a UTF-8 text (plain or gzipped) as llm.c token shards\n"
-    "                                         for data.name=tokens; byte-level: token = byte, vocabulary\n"
-    "                                         256 (GPT-2 BPE is not implemented yet); past N tokens\n"
-    "                                         (default 10^8): OUT_000000.bin, OUT_000001.bin, ...\n"
-    "  tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-    "                                         continue a prompt with a trained gpt run's newest\n"
-    "                                         checkpoint (byte-level runs; one seed, one text)\n"
-    "  tg help                                this text\n";
-
 std::string value_text(const Value& v) {
   if (auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
   if (auto* d = std::get_if<double>(&v)) {
@@ -85,15 +70,11 @@ std::string keys_text() {
   return os.str();
 }
 
-// key=value arguments after the config path.
-std::vector<std::string> overrides_from(int argc, char** argv, int first) {
-  std::vector<std::string> out;
-  for (int i = first; i < argc; i++) {
-    std::string a = argv[i];
+// The key=value arguments after the config path, each checked to be one.
+const std::vector<std::string>& checked_overrides(const std::vector<std::string>& args) {
+  for (const auto& a : args)
     TG_CHECK(a.find('=') != std::string::npos, "unexpected argument '", a, "' (overrides are key=value, e.g. optim.lr=0.01)");
-    out.push_back(a);
-  }
-  return out;
+  return args;
 }
 
 // The N of `tg bench --reps=N`: a whole number from 1 to 1000000, or an error naming the value.
@@ -299,75 +280,205 @@ std::string info_text() {
   return os.str();
 }
 
+namespace {
+
+// Note [tg's command line]: each command of `tg` is a row of commands(): its name, its usage
+// line, a line of help, and `define`, which adds the command's positionals and options (with
+// their help) to a CLI11 app and returns what runs the command once CLI11 has parsed them.
+// tg_main picks the row by argv[1] and parses the rest with CLI11, so every command has
+// `tg help COMMAND` and `tg COMMAND --help`, an argument no command takes is an error (CLI11's
+// message, the command and its usage), and `--key value` and `--key=value` both work. Numbers
+// are taken as text and parsed by the command, so that an error names the option and the value
+// (`tg bench: --reps must be a whole number from 1 to 1000000, got 'abc'`). A command that
+// parses its own arguments (a launcher passing a whole command line on) gives `own_main`
+// instead of `define` and receives argv from its first argument on; its row is all it needs.
+using Runner = std::function<int(const std::vector<std::string>& command_line)>;
+
+struct Command {
+  std::string name, usage, summary;
+  std::function<Runner(CLI::App&)> define;
+  int (*own_main)(int argc, char** argv, int first) = nullptr;
+};
+
+Runner define_train(CLI::App& app, bool train) {
+  auto config = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  app.add_option("CONFIG", *config, "the experiment's YAML config (configs/*.yaml)")->required();
+  app.add_option("OVERRIDES", *overrides,
+                 "key=value overrides of config keys (tg keys lists them), e.g. optim.lr=3e-4 train.steps=300; "
+                 "a key's last part alone where it is unique: lr=3e-4");
+  app.footer("The config keys, their types and defaults: tg keys. Example: tg train configs/fmnist_mlp.yaml lr=3e-4 "
+             "train.steps=300 train.tensorboard=true");
+  return [=](const std::vector<std::string>& command_line) {
+    const std::vector<std::string>& checked = checked_overrides(*overrides);
+    Config cfg = load_config(*config, checked);
+    if (!train) {
+      std::cout << cfg.to_yaml();
+      return 0;
+    }
+    RunOptions opt;
+    opt.tty = isatty(fileno(stdout)) != 0;
+    opt.command_line = command_line;
+    TrainSummary s;
+    try {
+      s = run_train(cfg, opt);
+    } catch (...) {
+      if (progress_mode(cfg.get_string("train.progress"), opt.tty) == ProgressMode::Bar)
+        std::fputs("\n", stdout);  // end a progress bar line before the error
+      throw;
+    }
+    if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
+    return 0;
+  };
+}
+
+Runner define_no_arguments(const std::function<std::string()>& text) {
+  return [text](const std::vector<std::string>&) {
+    std::cout << text();
+    return 0;
+  };
+}
+
+Runner define_bench(CLI::App& app) {
+  auto reps = std::make_shared<std::string>("10");
+  auto names = std::make_shared<std::vector<std::string>>();
+  app.add_option("--reps", *reps, "timed repetitions of each workload, 1 to 1000000 (default 10)")->type_name("N");
+  app.add_option("WORKLOAD", *names, "workloads to time (default: all of them)");
+  return [=](const std::vector<std::string>&) {
+    const int n = parse_reps(*reps);
+    for (auto& name : names->empty() ? default_bench_names() : *names)
+      for (auto& r : run_bench({name}, n)) std::cout << bench_json(r) << std::endl;
+    return 0;
+  };
+}
+
+Runner define_tokenize(CLI::App& app) {
+  auto text = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto shard_tokens = std::make_shared<std::string>(std::to_string(nn::TOKEN_SHARD_DEFAULT_TOKENS));
+  app.add_option("TEXT", *text, "a UTF-8 text file, plain or gzipped")->required();
+  app.add_option("OUT", *out, "the token shard to write (OUT_000000.bin, OUT_000001.bin, ... past --shard-tokens)")
+      ->required();
+  app.add_option("--shard-tokens", *shard_tokens, "tokens per shard file, 1 to 2^31 - 1 (default 10^8)")->type_name("N");
+  app.footer("Byte-level: token = byte, vocabulary 256 (GPT-2 BPE is not implemented yet). Past N tokens: "
+             "OUT_000000.bin, OUT_000001.bin, ...");
+  return [=](const std::vector<std::string>&) {
+    for (const auto& p : tokenize_file(*text, *out, parse_shard_tokens(*shard_tokens)))
+      std::cout << "wrote " << nn::TokenShard(p).size() << " tokens to " << p << "\n";
+    return 0;
+  };
+}
+
+Runner define_sample(CLI::App& app) {
+  auto args = std::make_shared<SampleArgs>();
+  define_sample_options(app, *args);
+  return [=](const std::vector<std::string>&) {
+    SampleRequest r = sample_request(*args);
+    std::cout << r.prompt << sample_text(r) << std::endl;
+    return 0;
+  };
+}
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> all = {
+      {"train", "tg train CONFIG.yaml [key=value ...]", "train an experiment (e.g. optim.lr=0.01 train.steps=300)",
+       [](CLI::App& app) { return define_train(app, true); }},
+      {"config", "tg config CONFIG.yaml [key=value ...]", "print the resolved config (defaults, file, overrides)",
+       [](CLI::App& app) { return define_train(app, false); }},
+      {"keys", "tg keys", "list every config key with its type, default and help",
+       [](CLI::App&) { return define_no_arguments([] { return "config keys (type, default):\n" + keys_text(); }); }},
+      {"info", "tg info", "build features, devices, memory pools, versions, knobs",
+       [](CLI::App&) { return define_no_arguments(info_text); }},
+      {"bench", "tg bench [--reps=N] [WORKLOAD ...]", "time the benchmark workloads (JSON lines; all by default)",
+       define_bench},
+      {"tokenize", "tg tokenize TEXT OUT.bin [--shard-tokens=N]",
+       "a UTF-8 text (plain or gzipped) as llm.c token shards (byte-level) for data.name=tokens", define_tokenize},
+      {"sample", SAMPLE_USAGE, "continue a prompt with a trained gpt run's newest checkpoint (byte-level runs)",
+       define_sample},
+  };
+  return all;
+}
+
+const Command* find_command(const std::string& name) {
+  for (const auto& c : commands())
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+std::string command_names() {
+  std::string out;
+  for (const auto& c : commands()) out += c.name + ", ";
+  return out + "help";
+}
+
+std::string usage_text() {
+  std::ostringstream os;
+  os << "usage: tg <command> [args]   (tg help COMMAND or tg COMMAND --help: its arguments; tg --version)\n";
+  for (const auto& c : commands()) {
+    os << "  " << c.usage;
+    if (c.usage.size() < 40) os << std::string(41 - c.usage.size(), ' ') << c.summary << "\n";
+    else os << "\n" << std::string(43, ' ') << c.summary << "\n";
+  }
+  os << "  tg help [COMMAND]" << std::string(41 - 17, ' ') << "this text, or a command's arguments\n";
+  return os.str();
+}
+
+// A command's CLI11 app: its line of help, its usage and its arguments.
+std::string app_description(const Command& c) { return c.summary; }
+
+// `--reps=` with nothing after the `=`: CLI11 would take the next argument as the value.
+void check_no_empty_values(const Command& c, int argc, char** argv) {
+  for (int i = 2; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "--") break;
+    TG_CHECK(!(a.rfind("--", 0) == 0 && a.back() == '='), "tg ", c.name, ": ", a, " has no value (usage: ", c.usage,
+             "; tg help ", c.name, ")");
+  }
+}
+
+// `tg help COMMAND`: its arguments and options.
+int print_command_help(const std::string& name, char** argv) {
+  const Command* c = find_command(name);
+  TG_CHECK(c, "tg help: unknown command '", name, "' (commands: ", command_names(), ")");
+  if (c->own_main) {
+    std::string command = name, flag = "--help";
+    std::vector<char*> args = {argv[0], command.data(), flag.data()};
+    return c->own_main(3, args.data(), 2);
+  }
+  CLI::App app{app_description(*c), "tg " + name};
+  c->define(app);
+  std::cout << app.help();
+  return 0;
+}
+
+}  // namespace
+
 int tg_main(int argc, char** argv) {
   try {
-    std::string cmd = argc > 1 ? argv[1] : "help";
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-      std::cout << USAGE;
-      return argc > 1 ? 0 : 1;
+    const std::string cmd = argc > 1 ? argv[1] : "";
+    if (cmd.empty() || cmd == "help" || cmd == "--help" || cmd == "-h") {
+      if (cmd == "help" && argc > 2) return print_command_help(argv[2], argv);
+      std::cout << usage_text();
+      return cmd.empty() ? 1 : 0;
     }
-    if (cmd == "info") {
-      std::cout << info_text();
+    if (cmd == "--version") {
+      std::cout << version_text();
       return 0;
     }
-    if (cmd == "bench") {
-      int reps = 10;
-      std::vector<std::string> names;
-      for (int i = 2; i < argc; i++) {
-        std::string a = argv[i];
-        if (a.rfind("--reps=", 0) == 0) reps = parse_reps(a.substr(7));
-        else names.push_back(a);
-      }
-      for (auto& n : names.empty() ? default_bench_names() : names) {
-        for (auto& r : run_bench({n}, reps)) std::cout << bench_json(r) << std::endl;
-      }
+    const Command* c = find_command(cmd);
+    TG_CHECK(c, "unknown command '", cmd, "' (commands: ", command_names(), ")");
+    if (c->own_main) return c->own_main(argc, argv, 2);
+    check_no_empty_values(*c, argc, argv);
+    CLI::App app{app_description(*c), "tg " + cmd};
+    Runner run = c->define(app);
+    try {
+      app.parse(argc - 1, argv + 1);  // argv[1], the command, stands for the program name
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
       return 0;
+    } catch (const CLI::ParseError& e) {
+      TG_FAIL("tg ", cmd, ": ", e.what(), " (usage: ", c->usage, "; tg help ", cmd, ")");
     }
-    if (cmd == "tokenize") {
-      std::vector<std::string> paths;
-      int64_t shard_tokens = nn::TOKEN_SHARD_DEFAULT_TOKENS;
-      for (int i = 2; i < argc; i++) {
-        std::string a = argv[i];
-        if (a.rfind("--shard-tokens=", 0) == 0) shard_tokens = parse_shard_tokens(a.substr(15));
-        else paths.push_back(a);
-      }
-      TG_CHECK(paths.size() == 2, "tg tokenize: expected TEXT OUT.bin, got ", paths.size(),
-               " paths (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N])");
-      for (const auto& p : tokenize_file(paths[0], paths[1], shard_tokens))
-        std::cout << "wrote " << nn::TokenShard(p).size() << " tokens to " << p << "\n";
-      return 0;
-    }
-    if (cmd == "sample") {
-      SampleRequest r = parse_sample_args(argc, argv, 2);
-      std::cout << r.prompt << sample_text(r) << std::endl;
-      return 0;
-    }
-    if (cmd == "keys") {
-      std::cout << "config keys (type, default):\n" << keys_text();
-      return 0;
-    }
-    if (cmd == "train" || cmd == "config") {
-      TG_CHECK(argc > 2, "tg ", cmd, ": missing CONFIG.yaml (usage: tg ", cmd, " CONFIG.yaml [key=value ...])");
-      Config cfg = load_config(argv[2], overrides_from(argc, argv, 3));
-      if (cmd == "config") {
-        std::cout << cfg.to_yaml();
-        return 0;
-      }
-      RunOptions opt;
-      opt.tty = isatty(fileno(stdout)) != 0;
-      opt.command_line.assign(argv, argv + argc);
-      TrainSummary s;
-      try {
-        s = run_train(cfg, opt);
-      } catch (...) {
-        if (progress_mode(cfg.get_string("train.progress"), opt.tty) == ProgressMode::Bar)
-          std::fputs("\n", stdout);  // end a progress bar line before the error
-        throw;
-      }
-      if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
-      return 0;
-    }
-    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, sample, help)");
+    return run(std::vector<std::string>(argv, argv + argc));
   } catch (const std::exception& e) {
     // The whole message: some errors list their details on indented lines after the first
     // (load_state_dict's missing and unexpected keys, the ranks that disagree).

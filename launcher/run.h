@@ -1,7 +1,7 @@
 // The entry points behind the `tg` command, callable from tests and other programs:
 // run_train (one experiment: run directory, observers, resume, training), info (build and
-// device report), tokenize_file (`tg tokenize`) and tg_main (argv dispatch; returns the exit
-// status, prints `error: ...`).
+// device report), tokenize_file (`tg tokenize`) and tg_main (the commands, their arguments
+// parsed by CLI11; returns the exit status, prints `error: ...`).
 #pragma once
 #include <cstdio>
 #include <string>
@@ -42,9 +42,9 @@ std::vector<std::string> tokenize_file(const std::string& text_path, const std::
                                        int64_t shard_tokens = 100'000'000);
 
 // The whole command line: `tg train CONFIG [key=value ...]`, `tg config CONFIG [key=value ...]`,
-// `tg keys`, `tg info`, `tg bench`, `tg tokenize TEXT OUT.bin`, `tg help`. Errors print
-// `error: ` and the whole message (details on indented lines after the first) to stderr and
-// return 1.
+// `tg keys`, `tg info`, `tg bench`, `tg tokenize TEXT OUT.bin`, `tg sample`, `tg help [COMMAND]`,
+// `tg COMMAND --help`, `tg --version`. Errors print `error: ` and the whole message (details on
+// indented lines after the first) to stderr and return 1.
 int tg_main(int argc, char** argv);
 
 }  // namespace tg::launcher

@@ -587,9 +587,14 @@ TEST(LauncherConfig, StringsMustBeUtf8AndRoundTrip) {
 // `error: stoi` for --reps=abc; `error: std::bad_alloc` for a huge model.hidden; tg_main printed
 // only the first line of a message (load_state_dict's missing and unexpected keys were dropped).
 TEST(LauncherCli, ErrorsNameTheArgumentAndKeepEveryLine) {
-  for (const char* reps : {"abc", "", "0", "-3", "1.5", "99999999999"})
+  for (const char* reps : {"abc", "0", "-3", "1.5", "99999999999"}) {
     EXPECT_EQ(tg_cli({"tg", "bench", std::string("--reps=") + reps, "copy"}).second,
               std::string("error: tg bench: --reps must be a whole number from 1 to 1000000, got '") + reps + "'\n");
+    EXPECT_EQ(tg_cli({"tg", "bench", "--reps", reps, "copy"}).second,
+              std::string("error: tg bench: --reps must be a whole number from 1 to 1000000, got '") + reps + "'\n");
+  }
+  EXPECT_EQ(tg_cli({"tg", "bench", "--reps=", "copy"}).second,
+            "error: tg bench: --reps= has no value (usage: tg bench [--reps=N] [WORKLOAD ...]; tg help bench)\n");
 
   std::string huge = error_of([] { make_model(parse_config("", "c.yaml", {"model.hidden=[1000000000]"})); });
   EXPECT_EQ(huge.rfind("model.hidden=[1000000000] makes an MLP of 795000000010 parameters, 2.9 TiB as float32, more than "
@@ -1053,4 +1058,72 @@ TEST(LauncherTensorBoard, TensorBoardReadsTheRunBack) {
   std::string cmd = "python3 " + std::string(TG_SOURCE_DIR) + "/tests/scripts/tensorboard_read.py " + dir.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   fs::remove_all(dir);
+}
+
+namespace {
+
+// tg_main on args: its exit status, stdout and stderr.
+struct CliRun {
+  int rc;
+  std::string out, err;
+};
+CliRun tg_run(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStderr();
+  testing::internal::CaptureStdout();
+  int rc = tg_main(static_cast<int>(argv.size()), argv.data());
+  std::string out = testing::internal::GetCapturedStdout();
+  return {rc, out, testing::internal::GetCapturedStderr()};
+}
+
+}  // namespace
+
+// Every command has help (`tg help X`, `tg X --help`); `tg --version` names version, commit and
+// build features; an argument a command does not take is an error, never ignored.
+TEST(LauncherCli, HelpForEveryCommandVersionAndNoIgnoredArguments) {
+  for (const char* cmd : {"train", "config", "keys", "info", "bench", "tokenize", "sample"}) {
+    CliRun help = tg_run({"tg", "help", cmd}), flag = tg_run({"tg", cmd, "--help"});
+    EXPECT_EQ(help.rc, 0) << cmd << help.err;
+    EXPECT_NE(help.out.find(std::string("Usage: tg ") + cmd), std::string::npos) << help.out;
+    EXPECT_EQ(flag.rc, 0) << cmd;
+    EXPECT_EQ(flag.out, help.out) << cmd;
+  }
+  CliRun train = tg_run({"tg", "help", "train"});
+  for (const char* want : {"CONFIG", "OVERRIDES", "key=value", "tg keys"}) EXPECT_NE(train.out.find(want), std::string::npos) << want;
+  CliRun sample = tg_run({"tg", "sample", "--help"});
+  for (const char* want : {"--prompt", "--tokens", "--temperature", "--top-k", "--seed"})
+    EXPECT_NE(sample.out.find(want), std::string::npos) << want;
+  EXPECT_EQ(tg_run({"tg", "help", "nope"}).err,
+            "error: tg help: unknown command 'nope' (commands: train, config, keys, info, bench, tokenize, sample, help)\n");
+  CliRun general = tg_run({"tg", "help"});
+  EXPECT_EQ(general.rc, 0);
+  for (const char* cmd : {"tg train ", "tg config ", "tg keys", "tg info", "tg bench ", "tg tokenize ", "tg sample ", "tg help "})
+    EXPECT_NE(general.out.find(cmd), std::string::npos) << cmd;
+  EXPECT_EQ(tg_run({"tg"}).rc, 1);
+
+  CliRun version = tg_run({"tg", "--version"});
+  EXPECT_EQ(version.rc, 0);
+  EXPECT_EQ(version.out, version_text());
+
+  const std::string cfg = std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml";
+  std::vector<std::vector<std::string>> stray = {{"tg", "keys", "extra"},
+                                                 {"tg", "info", "--verbose"},
+                                                 {"tg", "bench", "--repz=3", "copy"},
+                                                 {"tg", "config", cfg, "--lr=0.1"},
+                                                 {"tg", "tokenize", "a.txt", "b.bin", "c.bin"},
+                                                 {"tg", "sample", "dir", "--prompt", "x", "--topk=3"}};
+  for (const auto& args : stray) {
+    CliRun r = tg_run(args);
+    EXPECT_EQ(r.rc, 1) << args[1];
+    EXPECT_EQ(r.err.rfind("error: tg " + args[1] + ": ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("tg help " + args[1]), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_NE(tg_run({"tg", "keys", "extra"}).err.find("extra"), std::string::npos);
+  // key=value overrides after the config work as before, in either order with nothing between
+  CliRun resolved = tg_run({"tg", "config", cfg, "lr=0.25", "train.steps=7"});
+  EXPECT_EQ(resolved.rc, 0) << resolved.err;
+  EXPECT_NE(resolved.out.find("lr: 0.25"), std::string::npos) << resolved.out;
+  EXPECT_NE(resolved.out.find("steps: 7"), std::string::npos) << resolved.out;
 }
