@@ -1127,3 +1127,25 @@ TEST(LauncherCli, HelpForEveryCommandVersionAndNoIgnoredArguments) {
   EXPECT_NE(resolved.out.find("lr: 0.25"), std::string::npos) << resolved.out;
   EXPECT_NE(resolved.out.find("steps: 7"), std::string::npos) << resolved.out;
 }
+
+// A model registers its own config key: `tg keys` lists it with type, default and help,
+// overrides are typed and checked, a typo suggests it, and the factory reads it.
+TG_REGISTER_MODEL("test_wide", [](const Config& c) { return make_mlp({c.get_int("model.test_width")}, 4, 3); },
+                  {{"model.test_width", ValueType::Int, int64_t{8}, "test_wide: the hidden layer's width", int_at_least(2)}});
+
+TEST(LauncherRegistry, ModelKeysAreListedTypedAndChecked) {
+  CliRun keys = tg_run({"tg", "keys"});
+  EXPECT_EQ(keys.rc, 0);
+  const size_t at = keys.out.find("  model.test_width (int, 8)");
+  ASSERT_NE(at, std::string::npos) << keys.out;
+  EXPECT_NE(keys.out.find("test_wide: the hidden layer's width", at), std::string::npos);
+  EXPECT_LT(at, keys.out.find("  data.name")) << "listed in its section";
+  EXPECT_EQ(error_of([] { parse_config("", "c.yaml", {"model.name=test_wide", "model.test_width=1"}); }),
+            "config: model.test_width must be >= 2, got 1");
+  EXPECT_NE(error_of([] { parse_config("", "c.yaml", {"model.test_width=wide"}); }).find("model.test_width"), std::string::npos);
+  EXPECT_EQ(error_of([] { parse_config("", "c.yaml", {"model.test_widht=4"}); }),
+            "override: unknown config key 'model.test_widht' (did you mean 'model.test_width'?)");
+  Config c = parse_config("model:\n  name: test_wide\n  test_width: 5\n", "c.yaml");
+  EXPECT_EQ(make_model(c)->num_parameters(), 4 * 5 + 5 + 5 * 3 + 3);
+  EXPECT_NE(c.to_yaml().find("test_width: 5"), std::string::npos);
+}
