@@ -51,7 +51,8 @@ void TensorBoardSink::write(const nlohmann::json& record) {
   auto scalars = record_scalars(record);
   if (scalars.empty()) return;
   TG_ASSERT(file_, "TensorBoardSink::write before begin");
-  file_->write(Event{.wall_time = record.at("time").get<double>(), .step = record.at("step").get<int64_t>(),
+  file_->write(Event{.wall_time = record.at("time").get<double>(),
+                     .step = record.at("step").get<int64_t>(),
                      .scalars = std::move(scalars)});
 }
 

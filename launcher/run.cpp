@@ -131,6 +131,36 @@ void write_text(const fs::path& path, const std::string& text) {
   TG_CHECK(out.good(), "cannot write '", path.string(), "'");
 }
 
+// Rank 0's files of this start of the run: its resolved config and its record (run_record.h). A
+// resume keeps the config and record of every earlier start and writes its own beside them.
+void write_start_files(const std::string& dir, const Config& cfg, RunRecord record, Trainer& trainer,
+                       const std::string& init, const std::string& resume_from) {
+  RunFiles files = run_files(dir, cfg.get_bool("train.resume"));
+  write_text(fs::path(dir) / files.config, "# resolved config of " + cfg.name + " (" + timestamp() + ")\n" + cfg.to_yaml());
+  record.config_file = files.config;
+  record.resume_index = files.resume_index;
+  record.device_description = get_device(default_device()).description();
+  if (!resume_from.empty()) record.initial_weights = {"checkpoint", resume_from, trainer.step()};
+  else if (!init.empty()) record.initial_weights = {"file", init};
+  else record.initial_weights = {"random"};
+  write_text(fs::path(dir) / files.record, run_record_json(record, cfg));
+}
+
+// Rank 0's observers: checkpoints, progress, metrics.jsonl (and TensorBoard, metrics.csv), train.log.
+void add_lead_observers(Trainer& trainer, const Config& cfg, const std::string& dir, ProgressMode progress) {
+  const fs::path d(dir);
+  // The checkpoint writer goes first, so that the others see its final checkpoint before the end.
+  trainer.add_observer(std::make_shared<CheckpointWriter>());
+  if (progress != ProgressMode::Off)
+    trainer.add_observer(std::make_shared<ProgressPrinter>(stdout, progress == ProgressMode::Bar));
+  auto metrics = std::make_shared<MetricsWriter>((d / "metrics.jsonl").string());
+  if (cfg.get_bool("train.tensorboard")) metrics->add_sink(std::make_shared<TensorBoardSink>((d / "tensorboard").string()));
+  if (cfg.get_bool("train.csv"))
+    metrics->add_sink(std::make_shared<CsvSink>((d / "metrics.csv").string(), (d / "metrics.jsonl").string()));
+  trainer.add_observer(metrics);
+  trainer.add_observer(std::make_shared<TrainLog>((d / "train.log").string()));
+}
+
 }  // namespace
 
 std::string choose_run_dir(const Config& cfg) {
@@ -203,27 +233,8 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
     named.set("train.run_dir", dir);  // the directory chosen above, even when a second has passed since
     prepare_run_dir(named);
     dir_is_ours = true;
-    // A resume keeps the config and record of every earlier start and writes its own beside them.
-    RunFiles files = run_files(dir, cfg.get_bool("train.resume"));
-    write_text(fs::path(dir) / files.config,
-               "# resolved config of " + cfg.name + " (" + timestamp() + ")\n" + cfg.to_yaml());
-    record.config_file = files.config;
-    record.resume_index = files.resume_index;
-    record.device_description = get_device(default_device()).description();
-    if (!resume_from.empty()) record.initial_weights = {"checkpoint", resume_from, trainer.step()};
-    else if (!init.empty()) record.initial_weights = {"file", init};
-    else record.initial_weights = {"random"};
-    write_text(fs::path(dir) / files.record, run_record_json(record, cfg));
-    // The checkpoint writer goes first, so that the others see its final checkpoint before the end.
-    trainer.add_observer(std::make_shared<CheckpointWriter>());
-    if (progress != ProgressMode::Off)
-      trainer.add_observer(std::make_shared<ProgressPrinter>(stdout, progress == ProgressMode::Bar));
-    auto metrics = std::make_shared<MetricsWriter>((fs::path(dir) / "metrics.jsonl").string());
-    if (cfg.get_bool("train.tensorboard")) metrics->add_sink(std::make_shared<TensorBoardSink>((fs::path(dir) / "tensorboard").string()));
-    if (cfg.get_bool("train.csv"))
-      metrics->add_sink(std::make_shared<CsvSink>((fs::path(dir) / "metrics.csv").string(), (fs::path(dir) / "metrics.jsonl").string()));
-    trainer.add_observer(metrics);
-    trainer.add_observer(std::make_shared<TrainLog>((fs::path(dir) / "train.log").string()));
+    write_start_files(dir, cfg, record, trainer, init, resume_from);
+    add_lead_observers(trainer, cfg, dir, progress);
     return trainer.fit();
   } catch (const std::exception& e) {
     if (lead && dir_is_ours) log_error(dir, e.what());

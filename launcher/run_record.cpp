@@ -29,9 +29,9 @@ std::vector<std::string> build_features() {
   for (const auto& d : registered_devices()) devices += (devices.empty() ? "" : " ") + d;
   for (const auto& b : dist::built_backends()) backends += (backends.empty() ? "" : " ") + b;
   return {"devices: " + devices,
-          "CPU kernels: " + cpu_compiler_kind() + " (LLVM backend " + (built_with_llvm() ? "built" : "not built") + ")",
-          "process-group backends: " + backends,
-          "NCCL: " + dist::nccl_status()};
+          "CPU kernels: " + cpu_compiler_kind() + " (LLVM backend " +
+              (built_with_llvm() ? "built" : "not built") + ")",
+          "process-group backends: " + backends, "NCCL: " + dist::nccl_status()};
 }
 
 std::string version_text() {
@@ -56,7 +56,8 @@ ProgressMode progress_mode(const std::string& setting, bool stdout_is_tty) {
   if (setting == "off") return ProgressMode::Off;
   if (setting == "bar") return ProgressMode::Bar;
   if (setting == "plain") return ProgressMode::Plain;
-  TG_CHECK(setting == "auto", "config: train.progress must be one of auto, bar, plain, off, got '", setting, "'");
+  TG_CHECK(setting == "auto", "config: train.progress must be one of auto, bar, plain, off, got '", setting,
+           "'");
   return stdout_is_tty && !started_by_launcher() ? ProgressMode::Bar : ProgressMode::Plain;
 }
 
@@ -89,8 +90,10 @@ std::string run_record_json(const RunRecord& r, const Config& cfg) {
   const auto now = std::chrono::system_clock::now();
   std::error_code ec;
   json weights{{"source", r.initial_weights.source}};
-  if (r.initial_weights.source == "random") weights["seed"] = cfg.get_int("train.seed");
-  else weights["path"] = r.initial_weights.path;
+  if (r.initial_weights.source == "random")
+    weights["seed"] = cfg.get_int("train.seed");
+  else
+    weights["path"] = r.initial_weights.path;
   if (r.initial_weights.source == "checkpoint") weights["step"] = r.initial_weights.step;
   json j{{"command_line", r.command_line},
          {"working_directory", fs::current_path(ec).string()},

@@ -42,7 +42,7 @@ RunFiles run_files(const std::string& run_dir, bool resume);
 struct InitialWeights {
   std::string source;  // "random" (train.seed), "file" (train.init_weights) or "checkpoint" (resume)
   std::string path;
-  int64_t step = 0;    // a checkpoint's step
+  int64_t step = 0;  // a checkpoint's step
 };
 
 // One start of a run, as run.json records it.
@@ -50,8 +50,8 @@ struct RunRecord {
   std::vector<std::string> command_line;  // argv as given (empty when run_train was called directly)
   std::string config_name, config_file;   // the config's name; the resolved config written beside
   int resume_index = 0;
-  std::vector<std::string> devices;       // each rank's device, rank 0 first
-  std::string device_description;         // rank 0's device, described
+  std::vector<std::string> devices;  // each rank's device, rank 0 first
+  std::string device_description;    // rank 0's device, described
   int world_size = 1;
   InitialWeights initial_weights;
 };

@@ -62,7 +62,9 @@ void put_le(std::string& out, T v) {
 }
 
 // A field's key: its number and wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32).
-void put_key(std::string& out, int field, int wire_type) { put_varint(out, static_cast<uint64_t>(field << 3 | wire_type)); }
+void put_key(std::string& out, int field, int wire_type) {
+  put_varint(out, static_cast<uint64_t>(field << 3 | wire_type));
+}
 
 void put_bytes(std::string& out, int field, std::string_view bytes) {
   put_key(out, field, 2);
@@ -126,12 +128,14 @@ EventFileWriter::EventFileWriter(const std::string& dir) {
   fs::create_directories(dir);
   const auto now = std::chrono::system_clock::now();
   const long long secs = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
-  std::string base = (fs::path(dir) / ("events.out.tfevents." + std::to_string(secs) + "." + host_name())).string();
+  std::string base =
+      (fs::path(dir) / ("events.out.tfevents." + std::to_string(secs) + "." + host_name())).string();
   path_ = base;
   for (int i = 1; fs::exists(path_); i++) path_ = base + "." + std::to_string(i);  // two starts in one second
   out_.open(path_, std::ios::binary);
   TG_CHECK(out_, "tensorboard: cannot write '", path_, "'");
-  write(Event{.wall_time = std::chrono::duration<double>(now.time_since_epoch()).count(), .file_version = "brain.Event:2"});
+  write(Event{.wall_time = std::chrono::duration<double>(now.time_since_epoch()).count(),
+              .file_version = "brain.Event:2"});
 }
 
 void EventFileWriter::write(const Event& e) {

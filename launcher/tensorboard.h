@@ -23,9 +23,9 @@ uint32_t masked_crc32c(std::string_view bytes);
 struct Event {
   double wall_time = 0;
   int64_t step = 0;
-  std::string file_version;                               // the first event of a file: "brain.Event:2"
-  std::vector<std::pair<std::string, float>> scalars;     // summary values: tag, simple_value
-  bool session_start = false;                             // SessionLog START: a restart at `step`
+  std::string file_version;                            // the first event of a file: "brain.Event:2"
+  std::vector<std::pair<std::string, float>> scalars;  // summary values: tag, simple_value
+  bool session_start = false;                          // SessionLog START: a restart at `step`
 };
 // The protobuf encoding of an Event.
 std::string encode_event(const Event& e);
