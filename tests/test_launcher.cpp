@@ -1,6 +1,8 @@
-// Unit tests of the launcher (no training): the config schema, YAML parsing, typed overrides,
-// unknown-key suggestions, bad values, the run-directory rules, the registries and the tg
-// command's error path.
+// Unit tests of the launcher (training only tiny synthetic runs): the config schema, YAML parsing,
+// typed overrides, unknown-key suggestions, bad values, the run-directory rules, the registries,
+// the tg command's line (help, --version, errors), the run's records (run.json, resumes' configs,
+// wall-clock time, epoch numbers, progress modes, errors in train.log) and its TensorBoard event
+// files and metrics.csv read back.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
