@@ -71,6 +71,10 @@ std::vector<ConfigField>& schema_storage() {
       {"train.keep_checkpoints", ValueType::Int, int64_t{0}, "keep only the newest N complete checkpoints (0: keep all)"},
       {"train.log_every", ValueType::Int, int64_t{10}, "metrics record every this many steps"},
       {"train.print_every", ValueType::Int, int64_t{100}, "plain progress line every this many steps (not a terminal)"},
+      {"train.progress", ValueType::String, std::string("auto"),
+       "auto (a bar on a terminal, plain lines otherwise and under mpirun or another launcher) | bar | plain | off"},
+      {"train.tensorboard", ValueType::Bool, false, "also write the metrics as TensorBoard event files into RUN_DIR/tensorboard/"},
+      {"train.csv", ValueType::Bool, false, "also write the metrics as a table, RUN_DIR/metrics.csv"},
       {"train.seed", ValueType::Int, int64_t{0}, "model initialisation seed"},
       {"train.device", ValueType::String, std::string(""), "device for the run, e.g. CPU, CL, CUDA:1 (empty: the DEVICE knob)"},
       {"train.precision", ValueType::String, std::string("fp32"), "fp32 | bf16 (matmuls and convolutions in bfloat16, float32 master weights)"},
@@ -406,6 +410,7 @@ void Config::validate() const {
   oneof("distributed.backend", {"auto", "mpi", "nccl", "gloo"});
   oneof("distributed.grad_dtype", {"fp32", "bf16"});
   oneof("train.precision", {"fp32", "bf16"});
+  oneof("train.progress", {"auto", "bar", "plain", "off"});
   TG_CHECK(get_float("distributed.bucket_mb") > 0, "config: distributed.bucket_mb must be > 0, got ",
            format_float(get_float("distributed.bucket_mb")));
   TG_CHECK(get_float("distributed.timeout_s") > 0, "config: distributed.timeout_s must be > 0, got ",

@@ -1,8 +1,7 @@
 // The progress printer, metrics writer, text log and checkpoint writer (see observers.h).
 #include "launcher/observers.h"
 
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -23,7 +22,7 @@ std::string fmt(const char* f, double v) {
 
 std::string step_line(const StepEvent& e) {
   std::ostringstream os;
-  os << "epoch " << e.epoch + 1 << " step " << e.step << "/" << e.total_steps << "  loss " << fmt("%.4f", e.loss)
+  os << "epoch " << e.epoch << " step " << e.step << "/" << e.total_steps << "  loss " << fmt("%.4f", e.loss)
      << "  lr " << fmt("%.3g", e.lr) << "  ";
   if (e.tokens_per_s > 0) os << fmt("%.0f", e.tokens_per_s) << " tokens/s";
   else os << fmt("%.0f", e.examples_per_s) << " examples/s";
@@ -38,11 +37,33 @@ std::string eval_text(const EvalResult& r, bool percent) {
   return "no evaluation";
 }
 
+// 75 s -> "01:15", 3725 s -> "1:02:05".
+std::string clock_text(double seconds) {
+  long long s = std::llround(std::max(0.0, seconds));
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%02lld:%02lld", s / 60, s % 60);
+  return buf;
+}
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 // ---- ProgressPrinter ----
 
 ProgressPrinter::ProgressPrinter(std::FILE* out, bool tty) : out_(out), tty_(tty) {}
+
+// "00:12<00:48": time since training began (this process) and the estimated time left, from the
+// mean time per step so far.
+std::string ProgressPrinter::timing(const StepEvent& e) const {
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - began_).count();
+  int64_t done = e.step - first_step_;
+  std::string eta = done > 0 ? clock_text(elapsed / static_cast<double>(done) * static_cast<double>(e.total_steps - e.step)) : "?";
+  return clock_text(elapsed) + "<" + eta;
+}
 
 void ProgressPrinter::end_bar() {
   if (bar_open_) std::fputc('\n', out_);
@@ -57,7 +78,8 @@ void ProgressPrinter::on_train_begin(Trainer& t) {
                static_cast<long long>(c.get_int("data.batch_size")), c.get_string("optim.name").c_str(),
                c.get_float("optim.lr"), t.run_dir().c_str());
   if (t.step() > 0) std::fprintf(out_, "resumed at step %lld\n", static_cast<long long>(t.step()));
-  last_printed_ = t.step();
+  last_printed_ = first_step_ = t.step();
+  began_ = std::chrono::steady_clock::now();
   std::fflush(out_);
 }
 
@@ -67,12 +89,12 @@ void ProgressPrinter::on_step_end(Trainer& t, const StepEvent& e) {
     int fill = static_cast<int>(WIDTH * e.step / std::max<int64_t>(1, e.total_steps));
     std::string bar(static_cast<size_t>(fill), '#');
     bar.resize(WIDTH, '.');
-    std::fprintf(out_, "\r[%s] %s\x1b[K", bar.c_str(), step_line(e).c_str());
+    std::fprintf(out_, "\r[%s] %s  [%s]\x1b[K", bar.c_str(), step_line(e).c_str(), timing(e).c_str());
     bar_open_ = true;
   } else {
     int64_t every = t.config().get_int("train.print_every");
     if (e.step / every == last_printed_ / every && e.step != e.total_steps) return;
-    std::fprintf(out_, "%s\n", step_line(e).c_str());
+    std::fprintf(out_, "%s  [%s]\n", step_line(e).c_str(), timing(e).c_str());
     last_printed_ = e.step;
   }
   std::fflush(out_);
@@ -126,11 +148,30 @@ void MetricsWriter::on_train_begin(Trainer& t) {
   }
   out_.open(path_, std::ios::app);
   TG_CHECK(out_, "metrics: cannot write '", path_, "'");
+  elapsed_before_ = t.step() > 0 ? last_elapsed_s(path_) : 0.0;
+  began_ = std::chrono::steady_clock::now();
+  for (auto& sink : sinks_) sink->begin(t.step());
 }
 
-void MetricsWriter::write(const std::string& line) {
-  out_ << line << "\n";
+// The elapsed_s of the file's last record that has one (0 when none): where a resumed run's
+// elapsed time continues from.
+double MetricsWriter::last_elapsed_s(const std::string& path) {
+  double last = 0;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("elapsed_s") && j["elapsed_s"].is_number()) last = j["elapsed_s"].get<double>();
+  }
+  return last;
+}
+
+void MetricsWriter::write(nlohmann::json record) {
+  double elapsed = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - began_).count();
+  record["time"] = std::round(unix_seconds() * 1000) / 1000;
+  record["elapsed_s"] = std::round(elapsed * 1000) / 1000;
+  out_ << record.dump() << "\n";
   out_.flush();
+  for (auto& sink : sinks_) sink->write(record);
 }
 
 void MetricsWriter::on_step_end(Trainer&, const StepEvent& e) {
@@ -142,11 +183,12 @@ void MetricsWriter::on_step_end(Trainer&, const StepEvent& e) {
                    {"examples_per_s", std::round(e.examples_per_s * 10) / 10}};
   if (e.tokens_per_s > 0) j["tokens_per_s"] = std::round(e.tokens_per_s);
   if (e.mfu) j["mfu"] = std::round(*e.mfu * 1e4) / 1e4;
-  write(j.dump());
+  if (e.grad_norm) j["grad_norm"] = *e.grad_norm;
+  write(j);
 }
 
 void MetricsWriter::on_step_skipped(Trainer&, const SkipEvent& e) {
-  write(nlohmann::json{{"type", "skip"}, {"step", e.step}, {"grad_norm", e.grad_norm}}.dump());
+  write(nlohmann::json{{"type", "skip"}, {"step", e.step}, {"grad_norm", e.grad_norm}});
 }
 
 void MetricsWriter::on_eval(Trainer&, const EvalEvent& e) {
@@ -154,11 +196,11 @@ void MetricsWriter::on_eval(Trainer&, const EvalEvent& e) {
   if (e.result.accuracy) j["eval_accuracy"] = *e.result.accuracy;
   if (e.result.loss) j["val_loss"] = *e.result.loss, j["perplexity"] = std::exp(*e.result.loss);
   j["eval_seconds"] = std::round(e.seconds * 1000) / 1000;
-  write(j.dump());
+  write(j);
 }
 
 void MetricsWriter::on_checkpoint(Trainer&, const CheckpointEvent& e) {
-  write(nlohmann::json{{"type", "checkpoint"}, {"step", e.step}, {"epoch", e.epoch}, {"path", e.path}}.dump());
+  write(nlohmann::json{{"type", "checkpoint"}, {"step", e.step}, {"epoch", e.epoch}, {"path", e.path}});
 }
 
 // ---- TrainLog ----

@@ -1,5 +1,5 @@
-// run_train, the run directory, `tg info`, `tg tokenize` and the argv dispatch of the tg command
-// (see run.h).
+// run_train, the run directory, `tg info`, `tg tokenize` and the tg command's line: its commands
+// and their arguments on CLI11 (see run.h).
 #include "launcher/run.h"
 
 #include "launcher/bench.h"
@@ -7,6 +7,8 @@
 
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
 
 #include <charconv>
 #include <ctime>
@@ -20,9 +22,11 @@
 #include "distributed/host_exchange.h"
 #include "distributed/process_group.h"
 #include "distributed/store.h"
+#include "launcher/metric_sinks.h"
 #include "launcher/observers.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
+#include "launcher/run_record.h"
 #include "launcher/sample.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -45,26 +49,6 @@ std::string timestamp() {
 }
 
 bool non_empty_dir(const fs::path& p) { return fs::is_directory(p) && !fs::is_empty(p); }
-
-const char* USAGE =
-    "usage: tg <command> [args]\n"
-    "  tg train CONFIG.yaml [key=value ...]   train an experiment (e.g. optim.lr=0.01 train.steps=300)\n"
-    "  tg config CONFIG.yaml [key=value ...]  print the resolved config\n"
-    "  tg keys                                list every config key with its type and default\n"
-    "  tg info                                build features, devices, memory pools, knobs\n"
-    "  tg bench [--reps=N] [WORKLOAD ...]     time the benchmark workloads (JSON lines; all by default)\n"
-    "  tg tokenize TEXT OUT.bin [--shard-tokens=N] [--bpe=DIR]\n"
-    "                                         a UTF-8 text (plain or gzipped) as llm.c token shards\n"
-    "                                         for data.name=tokens; byte-level (token = byte, vocabulary\n"
-    "                                         256), or GPT-2 BPE with --bpe=DIR (vocab.json and merges.txt,\n"
-    "                                         or encoder.json and vocab.bpe; <|endoftext|> first); past N\n"
-    "                                         tokens (default 10^8): OUT_000000.bin, OUT_000001.bin, ...\n"
-    "  tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-    "                                         continue a prompt with a trained gpt run's newest\n"
-    "                                         checkpoint (byte-level runs; one seed, one text)\n"
-    "  tg launch --nproc-per-node N [...] -- CMD ARGS...\n"
-    "                                         start N workers (e.g. tg train ...) with their ranks; tg launch --help\n"
-    "  tg help                                this text\n";
 
 std::string value_text(const Value& v) {
   if (auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
@@ -89,15 +73,11 @@ std::string keys_text() {
   return os.str();
 }
 
-// key=value arguments after the config path.
-std::vector<std::string> overrides_from(int argc, char** argv, int first) {
-  std::vector<std::string> out;
-  for (int i = first; i < argc; i++) {
-    std::string a = argv[i];
+// The key=value arguments after the config path, each checked to be one.
+const std::vector<std::string>& checked_overrides(const std::vector<std::string>& args) {
+  for (const auto& a : args)
     TG_CHECK(a.find('=') != std::string::npos, "unexpected argument '", a, "' (overrides are key=value, e.g. optim.lr=0.01)");
-    out.push_back(a);
-  }
-  return out;
+  return args;
 }
 
 // The N of `tg bench --reps=N`: a whole number from 1 to 1000000, or an error naming the value.
@@ -119,14 +99,69 @@ int64_t parse_shard_tokens(const std::string& text) {
   return n;
 }
 
-// Rank 0's string on every rank.
-std::string broadcast_string(dist::ProcessGroup& g, const std::string& s) {
+// The string of rank `root` on every rank.
+std::string broadcast_string(dist::ProcessGroup& g, const std::string& s, int root = 0) {
   int64_t n = static_cast<int64_t>(s.size());
-  dist::broadcast_host(g, &n, 1, DType::Int64, 0);
+  dist::broadcast_host(g, &n, 1, DType::Int64, root);
   std::vector<int32_t> chars(s.begin(), s.end());
   chars.resize(static_cast<size_t>(n));
-  dist::broadcast_host(g, chars.data(), chars.size(), DType::Int32, 0);
+  dist::broadcast_host(g, chars.data(), chars.size(), DType::Int32, root);
   return std::string(chars.begin(), chars.end());
+}
+
+// Every rank's string, rank 0's first, on every rank.
+std::vector<std::string> all_strings(dist::ProcessGroup& g, const std::string& mine) {
+  std::vector<std::string> out;
+  for (int r = 0; r < g.size(); r++) out.push_back(broadcast_string(g, mine, r));
+  return out;
+}
+
+// Note [errors reach train.log]: an error that ends a run goes to stderr (tg_main) and, once the
+// run directory is the run's own (a resumed run's from the start, a new run's once prepared),
+// into its train.log too, whole (details on the lines after the first). A new run that fails
+// before its directory is prepared leaves no directory behind, so it has no log to write to.
+void log_error(const std::string& dir, const std::string& what) {
+  try {
+    TrainLog((fs::path(dir) / "train.log").string()).line("error: " + what);
+  } catch (const std::exception&) {
+    // the log is not writable: stderr has the error
+  }
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  TG_CHECK(out.good(), "cannot write '", path.string(), "'");
+}
+
+// Rank 0's files of this start of the run: its resolved config and its record (run_record.h). A
+// resume keeps the config and record of every earlier start and writes its own beside them.
+void write_start_files(const std::string& dir, const Config& cfg, RunRecord record, Trainer& trainer,
+                       const std::string& init, const std::string& resume_from) {
+  RunFiles files = run_files(dir, cfg.get_bool("train.resume"));
+  write_text(fs::path(dir) / files.config, "# resolved config of " + cfg.name + " (" + timestamp() + ")\n" + cfg.to_yaml());
+  record.config_file = files.config;
+  record.resume_index = files.resume_index;
+  record.device_description = get_device(default_device()).description();
+  if (!resume_from.empty()) record.initial_weights = {"checkpoint", resume_from, trainer.step()};
+  else if (!init.empty()) record.initial_weights = {"file", init};
+  else record.initial_weights = {"random"};
+  write_text(fs::path(dir) / files.record, run_record_json(record, cfg));
+}
+
+// Rank 0's observers: checkpoints, progress, metrics.jsonl (and TensorBoard, metrics.csv), train.log.
+void add_lead_observers(Trainer& trainer, const Config& cfg, const std::string& dir, ProgressMode progress) {
+  const fs::path d(dir);
+  // The checkpoint writer goes first, so that the others see its final checkpoint before the end.
+  trainer.add_observer(std::make_shared<CheckpointWriter>());
+  if (progress != ProgressMode::Off)
+    trainer.add_observer(std::make_shared<ProgressPrinter>(stdout, progress == ProgressMode::Bar));
+  auto metrics = std::make_shared<MetricsWriter>((d / "metrics.jsonl").string());
+  if (cfg.get_bool("train.tensorboard")) metrics->add_sink(std::make_shared<TensorBoardSink>((d / "tensorboard").string()));
+  if (cfg.get_bool("train.csv"))
+    metrics->add_sink(std::make_shared<CsvSink>((d / "metrics.csv").string(), (d / "metrics.jsonl").string()));
+  trainer.add_observer(metrics);
+  trainer.add_observer(std::make_shared<TrainLog>((d / "train.log").string()));
 }
 
 }  // namespace
@@ -162,6 +197,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   // Everything that can fail on the user's input fails before the run directory is touched.
   const std::string& init = cfg.get_string("train.init_weights");
   TG_CHECK(init.empty() || fs::is_regular_file(init), "train.init_weights: no file '", init, "'");
+  const ProgressMode progress = opt.progress ? progress_mode(cfg.get_string("train.progress"), opt.tty) : ProgressMode::Off;
   // distributed.strategy=ddp: every rank (of mpirun, tg launch or srun) trains; rank 0 alone
   // picks the run directory, writes into it and prints.
   std::unique_ptr<dist::ProcessGroup> group;
@@ -176,39 +212,35 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   const bool lead = !group || group->rank() == 0;
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
   if (group) dir = broadcast_string(*group, dir);
-  if (cfg.get_bool("train.resume")) {
-    std::vector<std::string> passed_over;
-    resume_from = latest_checkpoint(dir, &passed_over);
-    if (lead)
-      for (const auto& why : passed_over) std::cerr << "resume: passing over " << why << "\n";
-    TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'",
-             passed_over.empty() ? "" : " (" + std::to_string(passed_over.size()) + " passed over, reasons above)");
-  }
-  Trainer trainer(cfg, dir, group.get());  // loads the data and builds the model: fails before anything is written
-  if (!init.empty()) trainer.load_weights(init);
-  if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
-  if (!lead) {
-    // zero1: every rank writes its optimizer shard whenever rank 0 writes a checkpoint
-    if (cfg.get_string("distributed.strategy") == "zero1") trainer.add_observer(std::make_shared<CheckpointWriter>());
-    return trainer.fit();
-  }
-  Config named = cfg;
-  named.set("train.run_dir", dir);  // the directory chosen above, even when a second has passed since
-  prepare_run_dir(named);
-  {
-    std::ofstream out(fs::path(dir) / "config.yaml", std::ios::trunc);
-    out << "# resolved config of " << cfg.name << " (" << timestamp() << ")\n" << cfg.to_yaml();
-  }
-  auto log = std::make_shared<TrainLog>((fs::path(dir) / "train.log").string());
-  // The checkpoint writer goes first, so that the others see its final checkpoint before the end.
-  trainer.add_observer(std::make_shared<CheckpointWriter>());
-  if (opt.progress) trainer.add_observer(std::make_shared<ProgressPrinter>(stdout, opt.tty));
-  trainer.add_observer(std::make_shared<MetricsWriter>((fs::path(dir) / "metrics.jsonl").string()));
-  trainer.add_observer(log);
+  bool dir_is_ours = cfg.get_bool("train.resume");  // Note [errors reach train.log]
   try {
+    if (cfg.get_bool("train.resume")) {
+      std::vector<std::string> passed_over;
+      resume_from = latest_checkpoint(dir, &passed_over);
+      if (lead)
+        for (const auto& why : passed_over) std::cerr << "resume: passing over " << why << "\n";
+      TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'",
+               passed_over.empty() ? "" : " (" + std::to_string(passed_over.size()) + " passed over, reasons above)");
+    }
+    Trainer trainer(cfg, dir, group.get());  // loads the data and builds the model: fails before anything is written
+    if (!init.empty()) trainer.load_weights(init);
+    if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
+    RunRecord record{.command_line = opt.command_line, .config_name = cfg.name, .world_size = trainer.world_size()};
+    record.devices = group ? all_strings(*group, default_device()) : std::vector<std::string>{default_device()};
+    if (!lead) {
+      // zero1: every rank writes its optimizer shard whenever rank 0 writes a checkpoint
+      if (cfg.get_string("distributed.strategy") == "zero1") trainer.add_observer(std::make_shared<CheckpointWriter>());
+      return trainer.fit();
+    }
+    Config named = cfg;
+    named.set("train.run_dir", dir);  // the directory chosen above, even when a second has passed since
+    prepare_run_dir(named);
+    dir_is_ours = true;
+    write_start_files(dir, cfg, record, trainer, init, resume_from);
+    add_lead_observers(trainer, cfg, dir, progress);
     return trainer.fit();
   } catch (const std::exception& e) {
-    log->line(std::string("error: ") + e.what());
+    if (lead && dir_is_ours) log_error(dir, e.what());
     throw;
   }
 }
@@ -265,77 +297,214 @@ std::string info_text() {
   return os.str();
 }
 
+namespace {
+
+// Note [tg's command line]: each command of `tg` is a row of commands(): its name, its usage
+// line, a line of help, and `define`, which adds the command's positionals and options (with
+// their help) to a CLI11 app and returns what runs the command once CLI11 has parsed them.
+// tg_main picks the row by argv[1] and parses the rest with CLI11, so every command has
+// `tg help COMMAND` and `tg COMMAND --help`, an argument no command takes is an error (CLI11's
+// message, the command and its usage), and `--key value` and `--key=value` both work. Numbers
+// are taken as text and parsed by the command, so that an error names the option and the value
+// (`tg bench: --reps must be a whole number from 1 to 1000000, got 'abc'`). A command that
+// parses its own arguments (a launcher passing a whole command line on) gives `own_main`
+// instead of `define` and receives argv from its first argument on; its row is all it needs.
+using Runner = std::function<int(const std::vector<std::string>& command_line)>;
+
+struct Command {
+  std::string name, usage, summary;
+  std::function<Runner(CLI::App&)> define;
+  int (*own_main)(int argc, char** argv, int first) = nullptr;
+};
+
+Runner define_train(CLI::App& app, bool train) {
+  auto config = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  app.add_option("CONFIG", *config, "the experiment's YAML config (configs/*.yaml)")->required();
+  app.add_option("OVERRIDES", *overrides,
+                 "key=value overrides of config keys (tg keys lists them), e.g. optim.lr=3e-4 train.steps=300; "
+                 "a key's last part alone where it is unique: lr=3e-4");
+  app.footer("The config keys, their types and defaults: tg keys. Example: tg train configs/fmnist_mlp.yaml lr=3e-4 "
+             "train.steps=300 train.tensorboard=true");
+  return [=](const std::vector<std::string>& command_line) {
+    const std::vector<std::string>& checked = checked_overrides(*overrides);
+    Config cfg = restarted_config(load_config(*config, checked));
+    if (!train) {
+      std::cout << cfg.to_yaml();
+      return 0;
+    }
+    check_strategy_fits_launch(cfg);  // the command's check: tests train ranks both ways in one job
+    RunOptions opt;
+    opt.tty = isatty(fileno(stdout)) != 0;
+    opt.command_line = command_line;
+    TrainSummary s;
+    try {
+      s = run_train(cfg, opt);
+    } catch (...) {
+      if (progress_mode(cfg.get_string("train.progress"), opt.tty) == ProgressMode::Bar)
+        std::fputs("\n", stdout);  // end a progress bar line before the error
+      throw;
+    }
+    if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
+    return 0;
+  };
+}
+
+Runner define_no_arguments(const std::function<std::string()>& text) {
+  return [text](const std::vector<std::string>&) {
+    std::cout << text();
+    return 0;
+  };
+}
+
+Runner define_bench(CLI::App& app) {
+  auto reps = std::make_shared<std::string>("10");
+  auto names = std::make_shared<std::vector<std::string>>();
+  app.add_option("--reps", *reps, "timed repetitions of each workload, 1 to 1000000 (default 10)")->type_name("N");
+  app.add_option("WORKLOAD", *names, "workloads to time (default: all of them)");
+  return [=](const std::vector<std::string>&) {
+    const int n = parse_reps(*reps);
+    for (auto& name : names->empty() ? default_bench_names() : *names)
+      for (auto& r : run_bench({name}, n)) std::cout << bench_json(r) << std::endl;
+    return 0;
+  };
+}
+
+Runner define_tokenize(CLI::App& app) {
+  auto text = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto shard_tokens = std::make_shared<std::string>(std::to_string(nn::TOKEN_SHARD_DEFAULT_TOKENS));
+  app.add_option("TEXT", *text, "a UTF-8 text file, plain or gzipped")->required();
+  app.add_option("OUT", *out, "the token shard to write (OUT_000000.bin, OUT_000001.bin, ... past --shard-tokens)")
+      ->required();
+  auto bpe = std::make_shared<std::string>();
+  app.add_option("--shard-tokens", *shard_tokens, "tokens per shard file, 1 to 2^31 - 1 (default 10^8)")->type_name("N");
+  app.add_option("--bpe", *bpe,
+                 "GPT-2's BPE with the vocabulary in DIR (vocab.json and merges.txt, or encoder.json and vocab.bpe); "
+                 "<|endoftext|> first")
+      ->type_name("DIR");
+  app.footer("Byte-level (token = byte, vocabulary 256), or GPT-2 BPE with --bpe=DIR. Past N tokens: "
+             "OUT_000000.bin, OUT_000001.bin, ...");
+  return [=](const std::vector<std::string>&) {
+    for (const auto& p : tokenize_file(*text, *out, parse_shard_tokens(*shard_tokens), *bpe))
+      std::cout << "wrote " << nn::TokenShard(p).size() << " tokens to " << p << "\n";
+    return 0;
+  };
+}
+
+Runner define_sample(CLI::App& app) {
+  auto args = std::make_shared<SampleArgs>();
+  define_sample_options(app, *args);
+  return [=](const std::vector<std::string>&) {
+    SampleRequest r = sample_request(*args);
+    std::cout << r.prompt << sample_text(r) << std::endl;
+    return 0;
+  };
+}
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> all = {
+      {"train", "tg train CONFIG.yaml [key=value ...]", "train an experiment (e.g. optim.lr=0.01 train.steps=300)",
+       [](CLI::App& app) { return define_train(app, true); }},
+      {"config", "tg config CONFIG.yaml [key=value ...]", "print the resolved config (defaults, file, overrides)",
+       [](CLI::App& app) { return define_train(app, false); }},
+      {"keys", "tg keys", "list every config key with its type, default and help",
+       [](CLI::App&) { return define_no_arguments([] { return "config keys (type, default):\n" + keys_text(); }); }},
+      {"info", "tg info", "build features, devices, memory pools, versions, knobs",
+       [](CLI::App&) { return define_no_arguments(info_text); }},
+      {"bench", "tg bench [--reps=N] [WORKLOAD ...]", "time the benchmark workloads (JSON lines; all by default)",
+       define_bench},
+      {"tokenize", "tg tokenize TEXT OUT.bin [--shard-tokens=N] [--bpe=DIR]",
+       "a UTF-8 text (plain or gzipped) as llm.c token shards (byte-level or GPT-2 BPE) for data.name=tokens",
+       define_tokenize},
+      {"sample", SAMPLE_USAGE, "continue a prompt with a trained gpt run's newest checkpoint (byte-level runs)",
+       define_sample},
+      {"launch", "tg launch --nproc-per-node N [--nnodes M --node-rank K --rdzv HOST:PORT] [--max-restarts R] -- CMD ARGS...",
+       "start N workers (e.g. tg train ...) with their ranks; tg launch --help", nullptr, launch_main},
+  };
+  return all;
+}
+
+const Command* find_command(const std::string& name) {
+  for (const auto& c : commands())
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+std::string command_names() {
+  std::string out;
+  for (const auto& c : commands()) out += c.name + ", ";
+  return out + "help";
+}
+
+std::string usage_text() {
+  std::ostringstream os;
+  os << "usage: tg <command> [args]   (tg help COMMAND or tg COMMAND --help: its arguments; tg --version)\n";
+  for (const auto& c : commands()) {
+    os << "  " << c.usage;
+    if (c.usage.size() < 40) os << std::string(41 - c.usage.size(), ' ') << c.summary << "\n";
+    else os << "\n" << std::string(43, ' ') << c.summary << "\n";
+  }
+  os << "  tg help [COMMAND]" << std::string(41 - 17, ' ') << "this text, or a command's arguments\n";
+  return os.str();
+}
+
+// A command's CLI11 app: its line of help, its usage and its arguments.
+std::string app_description(const Command& c) { return c.summary; }
+
+// `--reps=` with nothing after the `=`: CLI11 would take the next argument as the value.
+void check_no_empty_values(const Command& c, int argc, char** argv) {
+  for (int i = 2; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "--") break;
+    TG_CHECK(!(a.rfind("--", 0) == 0 && a.back() == '='), "tg ", c.name, ": ", a, " has no value (usage: ", c.usage,
+             "; tg help ", c.name, ")");
+  }
+}
+
+// `tg help COMMAND`: its arguments and options.
+int print_command_help(const std::string& name, char** argv) {
+  const Command* c = find_command(name);
+  TG_CHECK(c, "tg help: unknown command '", name, "' (commands: ", command_names(), ")");
+  if (c->own_main) {
+    std::string command = name, flag = "--help";
+    std::vector<char*> args = {argv[0], command.data(), flag.data()};
+    return c->own_main(3, args.data(), 2);
+  }
+  CLI::App app{app_description(*c), "tg " + name};
+  c->define(app);
+  std::cout << app.help();
+  return 0;
+}
+
+}  // namespace
+
 int tg_main(int argc, char** argv) {
   try {
-    std::string cmd = argc > 1 ? argv[1] : "help";
-    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-      std::cout << USAGE;
-      return argc > 1 ? 0 : 1;
+    const std::string cmd = argc > 1 ? argv[1] : "";
+    if (cmd.empty() || cmd == "help" || cmd == "--help" || cmd == "-h") {
+      if (cmd == "help" && argc > 2) return print_command_help(argv[2], argv);
+      std::cout << usage_text();
+      return cmd.empty() ? 1 : 0;
     }
-    if (cmd == "info") {
-      std::cout << info_text();
+    if (cmd == "--version") {
+      std::cout << version_text();
       return 0;
     }
-    if (cmd == "bench") {
-      int reps = 10;
-      std::vector<std::string> names;
-      for (int i = 2; i < argc; i++) {
-        std::string a = argv[i];
-        if (a.rfind("--reps=", 0) == 0) reps = parse_reps(a.substr(7));
-        else names.push_back(a);
-      }
-      for (auto& n : names.empty() ? default_bench_names() : names) {
-        for (auto& r : run_bench({n}, reps)) std::cout << bench_json(r) << std::endl;
-      }
+    const Command* c = find_command(cmd);
+    TG_CHECK(c, "unknown command '", cmd, "' (commands: ", command_names(), ")");
+    if (c->own_main) return c->own_main(argc, argv, 2);
+    check_no_empty_values(*c, argc, argv);
+    CLI::App app{app_description(*c), "tg " + cmd};
+    Runner run = c->define(app);
+    try {
+      app.parse(argc - 1, argv + 1);  // argv[1], the command, stands for the program name
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
       return 0;
+    } catch (const CLI::ParseError& e) {
+      TG_FAIL("tg ", cmd, ": ", e.what(), " (usage: ", c->usage, "; tg help ", cmd, ")");
     }
-    if (cmd == "tokenize") {
-      std::vector<std::string> paths;
-      int64_t shard_tokens = nn::TOKEN_SHARD_DEFAULT_TOKENS;
-      std::string bpe;
-      for (int i = 2; i < argc; i++) {
-        std::string a = argv[i];
-        if (a.rfind("--shard-tokens=", 0) == 0) shard_tokens = parse_shard_tokens(a.substr(15));
-        else if (a.rfind("--bpe=", 0) == 0) bpe = a.substr(6);
-        else paths.push_back(a);
-      }
-      TG_CHECK(paths.size() == 2, "tg tokenize: expected TEXT OUT.bin, got ", paths.size(),
-               " paths (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N] [--bpe=DIR])");
-      for (const auto& p : tokenize_file(paths[0], paths[1], shard_tokens, bpe))
-        std::cout << "wrote " << nn::TokenShard(p).size() << " tokens to " << p << "\n";
-      return 0;
-    }
-    if (cmd == "sample") {
-      SampleRequest r = parse_sample_args(argc, argv, 2);
-      std::cout << r.prompt << sample_text(r) << std::endl;
-      return 0;
-    }
-    if (cmd == "launch") return launch_main(argc, argv, 2);
-    if (cmd == "keys") {
-      std::cout << "config keys (type, default):\n" << keys_text();
-      return 0;
-    }
-    if (cmd == "train" || cmd == "config") {
-      TG_CHECK(argc > 2, "tg ", cmd, ": missing CONFIG.yaml (usage: tg ", cmd, " CONFIG.yaml [key=value ...])");
-      Config cfg = restarted_config(load_config(argv[2], overrides_from(argc, argv, 3)));
-      if (cmd == "config") {
-        std::cout << cfg.to_yaml();
-        return 0;
-      }
-      check_strategy_fits_launch(cfg);  // the command's check: tests train ranks both ways in one job
-      RunOptions opt;
-      opt.tty = isatty(fileno(stdout)) != 0;
-      TrainSummary s;
-      try {
-        s = run_train(cfg, opt);
-      } catch (...) {
-        if (opt.tty) std::fputs("\n", stdout);  // end a progress bar line before the error
-        throw;
-      }
-      if (dist::env_rank() == 0) std::cout << "run directory: " << s.run_dir << "\n";  // rank 0 alone prints
-      return 0;
-    }
-    throw Error("unknown command '" + cmd + "' (commands: train, config, keys, info, bench, tokenize, sample, launch, help)");
+    return run(std::vector<std::string>(argv, argv + argc));
   } catch (const std::exception& e) {
     // The whole message: some errors list their details on indented lines after the first
     // (load_state_dict's missing and unexpected keys, the ranks that disagree).

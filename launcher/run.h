@@ -1,7 +1,7 @@
 // The entry points behind the `tg` command, callable from tests and other programs:
 // run_train (one experiment: run directory, observers, resume, training), info (build and
-// device report), tokenize_file (`tg tokenize`) and tg_main (argv dispatch; returns the exit
-// status, prints `error: ...`).
+// device report), tokenize_file (`tg tokenize`) and tg_main (the commands, their arguments
+// parsed by CLI11; returns the exit status, prints `error: ...`).
 #pragma once
 #include <cstdio>
 #include <string>
@@ -13,8 +13,9 @@
 namespace tg::launcher {
 
 struct RunOptions {
-  bool progress = true;   // print progress to stdout
-  bool tty = false;       // redraw a progress bar (set from isatty by tg_main)
+  bool progress = true;   // print progress to stdout (as train.progress says; false: none)
+  bool tty = false;       // stdout is a terminal (train.progress=auto draws a bar there; set by tg_main)
+  std::vector<std::string> command_line;  // recorded in run.json (tg_main: its argv)
 };
 
 // Chooses the run directory: train.run_dir, or runs/<config name>-<timestamp> (a free name).
@@ -24,9 +25,12 @@ std::string choose_run_dir(const Config& cfg);
 // choose_run_dir, then makes the directory (emptied first under train.overwrite).
 std::string prepare_run_dir(const Config& cfg);
 
-// Runs one experiment: prepares the run directory, writes config.yaml, attaches the observers
-// (progress, metrics.jsonl, train.log, checkpoints), loads train.init_weights, resumes from the
-// latest checkpoint when train.resume, trains, and returns the summary.
+// Runs one experiment: prepares the run directory, writes config.yaml and run.json (a resume:
+// config.resume-N.yaml and run.resume-N.json beside the earlier ones; run_record.h), attaches the
+// observers (progress, metrics.jsonl, train.log, checkpoints), loads train.init_weights, resumes
+// from the latest checkpoint when train.resume, trains, and returns the summary. An error that
+// ends the run also goes into train.log once the directory is the run's (Note [errors reach
+// train.log] in run.cpp).
 TrainSummary run_train(const Config& cfg, const RunOptions& opt = {});
 
 // `tg info`: build features, devices, memory pools, versions and knobs.
@@ -39,9 +43,9 @@ std::vector<std::string> tokenize_file(const std::string& text_path, const std::
                                        int64_t shard_tokens = 100'000'000, const std::string& bpe_dir = "");
 
 // The whole command line: `tg train CONFIG [key=value ...]`, `tg config CONFIG [key=value ...]`,
-// `tg keys`, `tg info`, `tg bench`, `tg tokenize TEXT OUT.bin`, `tg help`. Errors print
-// `error: ` and the whole message (details on indented lines after the first) to stderr and
-// return 1.
+// `tg keys`, `tg info`, `tg bench`, `tg tokenize TEXT OUT.bin`, `tg sample`, `tg help [COMMAND]`,
+// `tg COMMAND --help`, `tg --version`. Errors print `error: ` and the whole message (details on
+// indented lines after the first) to stderr and return 1.
 int tg_main(int argc, char** argv);
 
 }  // namespace tg::launcher

@@ -1,6 +1,7 @@
 // `tg sample` (see sample.h).
 #include "launcher/sample.h"
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 #include <filesystem>
 
@@ -78,33 +79,36 @@ std::string sample_text(const SampleRequest& r) {
   return out;
 }
 
-SampleRequest parse_sample_args(int argc, char** argv, int first) {
-  SampleRequest r;
-  bool have_prompt = false;
-  for (int i = first; i < argc; i++) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) {
-      TG_CHECK(r.run_dir.empty(), "tg sample: one RUN_DIR expected, got '", r.run_dir, "' and '", a, "'");
-      r.run_dir = a;
-      continue;
-    }
-    std::string flag = a, value;
-    if (auto eq = a.find('='); eq != std::string::npos) {
-      flag = a.substr(0, eq), value = a.substr(eq + 1);
-    } else {
-      TG_CHECK(i + 1 < argc, "tg sample: ", flag, " needs a value");
-      value = argv[++i];
-    }
-    if (flag == "--prompt") r.prompt = value, have_prompt = true;
-    else if (flag == "--tokens") r.options.tokens = whole_number(flag, value);
-    else if (flag == "--temperature") r.options.temperature = real_number(flag, value);
-    else if (flag == "--top-k") r.options.top_k = whole_number(flag, value);
-    else if (flag == "--seed") r.options.seed = static_cast<uint64_t>(whole_number(flag, value));
-    else TG_FAIL("tg sample: unknown option '", flag, "' (options: --prompt, --tokens, --temperature, --top-k, --seed)");
-  }
-  TG_CHECK(!r.run_dir.empty() && have_prompt,
-           "tg sample: usage: tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]");
+const char* SAMPLE_USAGE = "tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]";
+
+void define_sample_options(CLI::App& app, SampleArgs& a) {
+  app.add_option("RUN_DIR", a.run_dir, "a run directory of tg train with a gpt model (byte-level)")->required();
+  app.add_option("--prompt", a.prompt, "the text to continue")->required();
+  app.add_option("--tokens", a.tokens, "how many tokens (bytes) to generate (default 100)")->type_name("N");
+  app.add_option("--temperature", a.temperature, "softmax temperature, >= 0 (0: always the most likely; default 1)")->type_name("T");
+  app.add_option("--top-k", a.top_k, "sample among the K most likely tokens only (default 0: all)")->type_name("K");
+  app.add_option("--seed", a.seed, "random seed (one seed, one text; default 0)")->type_name("S");
+}
+
+SampleRequest sample_request(const SampleArgs& a) {
+  SampleRequest r{a.run_dir, a.prompt, {}};
+  if (!a.tokens.empty()) r.options.tokens = whole_number("--tokens", a.tokens);
+  if (!a.temperature.empty()) r.options.temperature = real_number("--temperature", a.temperature);
+  if (!a.top_k.empty()) r.options.top_k = whole_number("--top-k", a.top_k);
+  if (!a.seed.empty()) r.options.seed = static_cast<uint64_t>(whole_number("--seed", a.seed));
   return r;
+}
+
+SampleRequest parse_sample_args(int argc, char** argv, int first) {
+  CLI::App app{"continue a prompt with a trained gpt run", "tg sample"};
+  SampleArgs a;
+  define_sample_options(app, a);
+  try {
+    app.parse(argc - first + 1, argv + first - 1);  // argv[first - 1] stands for the program name
+  } catch (const CLI::ParseError& e) {
+    TG_FAIL("tg sample: ", e.what(), " (usage: ", SAMPLE_USAGE, ")");
+  }
+  return sample_request(a);
 }
 
 }  // namespace tg::launcher

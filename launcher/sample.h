@@ -6,6 +6,10 @@
 
 #include "tinygrad/nn/gpt.h"
 
+namespace CLI {
+class App;
+}
+
 namespace tg::launcher {
 
 struct SampleRequest {
@@ -19,8 +23,19 @@ struct SampleRequest {
 // run's vocabulary.
 std::string sample_text(const SampleRequest& request);
 
+// The arguments of `tg sample` as typed; sample_request parses the numbers (an error names the
+// option and the text).
+struct SampleArgs {
+  std::string run_dir, prompt, tokens, temperature, top_k, seed;
+};
+extern const char* SAMPLE_USAGE;  // "tg sample RUN_DIR --prompt TEXT [--tokens N] ..."
+// Adds `tg sample`'s positional and options (with their help) to a CLI11 app, bound to `args`.
+void define_sample_options(CLI::App& app, SampleArgs& args);
+SampleRequest sample_request(const SampleArgs& args);
+
 // `tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]`
-// (each also as --key=value): the request, or an error naming the bad argument.
+// (each also as --key=value) from argv[first] on, through CLI11: the request, or an error naming
+// the bad argument and the usage.
 SampleRequest parse_sample_args(int argc, char** argv, int first);
 
 }  // namespace tg::launcher

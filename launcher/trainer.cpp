@@ -344,6 +344,11 @@ EvalResult Trainer::evaluate() {
   return {std::nullopt, loss_sum / static_cast<double>(seen)};
 }
 
+// Note [epoch numbers]: every output that names an epoch (progress lines, train.log,
+// metrics.jsonl, TensorBoard, metrics.csv, checkpoint metadata) names the epoch of the last step
+// done, counting from 1: with 6 batches an epoch, steps 1..6 are epoch 1 and step 7 is epoch 2,
+// and a checkpoint, evaluation or record after step 6 says epoch 1. Where training resumes is
+// the step alone (the loader seeks to epoch step / bpe, batch step % bpe, counting from 0).
 TrainSummary Trainer::fit() {
   auto t_fit = std::chrono::steady_clock::now();
   const int64_t bpe = batches_per_epoch();
@@ -355,7 +360,7 @@ TrainSummary Trainer::fit() {
     auto t0 = std::chrono::steady_clock::now();
     last_eval_ = evaluate();
     last_eval_step_ = step_;
-    EvalEvent ev{step_, (step_ - 1) / bpe, last_eval_, seconds_since(t0)};
+    EvalEvent ev{step_, epoch_of(step_), last_eval_, seconds_since(t0)};
     emit([&](TrainObserver& o) { o.on_eval(*this, ev); });
   };
 
@@ -389,7 +394,8 @@ TrainSummary Trainer::fit() {
                  " (try a smaller optim.lr or optim.clip_grad_norm)");
         double dt = seconds_since(t_window);
         double examples_per_s = dt > 0 ? static_cast<double>(window_examples) / dt : 0.0;
-        StepEvent ev{step_, total_steps_, epoch, b->index, bpe, loss_v, lr, examples_per_s};
+        StepEvent ev{step_, total_steps_, epoch_of(step_), b->index, bpe, loss_v, lr, examples_per_s};
+        if (outs.size() == 3) ev.grad_norm = step_outcome_.grad_norm;
         if (data_.task == Task::NextToken) {
           ev.tokens_per_s = examples_per_s * static_cast<double>(b->y.shape(1));
           double peak = cfg_.get_float("train.peak_tflops");
@@ -424,8 +430,8 @@ std::string Trainer::save_checkpoint() {
     for (auto& [k, v] : optim_->state_dict()) sd.emplace("optim." + k, v);
   nn::Metadata meta{{"format", CHECKPOINT_FORMAT},
                     {"step", std::to_string(step_)},
-                    {"epoch", std::to_string(epoch())},
-                    {"batch_in_epoch", std::to_string(step_ % batches_per_epoch())},
+                    {"epoch", std::to_string(epoch())},  // Note [epoch numbers]
+                    {"batches_done_in_epoch", std::to_string(step_ - (epoch() - 1) * batches_per_epoch())},
                     {"batch_size", std::to_string(cfg_.get_int("data.batch_size"))},
                     {"model", cfg_.get_string("model.name")},
                     {"optimizer", optimizer().type_name()}};

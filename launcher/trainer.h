@@ -27,7 +27,7 @@ namespace tg::launcher {
 struct StepEvent {
   int64_t step = 0;         // steps done, 1-based (this one included)
   int64_t total_steps = 0;
-  int64_t epoch = 0;        // the epoch of this step's batch, 0-based
+  int64_t epoch = 0;        // the epoch of this step's batch, 1-based (Note [epoch numbers] in trainer.cpp)
   int64_t batch = 0;        // this batch's index in its epoch, 0-based
   int64_t batches_per_epoch = 0;
   double loss = 0;          // this step's training loss
@@ -35,6 +35,7 @@ struct StepEvent {
   double examples_per_s = 0;  // since the previous step event
   double tokens_per_s = 0;    // next-token tasks: examples/s times the sequence length
   std::optional<double> mfu;  // model FLOPs utilisation, where the model and train.peak_tflops say (Note [mfu])
+  std::optional<double> grad_norm;  // the global gradient norm before clipping, where the step computes it (ddp, zero1)
 };
 
 // What an evaluation measured (Note [training tasks] in trainer.cpp).
@@ -113,7 +114,10 @@ class Trainer {
   void load_weights(const std::string& path);
 
   int64_t step() const { return step_; }
-  int64_t epoch() const { return step_ / batches_per_epoch(); }
+  // The epoch of the last step done, 1-based (0 before the first step): the number every output
+  // names (Note [epoch numbers] in trainer.cpp).
+  int64_t epoch() const { return epoch_of(step_); }
+  int64_t epoch_of(int64_t step) const { return step == 0 ? 0 : (step - 1) / batches_per_epoch() + 1; }
   int64_t total_steps() const { return total_steps_; }
   int64_t batches_per_epoch() const { return train_loader_->batches_per_epoch(); }
   const Config& config() const { return cfg_; }

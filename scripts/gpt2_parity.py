@@ -61,7 +61,11 @@ def main():
     torch.manual_seed(0)
     cfg = GPT2Config(vocab_size=50257, n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                      **SIZES[a.size])
-    model = GPT2LMHeadModel(cfg, attn_implementation="eager").to(a.device)
+    try:
+        model = GPT2LMHeadModel(cfg, attn_implementation="eager")
+    except TypeError:  # transformers before 4.36: attention is the eager one
+        model = GPT2LMHeadModel(cfg)
+    model = model.to(a.device)
     tmp = tempfile.mkdtemp(prefix="gpt2_parity_")
     model.save_pretrained(tmp, safe_serialization=True)
     tokens = torch.randint(0, cfg.vocab_size, (a.batch, a.seq + 1), dtype=torch.int32)

@@ -4,7 +4,7 @@
 // makes every rank skip that step, and the skip is logged; the default ddp step (skip check and
 // clipping on) is replayed by the JIT, bit-identical to JIT=0, and a skip in a replayed step
 // leaves parameters and optimizer state (its step count included) unchanged; a model that differs
-// by rank is refused on every rank before the parameter broadcast.
+// by rank is refused on every rank before the parameter broadcast; run.json names every rank's device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -138,6 +138,22 @@ TEST(DdpTrain, EqualsOneProcessAndRankZeroWrites) {
   if (rank == 0) {
     ASSERT_FALSE(d.last_checkpoint.empty());
     EXPECT_TRUE(fs::exists(BASE + "_ddp/metrics.jsonl"));
+    // the train records carry the global gradient norm the checked step computes
+    const std::string metrics = read(BASE + "_ddp/metrics.jsonl");
+    size_t train_records = 0, with_norm = 0;
+    for (size_t at = metrics.find("\"type\":\"train\""); at != std::string::npos; at = metrics.find("\"type\":\"train\"", at + 1)) {
+      train_records++;
+      size_t line_start = metrics.rfind('\n', at) + 1;
+      with_norm += metrics.substr(line_start, metrics.find('\n', at) - line_start).find("\"grad_norm\":") != std::string::npos;
+    }
+    EXPECT_EQ(train_records, 3u);
+    EXPECT_EQ(with_norm, train_records) << metrics;
+    // run.json names the world and every rank's device (each rank's, gathered to rank 0)
+    const std::string record = read(BASE + "_ddp/run.json");
+    EXPECT_NE(record.find("\"world_size\": " + std::to_string(dist::env_world_size())), std::string::npos) << record;
+    std::string devices = "\"devices\": [";
+    for (int r = 0; r < dist::env_world_size(); r++) devices += std::string(r ? "," : "") + "\n    \"CPU\"";
+    EXPECT_NE(record.find(devices + "\n  ]"), std::string::npos) << record;
     auto a = model_of(d.last_checkpoint), b = model_of(r.last_checkpoint);
     ASSERT_EQ(a.size(), b.size());
     double worst = 0;

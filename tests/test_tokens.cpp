@@ -399,12 +399,12 @@ TEST_F(TokensTest, TokenizeWritesShardsThatReadBack) {
   auto [rc2, out2, err2] = cli({"tg", "tokenize", path("in.txt")});
   EXPECT_EQ(rc2, 1);
   EXPECT_EQ(err2,
-            "error: tg tokenize: expected TEXT OUT.bin, got 1 paths (usage: tg tokenize TEXT OUT.bin "
-            "[--shard-tokens=N] [--bpe=DIR])\n");
+            "error: tg tokenize: OUT is required (usage: tg tokenize TEXT OUT.bin [--shard-tokens=N] [--bpe=DIR]; tg help "
+            "tokenize)\n");
   auto [rc3, out3, err3] = cli({"tg", "tokenize", path("in.txt"), path("x.bin"), "--shard-tokens=0"});
   EXPECT_EQ(rc3, 1);
   EXPECT_HAS(err3, "--shard-tokens must be a whole number from 1 to 2147483647, got '0'");
-  auto [rc4, out4, err4] = cli({"tg", "help"});
+  auto [rc4, out4, err4] = cli({"tg", "help", "tokenize"});
   EXPECT_HAS(out4, "or GPT-2 BPE with --bpe=DIR");
 }
 

@@ -58,6 +58,6 @@ ip netns exec "$nsa" mpirun --allow-run-as-root -np 2 --hostfile "$work/hosts" \
   "$tg" train "$src/configs/fmnist_mlp.yaml" distributed.strategy=ddp model.hidden=[32] data.batch_size=32 \
   train.steps=4 train.log_every=2 train.eval_every=1000 data.eval_batch_size=5000 train.run_dir="$work/run" \
   distributed.timeout_s=120
-grep -q '"step":4,"type":"train"' "$work/run/metrics.jsonl" || { echo "dist_netns: no step-4 record in metrics.jsonl" >&2; exit 1; }
+grep '"type":"train"' "$work/run/metrics.jsonl" | grep -q '"step":4,' || { echo "dist_netns: no step-4 record in metrics.jsonl" >&2; exit 1; }
 grep -q '^10.77.0.2$' "$work/agent.log" || { echo "dist_netns: the agent never started a rank in $nsb" >&2; exit 1; }
 echo "dist_netns: 2 ranks in 2 network namespaces trained 4 steps over TCP"
