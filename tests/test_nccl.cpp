@@ -240,7 +240,9 @@ TEST_F(Nccl, ReplayedDdpAndZero1StepsEqualOneProcess) {
     double err = max_rel(t.params, one.params);
     if (nccl().rank() == 0) std::printf("%s over nccl, %d GPU(s): max relative difference %.3g\n",
                                         m == Mode::Ddp ? "ddp" : "zero1", nccl().size(), err);
-    EXPECT_LT(err, nccl().size() == 1 ? 1e-6 : 1e-5);
+    // ddp at one GPU is the same arithmetic (0 on an H200); zero1 updates flat shards, whose
+    // gradient norm sums in another order (1.2e-6 on an H200 at one GPU)
+    EXPECT_LT(err, m == Mode::Ddp && nccl().size() == 1 ? 1e-6 : 1e-5);
   }
 }
 
