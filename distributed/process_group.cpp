@@ -132,7 +132,8 @@ std::vector<std::string> built_backends() {
 std::string nccl_status() { return "not built (nccl.h was not found at configure time)"; }
 #endif
 
-std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device, Seconds timeout) {
+std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device, Seconds timeout,
+                                              int store_port) {
   const bool gpu = canonical_device(device).rfind("CUDA", 0) == 0;
   const Launcher launcher = detected_launcher();
   const bool under_mpirun = launcher == Launcher::Mpirun;
@@ -153,10 +154,10 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
       throw Error("distributed.backend=nccl" + how + ": " + e.what());
     }
     if (!under_mpirun) {  // the unique id through the rendezvous store (tg launch, srun)
-      auto boot = store_bootstrap(job_store(timeout), env_rank(), env_world_size(), timeout);
+      auto boot = store_bootstrap(job_store(timeout, store_port), env_rank(), env_world_size(), timeout);
       std::unique_ptr<ProcessGroup> watch;  // arrival notices through a gloo group, where built
 #ifdef TG_WITH_GLOO
-      auto store = job_store(timeout);
+      auto store = job_store(timeout, store_port);
       const auto [host, port] = parse_endpoint(store->endpoint(), "the rendezvous store");
       watch = gloo_group(std::move(store), env_rank(), env_world_size(), timeout, address_towards(host, port));
 #endif
@@ -174,7 +175,7 @@ std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const 
            device, "; use train.device=CPU or distributed.backend=nccl");
   if (chosen == "gloo") {
 #ifdef TG_WITH_GLOO
-    auto store = job_store(timeout);
+    auto store = job_store(timeout, store_port);
     const auto [host, port] = parse_endpoint(store->endpoint(), "the rendezvous store");
     return gloo_group(std::move(store), env_rank(), env_world_size(), timeout, address_towards(host, port));
 #else

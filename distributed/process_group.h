@@ -122,9 +122,11 @@ std::string nccl_status();
 // The world group for distributed.backend (auto | mpi | nccl | gloo) on this rank's device (see
 // rank_device): auto picks nccl for CUDA devices, mpi under mpirun and gloo otherwise; nccl's
 // unique id travels over MPI under mpirun and through the rendezvous store otherwise (its
-// communicator joins within `timeout`). An error names what is missing.
+// communicator joins within `timeout`). `store_port` (distributed.rdzv_port) is the port of the
+// store rank 0 serves under srun (0: from the environment, Note [the job's store]). An error names
+// what is missing.
 std::unique_ptr<ProcessGroup> world_group_for(const std::string& backend, const std::string& device,
-                                              Seconds timeout = Seconds(300));
+                                              Seconds timeout = Seconds(300), int store_port = 0);
 
 // Note [a rank's device]: under mpirun (tg launch, srun) every rank of a node sees every GPU. A
 // GPU device named without an index (train.device=CUDA) means the GPU of the rank's local rank

@@ -34,12 +34,13 @@ std::string resolve_ipv4(const std::string& host) {
 
 namespace {
 
-std::unique_ptr<StoreClient> slurm_store(Seconds timeout) {
+std::unique_ptr<StoreClient> slurm_store(Seconds timeout, int port_given) {
   const std::string nodes = env_or("SLURM_STEP_NODELIST", env_or("SLURM_JOB_NODELIST", ""));
   TG_CHECK(!nodes.empty(), "rendezvous store under srun: SLURM_JOB_NODELIST is not set");
   StoreClientOptions o;
   o.host = first_slurm_node(nodes);
-  const std::string port = env_or("TG_RDZV_PORT", env_or("MASTER_PORT", "29500"));
+  const std::string port =
+      port_given > 0 ? std::to_string(port_given) : env_or("TG_RDZV_PORT", env_or("MASTER_PORT", "29500"));
   o.port = parse_endpoint(o.host + ":" + port, "TG_RDZV_PORT").second;
   o.token = store_token_from_env();
   o.prefix = "slurm-" + env_or("SLURM_JOB_ID", "0") + "." + env_or("SLURM_STEP_ID", "0");
@@ -87,7 +88,7 @@ class StoreBootstrap : public Bootstrap {
 
 }  // namespace
 
-std::unique_ptr<StoreClient> job_store(Seconds timeout) {
+std::unique_ptr<StoreClient> job_store(Seconds timeout, int slurm_port) {
   switch (detected_launcher()) {
     case Launcher::TgLaunch: {
       const std::string at = env_or("TG_RDZV_ENDPOINT", "");
@@ -99,7 +100,7 @@ std::unique_ptr<StoreClient> job_store(Seconds timeout) {
       o.connect_timeout = o.timeout = timeout;
       return std::make_unique<StoreClient>(o);
     }
-    case Launcher::Slurm: return slurm_store(timeout);
+    case Launcher::Slurm: return slurm_store(timeout, slurm_port);
     default: TG_FAIL("rendezvous store: this process was not started by tg launch or srun");
   }
 }

@@ -87,6 +87,8 @@ std::vector<ConfigField>& schema_storage() {
       {"distributed.grad_dtype", ValueType::String, std::string("fp32"), "fp32 | bf16: the dtype gradients are all-reduced in (averaged and applied in float32)"},
       {"distributed.bucket_mb", ValueType::Float, 25.0, "ddp: gradient bucket size in MB (one all-reduce per bucket)"},
       {"distributed.timeout_s", ValueType::Float, 300.0, "ddp: a collective not done in this many seconds ends the run"},
+      {"distributed.rdzv_port", ValueType::Int, int64_t{0},
+       "srun: the port of the rendezvous store that rank 0 serves (0: TG_RDZV_PORT, else MASTER_PORT, else 29500)"},
       {"distributed.skip_nonfinite", ValueType::Bool, true, "ddp: skip a step (on every rank) when a gradient is inf/NaN"},
   };
   return schema;
@@ -413,6 +415,9 @@ void Config::validate() const {
   oneof("train.progress", {"auto", "bar", "plain", "off"});
   TG_CHECK(get_float("distributed.bucket_mb") > 0, "config: distributed.bucket_mb must be > 0, got ",
            format_float(get_float("distributed.bucket_mb")));
+  TG_CHECK(get_int("distributed.rdzv_port") >= 0 && get_int("distributed.rdzv_port") <= 65535,
+           "config: distributed.rdzv_port must be a port from 1 to 65535 (or 0: from the environment), got ",
+           get_int("distributed.rdzv_port"));
   TG_CHECK(get_float("distributed.timeout_s") > 0, "config: distributed.timeout_s must be > 0, got ",
            format_float(get_float("distributed.timeout_s")));
   for (const auto& f : config_schema()) {

@@ -206,7 +206,8 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
     std::string mine = dist::rank_device(device.empty() ? default_device() : device, dist::env_local_ranks(),
                                          device_count("CUDA"));
     group = dist::world_group_for(cfg.get_string("distributed.backend"), mine,
-                                  dist::Seconds(cfg.get_float("distributed.timeout_s")));
+                                  dist::Seconds(cfg.get_float("distributed.timeout_s")),
+                                  static_cast<int>(cfg.get_int("distributed.rdzv_port")));
     check_ranks_agree(*group, "config", config_agreement_text(cfg, *group));  // before anything else is exchanged
   }
   const bool lead = !group || group->rank() == 0;

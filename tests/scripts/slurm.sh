@@ -69,8 +69,11 @@ for _ in $(seq 100); do sinfo -h -o %t 2>/dev/null | grep -q idle && { up=1; bre
 cd "$work" || exit 1
 fail=0
 TRAIN=(train "$src/configs/fmnist_mlp.yaml" distributed.strategy=ddp train.steps=20)
-export TG_RDZV_TOKEN="slurm-$$-$RANDOM" TG_RDZV_PORT=$((base + 2))
-timeout 120 srun -n 2 "$tg" "${TRAIN[@]}" train.run_dir="$work/srun" >srun.out 2>&1
+export TG_RDZV_TOKEN="slurm-$$-$RANDOM"
+# the store's port from the config (distributed.rdzv_port, before TG_RDZV_PORT and MASTER_PORT: the
+# invalid MASTER_PORT would fail the run if it were read)
+MASTER_PORT=0 timeout 120 srun -n 2 "$tg" "${TRAIN[@]}" train.run_dir="$work/srun" distributed.rdzv_port=$((base + 2)) \
+  >srun.out 2>&1
 rc=$?
 tail -n 3 srun.out
 [ $rc -eq 0 ] || { cat srun.out; echo "FAIL: srun returned $rc"; fail=1; }
