@@ -117,6 +117,11 @@ TEST_F(BpeTest, BadVocabulariesAreNamed) {
   write("vocab.json", "merges.txt", vocab(), merges);
   EXPECT_NE(error_of([&] { Gpt2Bpe::load(dir_.string()); }).find("merge 8 ('x yz') makes a token the vocabulary lacks"),
             std::string::npos);
+  auto sparse = vocab();
+  sparse["<|endoftext|>"] = 2000000000;  // an id far past the vocabulary's size: refused, not allocated
+  write("vocab.json", "merges.txt", sparse, MERGES);
+  EXPECT_NE(error_of([&] { Gpt2Bpe::load(dir_.string()); }).find("gives token id 2000000000 among 264 tokens"),
+            std::string::npos);
   std::ofstream(path("merges.txt")) << "#version: 0.2\nh e\nnot-a-merge\n";
   EXPECT_NE(error_of([&] { Gpt2Bpe::load(dir_.string()); }).find("line 3 is not a merge of two tokens"),
             std::string::npos);

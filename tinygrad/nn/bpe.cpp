@@ -147,6 +147,10 @@ Gpt2Bpe::Gpt2Bpe(std::map<std::string, int32_t> vocab, const std::vector<std::pa
                  const std::string& source) {
   int32_t max_id = -1;
   for (auto& [t, id] : vocab) max_id = std::max(max_id, id);
+  // ids index a table: a few gaps are fine, an id far past the vocabulary's size is an error
+  constexpr size_t MAX_GAPS = size_t{1} << 16;
+  TG_CHECK(max_id < 0 || static_cast<size_t>(max_id) < vocab.size() + MAX_GAPS, "GPT-2 BPE: ", source,
+           " gives token id ", max_id, " among ", vocab.size(), " tokens (ids must be below ", vocab.size() + MAX_GAPS, ")");
   token_of_.assign(static_cast<size_t>(max_id + 1), std::string());
   std::vector<bool> used(token_of_.size(), false);
   for (auto& [t, id] : vocab) {
