@@ -8,6 +8,7 @@
 #include "launcher/config.h"
 #include "launcher/trainer.h"
 #include "tinygrad/error.h"
+#include "tinygrad/nn/bpe.h"
 #include "tinygrad/nn/state.h"
 
 namespace fs = std::filesystem;
@@ -65,13 +66,28 @@ double real_number(const std::string& flag, const std::string& text) {
   return v;
 }
 
+// A run on GPT-2 BPE tokens: the prompt encoded, only the tokenizer's ids drawn (the model's
+// vocabulary may be padded past them), the new tokens decoded.
+std::string sample_bpe_text(nn::GPT& model, const SampleRequest& r) {
+  nn::Gpt2Bpe bpe = nn::Gpt2Bpe::load(r.bpe_dir);
+  auto size = static_cast<int64_t>(bpe.vocab_size());
+  TG_CHECK(size <= model.config.vocab_size, "tg sample: the BPE vocabulary in '", r.bpe_dir, "' has ", size,
+           " tokens, more than the run's model (", model.config.vocab_size, ")");
+  std::vector<int32_t> prompt = bpe.encode(r.prompt);
+  TG_CHECK(!prompt.empty(), "tg sample: the prompt is empty");
+  nn::SampleOptions options = r.options;
+  options.vocabulary = size;
+  return bpe.decode(nn::generate(model, prompt, options));
+}
+
 }  // namespace
 
 std::string sample_text(const SampleRequest& r) {
   auto model = trained_model(r.run_dir);
+  if (!r.bpe_dir.empty()) return sample_bpe_text(*model, r);
   TG_CHECK(model->config.vocab_size == BYTE_VOCABULARY, "tg sample: the run's vocabulary has ",
-           model->config.vocab_size, " tokens; only byte-level runs (vocabulary 256: data.name=text or byte shards) "
-           "have a tokenizer here (GPT-2 BPE is not implemented yet)");
+           model->config.vocab_size, " tokens, not the 256 of a byte-level run: give the GPT-2 BPE vocabulary "
+           "it was tokenized with as --bpe DIR (vocab.json and merges.txt)");
   std::vector<int32_t> prompt;
   for (unsigned char c : r.prompt) prompt.push_back(c);
   std::string out;
@@ -79,19 +95,22 @@ std::string sample_text(const SampleRequest& r) {
   return out;
 }
 
-const char* SAMPLE_USAGE = "tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]";
+const char* SAMPLE_USAGE =
+    "tg sample RUN_DIR --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--bpe DIR]";
 
 void define_sample_options(CLI::App& app, SampleArgs& a) {
-  app.add_option("RUN_DIR", a.run_dir, "a run directory of tg train with a gpt model (byte-level)")->required();
+  app.add_option("RUN_DIR", a.run_dir, "a run directory of tg train with a gpt model")->required();
   app.add_option("--prompt", a.prompt, "the text to continue")->required();
-  app.add_option("--tokens", a.tokens, "how many tokens (bytes) to generate (default 100)")->type_name("N");
+  app.add_option("--tokens", a.tokens, "how many tokens to generate (default 100)")->type_name("N");
   app.add_option("--temperature", a.temperature, "softmax temperature, >= 0 (0: always the most likely; default 1)")->type_name("T");
   app.add_option("--top-k", a.top_k, "sample among the K most likely tokens only (default 0: all)")->type_name("K");
   app.add_option("--seed", a.seed, "random seed (one seed, one text; default 0)")->type_name("S");
+  app.add_option("--bpe", a.bpe, "GPT-2 BPE vocabulary (vocab.json, merges.txt) of a run on BPE tokens "
+                 "(default: bytes, for runs with a vocabulary of 256)")->type_name("DIR");
 }
 
 SampleRequest sample_request(const SampleArgs& a) {
-  SampleRequest r{a.run_dir, a.prompt, {}};
+  SampleRequest r{a.run_dir, a.prompt, {}, a.bpe};
   if (!a.tokens.empty()) r.options.tokens = whole_number("--tokens", a.tokens);
   if (!a.temperature.empty()) r.options.temperature = real_number("--temperature", a.temperature);
   if (!a.top_k.empty()) r.options.top_k = whole_number("--top-k", a.top_k);

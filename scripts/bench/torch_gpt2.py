@@ -3,8 +3,8 @@
 (and gpt2_step_t4096) written as nanoGPT writes it: a pre-LayerNorm GPT with tied embeddings,
 attention through F.scaled_dot_product_attention (flash attention on the H200), bf16 autocast,
 fused AdamW (weight decay 0.1 on the matrices, betas 0.9 / 0.95, lr 6e-4). Eager, and with the
-model and loss through torch.compile. Same batch and sequence length, same timing rule as
-`tg bench` (median after two warm-ups, synchronized). Prints one JSON object per line with
+model and loss through torch.compile. Same batch and sequence length, and the timing rule of
+torch_cpu.measure (the CPU and GPU benches' one rule: median after two warm-ups, synchronized). Prints one JSON object per line with
 tokens/s, MFU (nanoGPT's estimate: 6N + 12 L H Q T flops per token against the bf16 dense peak,
 989 TFLOP/s on an H200; PEAK_TFLOPS overrides) and peak memory.
 
@@ -12,13 +12,15 @@ tokens/s, MFU (nanoGPT's estimate: 6N + 12 L H Q T flops per token against the b
 """
 import json
 import os
-import statistics
 import sys
-import time
+
+os.environ.setdefault("TORCH_DEVICE", "cuda")  # torch_cpu.measure synchronizes this device
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import torch_cpu
 
 PEAK_TFLOPS = float(os.environ.get("PEAK_TFLOPS", "989"))
 SHAPES = {"gpt2_step": (16, 1024), "gpt2_step_t4096": (4, 4096)}
@@ -87,21 +89,12 @@ def run(name, reps, compiled):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        torch.cuda.synchronize()
 
     torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    step()
-    first = (time.perf_counter() - t0) * 1e3
-    step()
-    times = []
-    for _ in range(reps):
-        t1 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t1) * 1e3)
-    ms = statistics.median(times)
+    timed = torch_cpu.measure(name, reps, step)
+    ms = timed["ms"]
     tps = b * t / (ms * 1e-3)
-    return {"name": name + ("_compiled" if compiled else ""), "ms": ms, "first_ms": first, "tokens_per_s": tps,
+    return {"name": name + ("_compiled" if compiled else ""), "ms": ms, "first_ms": timed["first_ms"], "tokens_per_s": tps,
             "mfu": tps * flops_per_token(model, t) / (PEAK_TFLOPS * 1e12),
             "peak_mb": torch.cuda.max_memory_allocated() / 1e6}
 

@@ -13,27 +13,8 @@ skip() { echo "dist_netns: skipped: $*"; exit 77; }
 command -v ip >/dev/null || skip "no 'ip' command (iproute2)"
 command -v mpirun >/dev/null || skip "no mpirun"
 
-tag="tg$$"
-nsa="${tag}a"; nsb="${tag}b"
-work="$(mktemp -d)"
-cleanup() {
-  ip netns del "$nsa" 2>/dev/null || true
-  ip netns del "$nsb" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ip netns add "$nsa" 2>/dev/null || skip "cannot create a network namespace here ($(ip netns add "$nsa" 2>&1 || true))"
-ip netns add "$nsb"
-ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "cannot create a veth pair"
-ip link set "v${tag}a" netns "$nsa"
-ip link set "v${tag}b" netns "$nsb"
-ip -n "$nsa" addr add 10.77.0.1/24 dev "v${tag}a"
-ip -n "$nsb" addr add 10.77.0.2/24 dev "v${tag}b"
-for ns in "$nsa" "$nsb"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$nsa" link set "v${tag}a" up
-ip -n "$nsb" link set "v${tag}b" up
+source "$(dirname "$0")/netns_pair.sh"
+netns_pair "tg$$" 10.77.0
 
 # The rsh agent: "agent HOST COMMAND..." runs COMMAND in HOST's namespace.
 cat >"$work/agent" <<AGENT

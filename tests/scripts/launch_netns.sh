@@ -15,25 +15,8 @@ command -v ip >/dev/null || skip "no 'ip' command (iproute2)"
 "$tg" info | grep -q '^process-group backends:.* gloo' || skip "no gloo backend"
 [ -d /usr/share/datasets/fashion-mnist ] || skip "no Fashion-MNIST"
 
-tag="tl$$"
-nsa="${tag}a"; nsb="${tag}b"
-work="$(mktemp -d)"
-cleanup() {
-  ip netns del "$nsa" 2>/dev/null || true
-  ip netns del "$nsb" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ip netns add "$nsa" 2>/dev/null || skip "cannot create a network namespace here ($(ip netns add "$nsa" 2>&1 || true))"
-ip netns add "$nsb"
-ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "cannot create a veth pair"
-ip link set "v${tag}a" netns "$nsa"
-ip link set "v${tag}b" netns "$nsb"
-ip -n "$nsa" addr add 10.77.1.1/24 dev "v${tag}a"
-ip -n "$nsb" addr add 10.77.1.2/24 dev "v${tag}b"
-for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set "v${tag}a" up
-ip -n "$nsb" link set "v${tag}b" up
+source "$(dirname "$0")/netns_pair.sh"
+netns_pair "tl$$" 10.77.1
 
 export TG_RDZV_TOKEN="netns-$$-$RANDOM"
 port=29517

@@ -156,6 +156,7 @@ namespace {
 
 // The next token from the last position's logits (Note [sampling]).
 int32_t pick_token(std::vector<float> logits, const SampleOptions& o, std::mt19937_64& gen) {
+  if (o.vocabulary > 0 && static_cast<size_t>(o.vocabulary) < logits.size()) logits.resize(static_cast<size_t>(o.vocabulary));
   if (o.temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
@@ -172,7 +173,8 @@ int32_t pick_token(std::vector<float> logits, const SampleOptions& o, std::mt199
 }  // namespace
 
 // Note [sampling]: the probabilities are softmax(logits / temperature) over the top_k logits (all
-// with top_k 0), drawn on the host from std::mt19937_64 seeded with opts.seed, so a seed gives the
+// with top_k 0) among the first opts.vocabulary ids (a padded vocabulary's extra ids are no
+// tokenizer's, so they are never drawn), drawn on the host from std::mt19937_64 seeded with opts.seed, so a seed gives the
 // same tokens on every device; temperature 0 takes the largest logit (greedy decoding). Past the
 // model's block_size the context slides: when the caches are full, they are rebuilt from the last
 // block_size / 2 tokens (one forward pass over them), so every token still sees at least half a
@@ -180,8 +182,10 @@ int32_t pick_token(std::vector<float> logits, const SampleOptions& o, std::mt199
 // last block_size tokens and recomputes every step).
 std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opts) {
   TG_CHECK(!prompt.empty(), "generate: the prompt needs at least one token");
-  TG_CHECK(opts.tokens >= 0 && opts.top_k >= 0 && opts.temperature >= 0,
-           "generate: tokens, top_k and temperature must not be negative");
+  TG_CHECK(opts.tokens >= 0 && opts.top_k >= 0 && opts.temperature >= 0 && opts.vocabulary >= 0,
+           "generate: tokens, top_k, temperature and vocabulary must not be negative");
+  TG_CHECK(opts.vocabulary <= model.config.vocab_size, "generate: a tokenizer of ", opts.vocabulary,
+           " tokens does not fit the model's vocabulary of ", model.config.vocab_size);
   for (int32_t tok : prompt)
     TG_CHECK(tok >= 0 && tok < model.config.vocab_size, "generate: prompt token ", tok, " is outside the vocabulary of ",
              model.config.vocab_size);

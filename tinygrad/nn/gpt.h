@@ -99,6 +99,8 @@ struct SampleOptions {
   double temperature = 1.0;  // logits are divided by it; 0: the most likely token every time
   int64_t top_k = 0;         // sample among the k most likely tokens (0: all)
   uint64_t seed = 0;         // the same seed, prompt and model give the same tokens
+  int64_t vocabulary = 0;    // draw only ids below it (0: all of the model's); a tokenizer may have
+                             // fewer tokens than a vocabulary padded to a multiple of 64
 };
 // Continues `prompt` (token ids, at least one) by opts.tokens tokens, one forward step per token
 // through the KV cache (Note [kv cache]), the context sliding past block_size (Note [sampling]).
