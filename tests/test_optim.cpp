@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 
+#include "tinygrad/engine/realize.h"
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/nn/optim.h"
 #include "tinygrad/nn/schedule.h"
@@ -334,4 +335,50 @@ TEST(Learn, XorMlp) {
   EXPECT_GT(p[1], 0.5);
   EXPECT_GT(p[2], 0.5);
   EXPECT_LT(p[3], 0.5);
+}
+
+// Note [a step skipped on the device] (optim.h): step_if(true) is step() bit for bit, in as many
+// kernels (one per parameter: p, m and v of Adam together), and step_if(false) changes nothing. A
+// data-parallel run at one rank then equals the plain run exactly: gating the finished values
+// instead split each update into three kernels whose float contractions differed in the last
+// bit, and 30 Adam steps of the CNN turned that into parameters 15% apart.
+TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
+  for (int kind = 0; kind < 4; kind++) {  // SGD with momentum, Adam, AdamW, LAMB
+    auto make = [&](std::vector<Tensor>& ps) -> std::unique_ptr<Optimizer> {
+      if (kind == 0) return std::make_unique<SGD>(ptrs(ps), 0.05, 0.9);
+      if (kind == 1) return std::make_unique<Adam>(ptrs(ps), 0.01, 0.9, 0.99, 1e-8, 0.1);
+      if (kind == 2) return std::make_unique<AdamW>(ptrs(ps), 0.01, 0.9, 0.99, 1e-8, 0.1);
+      return std::make_unique<LAMB>(ptrs(ps), 0.01, 0.9, 0.99, 1e-6, 0.01);
+    };
+    Problem pr;
+    auto plain = pr.make(), gated = pr.make();
+    auto a = make(plain), b = make(gated);
+    Tensor yes = Tensor::from_vector(std::vector<float>{1}, {}) > 0.0, no = Tensor::from_vector(std::vector<float>{0}, {}) > 0.0;
+    auto& counters = GlobalCounters::get();
+    for (int t = 1; t <= 3; t++) {
+      a->zero_grad();
+      pr.loss(plain).backward();
+      b->zero_grad();
+      pr.loss(gated).backward();
+      for (auto& p : plain) p.grad()->realize();
+      for (auto& p : gated) p.grad()->realize();
+      uint64_t before = counters.kernels_run;
+      a->step();
+      uint64_t plain_kernels = counters.kernels_run - before;
+      before = counters.kernels_run;
+      b->step_if(yes);
+      EXPECT_EQ(counters.kernels_run - before, plain_kernels) << b->type_name() << " step " << t;
+      for (size_t i = 0; i < plain.size(); i++)
+        EXPECT_EQ(plain[i].to_vector<float>(), gated[i].to_vector<float>()) << b->type_name() << " step " << t;
+    }
+    auto before = b->state_dict();
+    b->zero_grad();
+    pr.loss(gated).backward();
+    b->step_if(no);
+    b->uncount_step();
+    for (auto& [key, value] : b->state_dict()) {
+      if (value.dtype() != DType::Float32) continue;
+      EXPECT_EQ(value.to_vector<float>(), before.at(key).to_vector<float>()) << b->type_name() << " " << key;
+    }
+  }
 }

@@ -81,9 +81,22 @@ void Optimizer::uncount_step() {
   step_--;
 }
 
+Tensor Optimizer::set_new(Updates& out, Tensor& target, const Tensor& value) {
+  Tensor v = value;
+  if (!gates_.empty()) {  // Note [a step skipped on the device]
+    auto gate = gates_.find(target.device());
+    if (gate == gates_.end()) gate = gates_.emplace(target.device(), gates_.begin()->second.to(target.device())).first;
+    v = gate->second.where(value, target.detach());
+  }
+  out.emplace_back(&target, v);
+  return v;
+}
+
 void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
   NoGradGuard no_grad;
   host_step();
+  gates_.clear();
+  if (ok) gates_.emplace(ok->device(), *ok);
   Updates ups;
   for (size_t i = 0; i < params_.size(); i++) {
     Tensor& p = *params_[i];
@@ -95,12 +108,7 @@ void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
     if (gd.dtype() != p.dtype()) gd = gd.cast(p.dtype());
     update(i, p.detach(), gd, ups);
   }
-  if (ok) {  // Note [a step skipped on the device]
-    for (auto& [t, v] : ups) {
-      Tensor c = ok->device() == t->device() ? *ok : ok->to(t->device());
-      v = c.where(v, t->detach());
-    }
-  }
+  gates_.clear();
   Tensors values = also_realize;
   for (auto& [t, v] : ups) values.push_back(v);
   Tensor::realize_all(values);  // parameters, state and the caller's tensors (the loss) in one schedule
@@ -182,12 +190,11 @@ void SGD::update(size_t i, const Tensor& p, const Tensor& g_in, Updates& out) {
   if (momentum != 0) {
     Tensor& buf = state(i, "momentum_buffer");
     // With dampening 0 a zero buffer gives buf = g on the first update anyway (same kernel every step).
-    Tensor nb = (!has_buffer_[i] && dampening != 0) ? g : buf * momentum + g * (1.0 - dampening);
+    Tensor nb = set_new(out, buf, (!has_buffer_[i] && dampening != 0) ? g : buf * momentum + g * (1.0 - dampening));
     has_buffer_[i] = true;
-    out.emplace_back(&buf, nb);
     g = nesterov ? g + nb * momentum : nb;
   }
-  out.emplace_back(params_[i], p - g * scalar_input("lr", p));
+  set_new(out, *params_[i], p - g * scalar_input("lr", p));
 }
 
 // A checkpoint taken after a step has every buffer initialised (parameters that never had a
@@ -264,13 +271,10 @@ void Adam::update(size_t i, const Tensor& p, const Tensor& g_in, Updates& out) {
   double wd = decay_of_[i];
   Tensor g = (!decoupled_ && wd != 0) ? g_in + p * wd : g_in;
   Tensor &m = state(i, "exp_avg"), &v = state(i, "exp_avg_sq");
-  Tensor nm = m * b1 + g * (1.0 - b1);
-  Tensor nv = v * b2 + g * g * (1.0 - b2);
+  Tensor nm = set_new(out, m, m * b1 + g * (1.0 - b1));
+  Tensor nv = set_new(out, v, v * b2 + g * g * (1.0 - b2));
   Tensor base = (decoupled_ && wd != 0) ? p * scalar_input(decay_scalar(wd), p) : p;
-  Tensor np = base - nm * scalar_input("step_size", p) / (nv.sqrt() * scalar_input("inv_sqrt_bc2", p) + eps);
-  out.emplace_back(&m, nm);
-  out.emplace_back(&v, nv);
-  out.emplace_back(params_[i], np);
+  set_new(out, *params_[i], base - nm * scalar_input("step_size", p) / (nv.sqrt() * scalar_input("inv_sqrt_bc2", p) + eps));
 }
 
 // ---- LAMB ----
@@ -291,8 +295,8 @@ void LAMB::begin_step() {
 
 void LAMB::update(size_t i, const Tensor& p, const Tensor& g, Updates& out) {
   Tensor &m = state(i, "exp_avg"), &v = state(i, "exp_avg_sq");
-  Tensor nm = m * b1 + g * (1.0 - b1);
-  Tensor nv = v * b2 + g * g * (1.0 - b2);
+  Tensor nm = set_new(out, m, m * b1 + g * (1.0 - b1));
+  Tensor nv = set_new(out, v, v * b2 + g * g * (1.0 - b2));
   Tensor up = nm * scalar_input("inv_bc1", p) / ((nv * scalar_input("inv_bc2", p)).sqrt() + eps);
   if (weight_decay != 0) up = up + p * weight_decay;
   Tensor scale = scalar_input("lr", p);
@@ -302,9 +306,7 @@ void LAMB::update(size_t i, const Tensor& p, const Tensor& g, Updates& out) {
     Tensor r = (r1 > 0.0).where((r2 > 0.0).where(r1 / r2, one), one);
     scale = scale * r;
   }
-  out.emplace_back(&m, nm);
-  out.emplace_back(&v, nv);
-  out.emplace_back(params_[i], p - up * scale);
+  set_new(out, *params_[i], p - up * scale);
 }
 
 // ---- clip_grad_norm ----

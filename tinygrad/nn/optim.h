@@ -27,7 +27,13 @@ using StateDict = std::map<std::string, Tensor>;
 //
 // Note [a step skipped on the device]: a data-parallel step that skips on a non-finite gradient
 // decides on the device, so that TinyJit can replay it: step_if(ok) writes where(ok, new, old)
-// into every parameter and state tensor. As with PyTorch's GradScaler (which does not call
+// into every parameter and state tensor. The gate is applied where each new value is made
+// (set_new), so a parameter's update reads its gated moments: the step's kernels are those of
+// step() with a select before each store, one kernel for p, m and v (Note [kernels with several
+// outputs] in schedule.cpp), and a replica that never skips computes bit for bit what step()
+// computes (gating the finished values instead left m and v in kernels of their own, whose
+// float contractions differed in the last bit, and after 30 Adam steps parameters differed by
+// up to 15% from a plain run's). As with PyTorch's GradScaler (which does not call
 // optimizer.step() for a skipped step), a skipped step must leave everything as it was, the step
 // count included (Adam's bias corrections use it). The count is host state and is written into
 // the scalars before the kernels run, so the caller reads ok after the step and, when it is
@@ -80,9 +86,12 @@ class Optimizer {
  protected:
   // New values computed in one step: (tensor to assign, its new lazy value).
   using Updates = std::vector<std::pair<Tensor*, Tensor>>;
-  // Pushes the new value of parameter i (and of its state) given its gradient g. p and g are
-  // detached copies of the parameter and its gradient, g already in p's dtype.
+  // Pushes the new value of parameter i (and of its state) given its gradient g, through
+  // set_new. p and g are detached copies of the parameter and its gradient, g already in p's dtype.
   virtual void update(size_t i, const Tensor& p, const Tensor& g, Updates& out) = 0;
+  // Pushes (target, value) and returns what the rest of the step reads as target's new value:
+  // under step_if, where(ok, value, target) (Note [a step skipped on the device]), else value.
+  Tensor set_new(Updates& out, Tensor& target, const Tensor& value);
   // Called once per step before the updates (step_ already counts this step, lr is set), to
   // set host scalars such as bias corrections with set_scalar. Also runs on TinyJit replays.
   virtual void begin_step() {}
@@ -106,6 +115,7 @@ class Optimizer {
   // The host side of a step: counts it, sets the scalars and writes them into their buffers.
   void host_step();
   void run_step(const Tensor* ok, const Tensors& also_realize);
+  std::map<std::string, Tensor> gates_;  // during step_if: ok on each device the update touches
   std::map<std::string, double> scalar_values_;                             // this step's, by name
   std::map<std::tuple<std::string, std::string, DType>, Tensor> scalar_bufs_;  // (name, device, dtype)
 };
