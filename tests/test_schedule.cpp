@@ -222,6 +222,30 @@ TEST(Fusion, ATransposedBIsCopiedIntoRowsForManyRowsOfA) {
     }
 }
 
+// Note [products above products] in schedule/padded_rows.cpp: in a two-layer MLP each Linear's B
+// is copied once and each product is one kernel; the second product reads the first one's
+// output as computed with the copy, not a second, strided computation of it.
+TEST(Fusion, EveryLinearOfAnMlpReadsItsCopiedB) {
+  if (!get_device(default_device()).policy().copy_transposed_b) GTEST_SKIP() << "the device keeps B's layout";
+  Tensor x = Tensor::randn({2, 32, 96}).realize(), w1 = Tensor::randn({80, 96}).realize();
+  Tensor w2 = Tensor::randn({40, 80}).realize();
+  Tensor y = (x.matmul(w1.T()) * 2.0).matmul(w2.T());
+  EXPECT_EQ(written_buffers(y, 96 * 80, DType::Float32), 1u);
+  EXPECT_EQ(written_buffers(y, 80 * 40, DType::Float32), 1u);
+  EXPECT_EQ(kernels({y}), 4u);  // two copies, two products
+  auto got = y.to_vector<float>(), xv = x.to_vector<float>(), w1v = w1.to_vector<float>(), w2v = w2.to_vector<float>();
+  for (int i = 0; i < 64; i += 9) {
+    std::vector<double> h(80);
+    for (int j = 0; j < 80; j++)
+      for (int k = 0; k < 96; k++) h[j] += 2.0 * xv[i * 96 + k] * w1v[j * 96 + k];
+    for (int o = 0; o < 40; o += 7) {
+      double want = 0;
+      for (int j = 0; j < 80; j++) want += h[j] * w2v[o * 80 + j];
+      EXPECT_NEAR(got[i * 40 + o], want, 1e-3 * (1 + std::abs(want)));
+    }
+  }
+}
+
 // Note [MLP kernel count]: a 3-layer MLP's forward pass, loss and gradients are 17 kernels on
 // either CPU compiler (CPU_LLVM=0 and 1): the three products and the two relus that feed a
 // product (Note [product operands]), 4 for the cross-entropy loss and its mean, and 8 for the

@@ -173,29 +173,36 @@ UOpPtr padded_product(const UOp& product, const DevicePolicy& policy) {
 
 std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, const std::vector<UOpPtr>& order,
                                             const std::function<bool(const UOp*)>& is_input) {
-  std::unordered_map<const UOp*, UOpPtr> replaced;
+  // the products to relay out, with their device's policy
+  std::unordered_map<const UOp*, const DevicePolicy*> products;
   for (auto& u : order) {
     if (u->op != Op::REDUCE_AXIS || is_input(u.get())) continue;
     const UOp* product = product_of(*u);
-    if (!product || replaced.count(product)) continue;
     const DevicePolicy& policy = get_device(u->device).policy();
-    if (!policy.pad_aliasing_rows && !policy.copy_transposed_b) continue;
-    if (auto padded = padded_product(*product, policy)) replaced[product] = padded;
+    if (product && (policy.pad_aliasing_rows || policy.copy_transposed_b)) products.emplace(product, &policy);
   }
-  if (replaced.empty()) return std::nullopt;
-  // rebuild every node above a padded product, sources first
+  if (products.empty()) return std::nullopt;
+  // Note [products above products]: rebuild every node, sources first, and relay a product out
+  // after its own sources were rebuilt: an MLP's second product reads the first one's rebuilt
+  // output. (Relaying each product out of the original graph left the second product reading
+  // the first one's original, un-copied form: that product was computed twice, once per layout,
+  // and every product past the first in a model kept its strided B.)
+  std::unordered_map<const UOp*, UOpPtr> replaced;
   PaddedRows r;
   for (auto& u : order) {
-    if (is_input(u.get()) || replaced.count(u.get())) continue;
+    if (is_input(u.get())) continue;
     std::vector<UOpPtr> src = u->src;
     bool changed = false;
     for (auto& s : src)
       if (auto it = replaced.find(s.get()); it != replaced.end()) s = it->second, changed = true;
-    if (!changed) continue;
-    UOpPtr rebuilt = with_src(*u, std::move(src));
-    r.original_of[rebuilt.get()] = u;
-    replaced[u.get()] = rebuilt;
+    UOpPtr now = changed ? with_src(*u, std::move(src)) : u;
+    if (auto p = products.find(u.get()); p != products.end())
+      if (auto padded = padded_product(*now, *p->second)) now = padded;
+    if (now == u) continue;
+    r.original_of[now.get()] = u;
+    replaced[u.get()] = now;
   }
+  if (replaced.empty()) return std::nullopt;
   for (auto& o : outputs) {
     auto it = replaced.find(o.get());
     r.outputs.push_back(it == replaced.end() ? o : it->second);
