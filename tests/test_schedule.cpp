@@ -246,6 +246,26 @@ TEST(Fusion, EveryLinearOfAnMlpReadsItsCopiedB) {
   }
 }
 
+// Note [transposed B]: attention's scores q @ k^T read k^T (a batched B) from a copy when each
+// batch has at least 32 rows of q, and as it is for one row (a decoding step).
+TEST(Fusion, AttentionScoresReadACopiedKTranspose) {
+  if (!get_device(default_device()).policy().copy_transposed_b) GTEST_SKIP() << "the device keeps B's layout";
+  Tensor q = Tensor::randn({2, 3, 64, 16}).realize(), k = Tensor::randn({2, 3, 64, 16}).realize();
+  Tensor scores = q.matmul(k.transpose(-2, -1));
+  EXPECT_EQ(written_buffers(scores, 2 * 3 * 16 * 64, DType::Float32), 1u);
+  EXPECT_EQ(kernels({scores}), 2u);
+  Tensor one = q.shrink({{0, 2}, {0, 3}, {63, 64}, {0, 16}});
+  EXPECT_EQ(kernels({one.matmul(k.transpose(-2, -1))}), 1u);
+  auto got = scores.to_vector<float>(), qv = q.to_vector<float>(), kv = k.to_vector<float>();
+  for (int bh = 0; bh < 6; bh++)
+    for (int i = 0; i < 64; i += 5)
+      for (int j = 0; j < 64; j += 11) {
+        double want = 0;
+        for (int d = 0; d < 16; d++) want += static_cast<double>(qv[(bh * 64 + i) * 16 + d]) * kv[(bh * 64 + j) * 16 + d];
+        EXPECT_NEAR(got[(bh * 64 + i) * 64 + j], want, 1e-3 * (1 + std::abs(want)));
+      }
+}
+
 // Note [MLP kernel count]: a 3-layer MLP's forward pass, loss and gradients are 17 kernels on
 // either CPU compiler (CPU_LLVM=0 and 1): the three products and the two relus that feed a
 // product (Note [product operands]), 4 for the cross-entropy loss and its mean, and 8 for the

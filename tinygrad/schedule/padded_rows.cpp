@@ -16,9 +16,10 @@
 // one that moves along m (the output's innermost axis) and k and is broadcast over n. Below the
 // MUL, through casts, the EXPAND and views that reorder dims or add and drop unit dims, B is the
 // first node whose shape is [k, m] with its dims in that order (a matmul's own argument, below
-// its casts: the copy is made in the operand's type). Batched products (a 3-D B) keep their
-// layout, and so do the products autograd builds, which sum over another axis (a matmul's input
-// and weight gradients): their operands were never measured with padded rows.
+// its casts: the copy is made in the operand's type). A batched B ([batch..., k, m], each batch
+// dim one of the product's) gets a transposed copy (Note [transposed B]) but never padded rows,
+// and the products autograd builds, which sum over another axis (a matmul's input and weight
+// gradients), keep their layout: their operands were never measured with padded rows.
 //
 // Note [transposed B]: a Linear computes x @ W^T with W stored [out, in], so its product's B is
 // read with strided columns: the register tile's contiguous loop (the output column) then moves B
@@ -27,7 +28,8 @@
 // On devices whose policy says copy_transposed_b (the CPU) such a B is copied into contiguous
 // rows first (padded as above where its rows alias), when the product has at least
 // MIN_ROWS_FOR_COPY rows of A to amortize the copy (a k x m copy against n k x m products; a
-// decoding step's one row keeps the strided read).
+// decoding step's one row keeps the strided read). Attention's scores q @ k^T are such a product
+// with a batched B ([batch, heads, head_dim, T]): its copy costs one pass over k.
 #include "tinygrad/schedule/padded_rows.h"
 
 #include "tinygrad/device.h"
@@ -37,10 +39,10 @@ namespace tg {
 
 namespace {
 
-// Whether a 2-D [k, m] B has contiguous rows: its columns' dim, followed down the views, is the
-// innermost dim of the node they view (a transposed B has strided columns).
+// Whether a [batch..., k, m] B has contiguous rows: its columns' dim, followed down the views, is
+// the innermost dim of the node they view (a transposed B has strided columns).
 bool contiguous_rows(const UOp& b) {
-  int64_t dim = 1;
+  int64_t dim = static_cast<int64_t>(b.shape.size()) - 1;
   const UOp* u = &b;
   for (; !u->realized && op_group(u->op) == OpGroup::Movement; u = u->src[0].get()) {
     if (u->op == Op::PERMUTE) dim = u->arg_ints()[dim];
@@ -104,14 +106,24 @@ std::optional<Axes> axes_below(const UOp& view, const Axes& axes) {
   }
 }
 
-// The matmul's B below `side` (Note [the matmul form]), or null: the first node of shape [k, m]
-// whose dims are the product's axes `k` and `m`, below its casts. `chain` receives the nodes
-// from `side` down to the one above B.
+// Whether `axes` (the product axes of a node's dims) are those of a matmul's B: [batch..., k, m],
+// its batch dims distinct batch axes of the product in order (a batched B: Note [transposed B]).
+bool is_b_form(const Axes& axes, int64_t k, int64_t m) {
+  size_t n = axes.size();
+  if (n < 2 || axes[n - 2] != k || axes[n - 1] != m) return false;
+  for (size_t i = 0; i + 2 < n; i++)
+    if (axes[i] < 0 || axes[i] >= m - 1 || (i > 0 && axes[i] <= axes[i - 1])) return false;
+  return true;
+}
+
+// The matmul's B below `side` (Note [the matmul form]), or null: the first node of shape
+// [batch..., k, m] whose dims are the product's axes (is_b_form), below its casts. `chain`
+// receives the nodes from `side` down to the one above B.
 UOpPtr matmul_b(const UOpPtr& side, int64_t k, int64_t m, std::vector<UOpPtr>& chain) {
   UOpPtr n = side;
   Axes axes(side->shape.size());
   for (size_t i = 0; i < axes.size(); i++) axes[i] = static_cast<int64_t>(i);
-  while (axes != Axes{k, m}) {
+  while (!is_b_form(axes, k, m)) {
     auto below = n->realized ? std::nullopt : axes_below(*n, axes);
     if (!below) return nullptr;
     chain.push_back(n);
@@ -144,9 +156,10 @@ const UOp* product_of(const UOp& reduce) {
 // contiguous rows alias (Note [padded B rows]), a contiguous copy, padded where its rows would
 // alias, of a transposed B (Note [transposed B]).
 UOpPtr relaid_b(const UOpPtr& b, int64_t a_rows, const DevicePolicy& policy) {
-  if (contiguous_rows(*b)) return policy.pad_aliasing_rows && rows_alias(*b) ? padded_rows(b) : nullptr;
+  bool pad = policy.pad_aliasing_rows && b->shape.size() == 2 && rows_alias(*b);
+  if (contiguous_rows(*b)) return pad ? padded_rows(b) : nullptr;
   if (!policy.copy_transposed_b || a_rows < MIN_ROWS_FOR_COPY) return nullptr;
-  return policy.pad_aliasing_rows && rows_alias(*b) ? padded_rows(b) : lazy::contiguous(b);
+  return pad ? padded_rows(b) : lazy::contiguous(b);
 }
 
 // `product` (an [..., n, m, k] MUL) with B read from a new layout (relaid_b), or null when it is
@@ -155,11 +168,13 @@ UOpPtr padded_product(const UOp& product, const DevicePolicy& policy) {
   int64_t k = static_cast<int64_t>(product.shape.size()) - 1;
   if (k < 2) return nullptr;
   if (prod(product.shape) == 0) return nullptr;
-  int64_t a_rows = prod(product.shape) / (product.shape[k] * product.shape[k - 1]);
   for (size_t side = 0; side < product.src.size(); side++) {
     std::vector<UOpPtr> chain;
     UOpPtr b = matmul_b(product.src[side], k, k - 1, chain);
-    UOpPtr v = b ? relaid_b(b, a_rows, policy) : nullptr;
+    if (!b) continue;
+    // the rows of A that read one B (a batched B serves only its own batch's rows)
+    int64_t a_rows = prod(product.shape) / prod(b->shape);
+    UOpPtr v = relaid_b(b, a_rows, policy);
     if (!v) continue;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) v = with_src(**it, {v});
     std::vector<UOpPtr> src = product.src;
