@@ -330,12 +330,20 @@ constexpr int64_t MAX_LANES = 128;
 //   vector lanes      vector bits / 32 (8 on AVX2, 16 on AVX-512)
 //   wide lanes        two vectors: the contiguous loop's lanes, the partial sums of a reduce
 //   accumulators      the registers less 6 (two loaded vectors of B, a broadcast of A, three
-//                     for addresses and loads in flight): 10 of 16 on AVX2, 26 of 32 on AVX-512
-//   tile rows         accumulators / 2 (5 on AVX2, 13 on AVX-512; the largest that divides the loop)
+//                     for addresses and loads in flight): 10 of 16 on AVX2, 26 of 32 on AVX-512,
+//                     and at most MAX_TILE_LANES lanes (8 vectors on AVX-512)
+//   tile rows         accumulators / 2 (5 on AVX2, 4 on AVX-512; the largest that divides the loop)
 //   K block           a B panel of K block x wide lanes in half the L1 (256 on a 32 KB AVX2 L1)
 //   row block         an A block of row block x K block in 1/16 of the L2 (64 on a 1 MB L2)
 //   cache blocks      for a B of at least half the L2
-// On a 32 KB / 1 MB AVX2 core these are the constants the heuristics were tuned with.
+// On a 32 KB / 1 MB AVX2 core these are the constants the heuristics were tuned with. Every lane
+// is written out before LLVM packs the lanes into vectors, so compile time grows with them
+// faster than linearly: on the loaded 2-core Zen 4 (AVX-512), tiles of up to 26 vectors (32 x 13,
+// up to 384 lanes) took the character GPT's first step from 16 s to 33 s, and tiles of up to 16
+// (256 lanes) still to 47 s and the MLP's from about 2 s to 4-5 s. So a tile has at most
+// MAX_TILE_LANES = 128 lanes, the bound BEAM searches within: 32 x 4 on AVX-512, 8 vectors,
+// as many as two FMA ports of latency 4 need in flight.
+constexpr int64_t MAX_TILE_LANES = 128;
 
 // A reduce kernel's loops and memory accesses, as the heuristics see them: the loads inside a
 // reduce loop (those that decide reuse and contiguity) and the stores' indices.
@@ -555,7 +563,8 @@ std::vector<Opt> hand_coded_opts(const UOpPtr& ast, const CpuLimits& cpu) {
 // Note [tiles from the host]
 CpuTiles cpu_tiles(const CpuLimits& cpu) {
   const int64_t lanes = std::max(cpu.vector_bits / 32, 2);
-  const int64_t accumulator_vectors = std::max(cpu.vector_registers - 6, 4);
+  const int64_t accumulator_vectors =
+      std::min(std::max<int64_t>(cpu.vector_registers - 6, 4), MAX_TILE_LANES / lanes);
   const int64_t wide = 2 * lanes, k_block = std::max<int64_t>(cpu.l1d_bytes / 2 / (wide * 4), 64);
   return CpuTiles{.vector_lanes = lanes,
                   .wide_lanes = wide,
