@@ -33,8 +33,10 @@ const char* AVX512_FLAGS =
     "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl "
     "avx512_bf16 amx_bf16 amx_tile amx_int8";
 
-CpuInfo fake_cpu(const std::string& model, const std::string& flags) {
-  return parse_cpuinfo("processor\t: 0\nmodel name\t: " + model + "\nflags\t\t: " + flags + "\n\n");
+CpuInfo fake_cpu(const std::string& model, const std::string& flags, const std::string& vendor = "GenuineIntel",
+                 int family = 6) {
+  return parse_cpuinfo("processor\t: 0\nvendor_id\t: " + vendor + "\ncpu family\t: " + std::to_string(family) +
+                       "\nmodel name\t: " + model + "\nflags\t\t: " + flags + "\n\n");
 }
 
 CpuHost fake_host(const std::string& flags, const std::string& isa = "native",
@@ -74,6 +76,7 @@ TEST(CpuHost, ParsesCpuinfoOfTheFirstProcessor) {
       "2.70GHz\n"
       "flags\t\t: fpu sse2 avx2 fma avx512f\n\nprocessor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n");
   EXPECT_EQ(info.model, "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz");
+  EXPECT_EQ(info.vendor, "GenuineIntel");
   EXPECT_EQ(info.flags, (std::set<std::string>{"fpu", "sse2", "avx2", "fma", "avx512f"}));
   EXPECT_EQ(parse_cpuinfo("").model, "");
 }
@@ -128,6 +131,24 @@ TEST(CpuHost, DescribesTheIsaFromTheFlags) {
   EXPECT_EQ(fake_host("fpu sse sse2").isa, "sse2");
   EXPECT_EQ(fake_host("fpu sse2 avx2").isa, "sse2");  // AVX2 without FMA is not the avx2 level
   EXPECT_EQ(fake_host("fp asimd").isa, "generic");
+}
+
+// Note [the host's description]: AMD's Zen 4 (family 25) runs 512-bit operations in two halves
+// and is tiled as an AVX2 core, while its kernels stay AVX-512; Zen 5 (family 26) is not.
+TEST(CpuHost, Zen4IsTiledAsAvx2) {
+  CpuInfo zen4 = fake_cpu("AMD EPYC 9B14", AVX512_FLAGS, "AuthenticAMD", 25);
+  EXPECT_EQ(zen4.family, 25);
+  CpuHost h = describe_cpu(zen4, {}, "native");
+  EXPECT_EQ(h.isa, "avx512");
+  EXPECT_EQ(h.vector_bits, 512);
+  EXPECT_TRUE(h.split_512);
+  EXPECT_EQ(h.limits(), CpuLimits{});
+  EXPECT_HAS(h.str(), "tiled as AVX2");
+  CpuHost zen5 = describe_cpu(fake_cpu("AMD EPYC 9005", AVX512_FLAGS, "AuthenticAMD", 26), {}, "native");
+  EXPECT_FALSE(zen5.split_512);
+  EXPECT_EQ(zen5.limits().vector_bits, 512);
+  EXPECT_EQ(zen5.limits().vector_registers, 32);
+  EXPECT_FALSE(describe_cpu(zen4, {}, "avx2").split_512);
 }
 
 // Note [the host's description]: CPU_ISA restricts the description (and what the compilers

@@ -342,7 +342,8 @@ constexpr int64_t MAX_LANES = 128;
 // up to 384 lanes) took the character GPT's first step from 16 s to 33 s, and tiles of up to 16
 // (256 lanes) still to 47 s and the MLP's from about 2 s to 4-5 s. So a tile has at most
 // MAX_TILE_LANES = 128 lanes, the bound BEAM searches within: 32 x 4 on AVX-512, 8 vectors,
-// as many as two FMA ports of latency 4 need in flight.
+// as many as two FMA ports of latency 4 need in flight. (Zen 4 itself is described with AVX2's
+// limits: Note [the host's description] in runtime/cpu_host.cpp.)
 constexpr int64_t MAX_TILE_LANES = 128;
 
 // A reduce kernel's loops and memory accesses, as the heuristics see them: the loads inside a

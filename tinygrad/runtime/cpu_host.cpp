@@ -12,6 +12,12 @@
 //     the C compiler gets -mno-avx512f or -mno-avx.
 //   - the caches: L1d, L2 and L3 from /sys/devices/system/cpu/cpu0/cache/index*/ (level, type,
 //     size); where sysfs has none (a container without it), 32 KB, 1 MB and 32 MB.
+//   - tiles as for AVX2 on AMD's Zen 4 (cpu family 25 with AVX-512), which runs a 512-bit FMA as
+//     two 256-bit halves: its FMA rate is AVX2's, the AVX2 tile of 16 x 5 lanes (five 512-bit
+//     accumulators there) reached OpenBLAS's GFLOP/s on it, and the AVX-512 tile of 32 x 4
+//     compiled for twice as long (the character GPT's first step 45 s against 21 s, a loaded
+//     machine) without being faster in the runs docs/PERFORMANCE.md gives. LLVM still emits
+//     AVX-512 there, as before. Intel's AVX-512 cores and Zen 5 get the AVX-512 tiles.
 //   - the model name, which with the ISA keys the compiled-kernel and BEAM caches (CpuHost::key),
 //     so a choice timed on one machine never serves another.
 // bfloat16 dot products (AVX512-BF16) and AMX tiles are described, not used yet.
@@ -19,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -71,6 +78,8 @@ CpuInfo parse_cpuinfo(const std::string& text) {
     if (colon == std::string::npos) continue;
     std::string key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
     if (key == "model name" && !have_model) info.model = value, have_model = true;
+    if (key == "vendor_id" && info.vendor.empty()) info.vendor = value;
+    if (key == "cpu family" && info.family == 0) info.family = std::atoi(value.c_str());
     if ((key == "flags" || key == "Features") && !have_flags) {  // x86, arm64
       std::istringstream words(value);
       for (std::string w; words >> w;) info.flags.insert(w);
@@ -130,11 +139,13 @@ CpuHost describe_cpu(const CpuInfo& info, const CacheSizes& caches, const std::s
   h.fma = h.isa == "avx512" || h.isa == "avx2" || info.flags.count("asimd");
   h.avx512_bf16 = h.isa == "avx512" && info.flags.count("avx512_bf16");
   h.amx = h.isa == "avx512" && has_all(info.flags, {"amx_tile", "amx_bf16"});
+  h.split_512 = h.isa == "avx512" && info.vendor == "AuthenticAMD" && info.family == 25;
   h.cache = caches;
   return h;
 }
 
 CpuLimits CpuHost::limits() const {
+  if (split_512) return CpuLimits{256, 16, cache.l1d_bytes, cache.l2_bytes};  // Note [the host's description]
   return CpuLimits{vector_bits, vector_registers, cache.l1d_bytes, cache.l2_bytes};
 }
 
@@ -145,6 +156,7 @@ std::string CpuHost::str() const {
   if (fma) s += ", FMA";
   if (avx512_bf16) s += ", AVX512-BF16";
   if (amx) s += ", AMX";
+  if (split_512) s += ", 512-bit operations in two halves (tiled as AVX2)";
   return s + "; L1d " + kb(cache.l1d_bytes) + ", L2 " + kb(cache.l2_bytes) + ", L3 " + kb(cache.l3_bytes);
 }
 

@@ -15,6 +15,8 @@ namespace tg {
 // What /proc/cpuinfo says of the first CPU.
 struct CpuInfo {
   std::string model;            // "model name" ("AMD EPYC 9B14"); empty where there is none
+  std::string vendor;           // "vendor_id" ("AuthenticAMD", "GenuineIntel")
+  int family = 0;               // "cpu family" (25: AMD Zen 3 and Zen 4)
   std::set<std::string> flags;  // "flags" (x86: avx2, fma, avx512f, amx_tile, ...)
 };
 
@@ -33,6 +35,9 @@ struct CpuHost {
   bool fma = false;
   bool avx512_bf16 = false;  // bfloat16 dot products (vdpbf16ps); not used by kernels yet
   bool amx = false;          // AMX tiles (amx_tile and amx_bf16); not used by kernels yet
+  // 512-bit operations run as two 256-bit halves (AMD Zen 4): FMAs at AVX2's rate, so the
+  // kernels are tiled as for AVX2 (Note [the host's description])
+  bool split_512 = false;
   CacheSizes cache;
 
   CpuLimits limits() const;
