@@ -339,11 +339,13 @@ constexpr int64_t MAX_LANES = 128;
 // On a 32 KB / 1 MB AVX2 core these are the constants the heuristics were tuned with. Every lane
 // is written out before LLVM packs the lanes into vectors, so compile time grows with them
 // faster than linearly: on the loaded 2-core Zen 4 (AVX-512), tiles of up to 26 vectors (32 x 13,
-// up to 384 lanes) took the character GPT's first step from 16 s to 33 s, and tiles of up to 16
-// (256 lanes) still to 47 s and the MLP's from about 2 s to 4-5 s. So a tile has at most
+// up to 384 lanes) took the character GPT's first step from 16 s to 33 s, tiles of up to 16
+// (256 lanes) to 47 s and the MLP's from about 2 s to 4-5 s. So a tile has at most
 // MAX_TILE_LANES = 128 lanes, the bound BEAM searches within: 32 x 4 on AVX-512, 8 vectors,
-// as many as two FMA ports of latency 4 need in flight. (Zen 4 itself is described with AVX2's
-// limits: Note [the host's description] in runtime/cpu_host.cpp.)
+// as many as two FMA ports of latency 4 need in flight. Even so the AVX-512 sizes (with partial
+// sums of 32) took that first step to 45 s against 21 s in one pair of runs, so Zen 4, whose
+// FMAs run at AVX2's rate, is described with AVX2's limits (Note [the host's description] in
+// runtime/cpu_host.cpp).
 constexpr int64_t MAX_TILE_LANES = 128;
 
 // A reduce kernel's loops and memory accesses, as the heuristics see them: the loads inside a
@@ -463,8 +465,8 @@ std::optional<std::vector<Opt>> short_row_opts(const ReduceAccesses& k, const Ke
 // than half a vector (4 on AVX2: a 20-wide convolution output) would get lanes of half a
 // vector. Rows of 8 to 4 vectors' lanes (32 on AVX2) are upcast whole instead (LLVM covers
 // them with full vectors and one shorter tail), with a narrow tile on the other operand's loop
-// (the output channel, whose weight loads are shared by the row). Measured on the CNN's second convolution
-// (20x20 outputs): about twice as fast as the 4x4x8 tile.
+// (the output channel, whose weight loads are shared by the row). Measured on the CNN's second
+// convolution (20x20 outputs): about twice as fast as the 4x4x8 tile.
 std::vector<Opt> whole_row_opts(const ReduceAccesses& k, const KernelAxis& wide) {
   std::vector<Opt> opts{{OptOp::UPCAST, wide.id, wide.size}};
   upcast_other_operand(k, wide, wide.size, opts);
