@@ -138,8 +138,8 @@ std::pair<double, std::vector<Opt>> search_opts(const ScheduleItem& item, Device
   std::vector<std::vector<Opt>> beam{{}};
   KernelChoice heuristic = heuristic_choice(item, dev);
   tried = 1;
-  // timed whatever its lanes (an AVX-512 tile has more than MAX_LANES): it is what runs without BEAM
-  if (heuristic.kind == KernelChoice::Kind::Generated && !heuristic.opts.empty()) {
+  if (heuristic.kind == KernelChoice::Kind::Generated && !heuristic.opts.empty() &&
+      lane_count(heuristic.opts) <= MAX_LANES) {
     double t = time_candidate(item, dev, heuristic, ptrs);
     tried++;
     if (t < best) best = t, best_opts = heuristic.opts;
