@@ -47,6 +47,17 @@ struct GpuLimits {
   int64_t max_groups_yz = 65535;
 };
 
+// What a CPU-style device's kernels should fit (codegen/opt.h derives register tiles, partial
+// sums and cache blocks from it; runtime/cpu_host.h reads it from the host). The defaults are an
+// AVX2 core: 16 registers of 256 bits, 32 KB of L1 data cache, 1 MB of L2.
+struct CpuLimits {
+  int vector_bits = 256;
+  int vector_registers = 16;
+  int64_t l1d_bytes = int64_t{32} << 10;
+  int64_t l2_bytes = int64_t{1} << 20;
+  bool operator==(const CpuLimits&) const = default;
+};
+
 struct DevicePolicy {
   // GPU-style devices: the optimizer picks register tiles for threads (codegen/opt_gpu.h) and the
   // output loops become thread indices within these limits (codegen/gpu_dims.h). nullopt: a
@@ -54,6 +65,8 @@ struct DevicePolicy {
   // pool, Note [when to thread] in codegen/linearize.cpp) and whose optimizer picks vector tiles
   // and cache blocks (codegen/opt.h) or searches them (BEAM).
   std::optional<GpuLimits> gpu;
+  // CPU-style devices: the vectors, registers and caches its kernels' tiles are chosen for.
+  CpuLimits cpu;
   // Note [channel-last convolutions] in tensor_nn.cpp
   bool channels_last_convolutions = false;
   // Note [padded B rows] and Note [transposed B] in schedule/padded_rows.cpp

@@ -102,6 +102,11 @@ IntKnob SPLIT_PARTS(
 IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
 StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used", KnobKind::Codegen);
+StringKnob CPU_ISA(
+    "CPU_ISA", "native",
+    "the instruction set CPU kernels are tiled and compiled for: native (the best the CPU has), "
+    "avx512, avx2 or sse2 (an ISA the CPU lacks is an error)",
+    KnobKind::Codegen);
 StringKnob CACHEDIR("CACHEDIR", "", "directory for on-disk caches (empty: $HOME/.cache/tinygrad++)");
 }  // namespace knobs
 

@@ -66,6 +66,7 @@ extern IntKnob ROWFUSE;   // 1: a row's reductions and the work that reads them 
 extern IntKnob CUDA_GRAPH;  // n>0: JIT replays on CUDA run as CUDA graphs, n instantiated per capture; 0: kernel by kernel
 extern StringKnob DEVICE;   // default device
 extern StringKnob CC;       // system C compiler for CPU kernels without LLVM
+extern StringKnob CPU_ISA;  // native, or a lower ISA (avx2, sse2) that CPU kernels are tiled and compiled for
 extern StringKnob CACHEDIR; // where compiled kernels may be cached on disk
 }  // namespace knobs
 

@@ -19,6 +19,8 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 build/launcher/tg bench "$@" | tee "$out/tg.jsonl"
 /usr/bin/python3 scripts/bench/torch_cpu.py "$@" | tee "$out/torch.jsonl"
-machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(date -u +%Y-%m-%d)"
+# the machine, with the ISA its kernels were compiled for (CPU_ISA restricts it)
+isa="$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo SSE2))"
+machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $isa${CPU_ISA:+, CPU_ISA=$CPU_ISA}), $(date -u +%Y-%m-%d)"
 /usr/bin/python3 scripts/bench/report.py "$out/tg.jsonl" "$out/torch.jsonl" docs/PERFORMANCE.md \
   "bash scripts/bench/cpu.sh $*" "$machine"

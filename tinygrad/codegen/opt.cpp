@@ -242,11 +242,25 @@ int64_t stride(const UOpPtr& index, const UOpPtr& range) {
 }
 
 // The largest of the amounts that divides size (size itself when it is small enough).
-int64_t pick_amount(int64_t size, std::initializer_list<int64_t> amounts, int64_t max_lanes) {
+int64_t pick_amount(int64_t size, const std::vector<int64_t>& amounts, int64_t max_lanes) {
   for (auto a : amounts)
     if (a <= max_lanes && size % a == 0 && size >= a) return a;
   if (size <= max_lanes && size > 1 && size <= 8) return size;
   return 0;
+}
+
+// top, top/2, ..., 2 (top a power of two): the lane counts of whole and half vectors.
+std::vector<int64_t> halvings(int64_t top) {
+  std::vector<int64_t> out;
+  for (int64_t a = top; a >= 2; a /= 2) out.push_back(a);
+  return out;
+}
+
+// most, most-1, ..., 2: the row counts of a register tile.
+std::vector<int64_t> counts_down(int64_t most) {
+  std::vector<int64_t> out;
+  for (int64_t a = most; a >= 2; a--) out.push_back(a);
+  return out;
 }
 
 // Note [fused rows]: a kernel that reads its reductions back over their rows (softmax as one
@@ -255,7 +269,8 @@ int64_t pick_amount(int64_t size, std::initializer_list<int64_t> amounts, int64_
 // lone row reduction does (below), and no upcast: the loop over the row's elements is
 // elementwise, which LLVM's loop vectorizer handles. Returns false for other kernels.
 bool fused_row_opts(const UOpPtr& ast, const std::vector<const KernelAxis*>& outputs,
-                    const std::vector<const KernelAxis*>& reduces, std::vector<Opt>& opts) {
+                    const std::vector<const KernelAxis*>& reduces, const CpuTiles& tiles,
+                    std::vector<Opt>& opts) {
   bool fused = false;
   std::vector<UOpPtr> loads;
   for (auto& n : toposort({ast})) {
@@ -269,7 +284,7 @@ bool fused_row_opts(const UOpPtr& ast, const std::vector<const KernelAxis*>& out
     bool contiguous = true;
     for (auto& l : loads)
       if (ranges_in(l).count(r->range.get()) && stride(l, r->range) != 1) contiguous = false;
-    int64_t a = contiguous ? pick_amount(r->size, {16, 8, 4, 2}, 16) : 0;
+    int64_t a = contiguous ? pick_amount(r->size, halvings(tiles.wide_lanes), tiles.wide_lanes) : 0;
     if (a) opts.push_back({OptOp::UNROLL, r->id, a});
   }
   return true;
@@ -300,14 +315,38 @@ namespace {
 
 constexpr int64_t MAX_LANES = 128;
 
-// Note [register tile size]: the tile of a kernel with a contiguous wide loop is at most 16 lanes
-// of it (two AVX2 vectors) times at most 5 of another reuse loop, MAX_VECTOR_TILE accumulators
-// in all: 10 of the 16 vector registers, which leaves registers for the loaded vectors and the
-// broadcast values, so the whole tile can stay in registers; larger tiles (32 x 4, 128 lanes:
-// all 16 registers for accumulators alone) ran about half as fast. Measured on one core (batch 512):
-// the channel-last 5x5 convolution of the CNN took 125 ms with 16 x 5 against 237 ms with 32 x 4,
-// a 1024 matmul 60 ms with 16 x 4 against 91 ms with 32 x 4.
-constexpr int64_t MAX_VECTOR_TILE = 80;
+// Note [register tile size]: the tile of a kernel with a contiguous wide loop is at most two
+// vectors of it (16 lanes on AVX2) times at most max_tile_rows of another reuse loop,
+// max_accumulators in all: on AVX2, 10 of the 16 vector registers (5 rows), which leaves
+// registers for the loaded vectors and the broadcast values, so the whole tile can stay in
+// registers; larger tiles (32 x 4, 128 lanes: all 16 registers for accumulators alone) ran
+// about half as fast. Measured on one core (batch 512): the channel-last 5x5 convolution of the
+// CNN took 125 ms with 16 x 5 against 237 ms with 32 x 4, a 1024 matmul 60 ms with 16 x 4
+// against 91 ms with 32 x 4. Note [tiles from the host] derives the sizes for other CPUs.
+//
+// Note [tiles from the host]: the sizes come from the CPU's limits (CpuLimits in
+// device_policy.h, read from the host by runtime/cpu_host.cpp), as BLIS's and oneDNN's kernels
+// are sized per ISA:
+//   vector lanes      vector bits / 32 (8 on AVX2, 16 on AVX-512)
+//   wide lanes        two vectors: the contiguous loop's lanes, the partial sums of a reduce
+//   accumulators      the registers less 6 (two loaded vectors of B, a broadcast of A, three
+//                     for addresses and loads in flight): 10 of 16 on AVX2, 26 of 32 on AVX-512,
+//                     and at most MAX_TILE_LANES lanes (8 vectors on AVX-512)
+//   tile rows         accumulators / 2 (5 on AVX2, 4 on AVX-512; the largest that divides the loop)
+//   K block           a B panel of K block x wide lanes in half the L1 (256 on a 32 KB AVX2 L1)
+//   row block         an A block of row block x K block in 1/16 of the L2 (64 on a 1 MB L2)
+//   cache blocks      for a B of at least half the L2
+// On a 32 KB / 1 MB AVX2 core these are the constants the heuristics were tuned with. Every lane
+// is written out before LLVM packs the lanes into vectors, so compile time grows with them
+// faster than linearly: on the loaded 2-core Zen 4 (AVX-512), tiles of up to 26 vectors (32 x 13,
+// up to 384 lanes) took the character GPT's first step from 16 s to 33 s, tiles of up to 16
+// (256 lanes) to 47 s and the MLP's from about 2 s to 4-5 s. So a tile has at most
+// MAX_TILE_LANES = 128 lanes, the bound BEAM searches within: 32 x 4 on AVX-512, 8 vectors,
+// as many as two FMA ports of latency 4 need in flight. Even so the AVX-512 sizes (with partial
+// sums of 32) took that first step to 45 s against 21 s in one pair of runs, so Zen 4, whose
+// FMAs run at AVX2's rate, is described with AVX2's limits (Note [the host's description] in
+// runtime/cpu_host.cpp).
+constexpr int64_t MAX_TILE_LANES = 128;
 
 // A reduce kernel's loops and memory accesses, as the heuristics see them: the loads inside a
 // reduce loop (those that decide reuse and contiguity) and the stores' indices.
@@ -388,12 +427,13 @@ void upcast_other_operand(const ReduceAccesses& k, const KernelAxis& wide, int64
 }
 
 // Narrower tiles along the other reuse loops, innermost first (Note [register tile size]).
-void upcast_reuse_loops(const ReduceAccesses& k, const KernelAxis* wide, int64_t lanes, std::vector<Opt>& opts) {
-  int64_t max_tile = wide ? MAX_VECTOR_TILE : MAX_LANES;
+void upcast_reuse_loops(const ReduceAccesses& k, const KernelAxis* wide, int64_t lanes, const CpuTiles& tiles,
+                        std::vector<Opt>& opts) {
+  int64_t max_tile = wide ? tiles.max_accumulators : MAX_LANES;
   for (auto it = k.outputs.rbegin(); it != k.outputs.rend(); ++it) {
     const KernelAxis* ax = *it;
     if (ax == wide || !k.reused_along(*ax)) continue;
-    int64_t a = wide ? pick_amount(ax->size, {5, 4, 3, 2}, max_tile / lanes)
+    int64_t a = wide ? pick_amount(ax->size, counts_down(tiles.max_tile_rows), max_tile / lanes)
                      : pick_amount(ax->size, {8, 4, 2}, max_tile / lanes);
     if (!a) continue;
     opts.push_back({OptOp::UPCAST, ax->id, a});
@@ -409,8 +449,11 @@ void upcast_reuse_loops(const ReduceAccesses& k, const KernelAxis* wide, int64_t
 // upcast and one loop of the other operand (the output channel) upcast for register reuse.
 // Returns nullopt where the loops' sizes have no such amounts.
 std::optional<std::vector<Opt>> short_row_opts(const ReduceAccesses& k, const KernelAxis& wide,
-                                               const KernelAxis& red) {
-  int64_t u = pick_amount(red.size, {8, 4}, MAX_LANES);
+                                               const KernelAxis& red, const CpuTiles& tiles) {
+  std::vector<int64_t> unrolls = halvings(tiles.vector_lanes);
+  unrolls.erase(std::remove_if(unrolls.begin(), unrolls.end(), [](int64_t a) { return a < 4; }),
+                unrolls.end());
+  int64_t u = pick_amount(red.size, unrolls, MAX_LANES);
   int64_t a = pick_amount(wide.size, {4, 2}, MAX_LANES);
   if (!u || !a) return std::nullopt;
   std::vector<Opt> opts{{OptOp::UNROLL, red.id, u}, {OptOp::UPCAST, wide.id, a}};
@@ -419,11 +462,11 @@ std::optional<std::vector<Opt>> short_row_opts(const ReduceAccesses& k, const Ke
 }
 
 // Note [whole rows]: a contiguous output row whose length has no larger power-of-two divisor
-// than 4 (a 20-wide convolution output) would get 4-wide lanes, half an AVX2 vector. Rows of
-// 8 to 32 elements are upcast whole instead (LLVM covers them with full vectors and one
-// shorter tail), with a narrow tile on the other operand's loop (the output channel, whose
-// weight loads are shared by the row). Measured on the CNN's second convolution (20x20
-// outputs): about twice as fast as the 4x4x8 tile.
+// than half a vector (4 on AVX2: a 20-wide convolution output) would get lanes of half a
+// vector. Rows of 8 to 4 vectors' lanes (32 on AVX2) are upcast whole instead (LLVM covers
+// them with full vectors and one shorter tail), with a narrow tile on the other operand's loop
+// (the output channel, whose weight loads are shared by the row). Measured on the CNN's second
+// convolution (20x20 outputs): about twice as fast as the 4x4x8 tile.
 std::vector<Opt> whole_row_opts(const ReduceAccesses& k, const KernelAxis& wide) {
   std::vector<Opt> opts{{OptOp::UPCAST, wide.id, wide.size}};
   upcast_other_operand(k, wide, wide.size, opts);
@@ -433,23 +476,26 @@ std::vector<Opt> whole_row_opts(const ReduceAccesses& k, const KernelAxis& wide)
 // A register tile on the contiguous reuse loop `wide`: its row whole when it is short (Note
 // [whole rows]), else vector lanes of it and narrower tiles on the other reuse loops, cache
 // blocked where the tile is a matmul's (Note [cache blocking]).
-std::vector<Opt> register_tile_opts(const UOpPtr& ast, const std::vector<KernelAxis>& axes, const ReduceAccesses& k,
-                                    const KernelAxis& wide, const KernelAxis& red) {
-  int64_t a = pick_amount(wide.size, {16, 8, 4, 2}, MAX_LANES);
-  if (a <= 4 && wide.size >= 8 && wide.size <= 32) return whole_row_opts(k, wide);
+std::vector<Opt> register_tile_opts(const UOpPtr& ast, const std::vector<KernelAxis>& axes,
+                                    const ReduceAccesses& k, const KernelAxis& wide, const KernelAxis& red,
+                                    const CpuTiles& tiles) {
+  int64_t a = pick_amount(wide.size, halvings(tiles.wide_lanes), MAX_LANES);
+  if (a <= tiles.vector_lanes / 2 && wide.size >= 8 && wide.size <= 4 * tiles.vector_lanes)
+    return whole_row_opts(k, wide);
   std::vector<Opt> opts;
   if (a) opts.push_back({OptOp::UPCAST, wide.id, a});
-  upcast_reuse_loops(k, &wide, a ? a : 1, opts);
+  upcast_reuse_loops(k, &wide, a ? a : 1, tiles, opts);
   if (opts.size() == 2 && opts[0].axis == wide.id && k.reduces.size() == 1)  // Note [cache blocking]
-    return cache_blocked_opts(ast, wide, opts[0].amount, *find_axis(axes, opts[1].axis), opts[1].amount, red);
+    return cache_blocked_opts(ast, wide, opts[0].amount, *find_axis(axes, opts[1].axis), opts[1].amount, red,
+                              tiles);
   return contiguous_lanes_last(opts, wide.id);
 }
 
 // Partial sums along the contiguous reduce loop, and one reuse loop (the outermost) by 2.
-std::vector<Opt> partial_sum_opts(const ReduceAccesses& k, const KernelAxis& red) {
+std::vector<Opt> partial_sum_opts(const ReduceAccesses& k, const KernelAxis& red, const CpuTiles& tiles) {
   std::vector<Opt> opts;
   int64_t lanes = 1;
-  if (int64_t a = pick_amount(red.size, {16, 8, 4, 2}, MAX_LANES)) {
+  if (int64_t a = pick_amount(red.size, halvings(tiles.wide_lanes), MAX_LANES)) {
     opts.push_back({OptOp::UNROLL, red.id, a});
     lanes *= a;
   }
@@ -466,11 +512,12 @@ std::vector<Opt> partial_sum_opts(const ReduceAccesses& k, const KernelAxis& red
 // output and walk memory with a stride; upcasting the contiguous output loop instead gives
 // lanes that load neighbouring elements and accumulate side by side (vector adds). Returns
 // nullopt when no output loop is contiguous.
-std::optional<std::vector<Opt>> lanes_across_rows(const ReduceAccesses& k) {
+std::optional<std::vector<Opt>> lanes_across_rows(const ReduceAccesses& k, const CpuTiles& tiles) {
   for (auto it = k.outputs.rbegin(); it != k.outputs.rend(); ++it)
     if (k.contiguous(**it, true)) {
       std::vector<Opt> opts;
-      if (int64_t a = pick_amount((*it)->size, {16, 8, 4, 2}, MAX_LANES)) opts.push_back({OptOp::UPCAST, (*it)->id, a});
+      if (int64_t a = pick_amount((*it)->size, halvings(tiles.wide_lanes), MAX_LANES))
+        opts.push_back({OptOp::UPCAST, (*it)->id, a});
       return opts;
     }
   return std::nullopt;
@@ -478,11 +525,11 @@ std::optional<std::vector<Opt>> lanes_across_rows(const ReduceAccesses& k) {
 
 // The opts of a reduce kernel without a contiguous reuse loop: partial sums along a contiguous
 // reduce loop, else lanes across the rows, else tiles along the reuse loops.
-std::vector<Opt> no_vector_loop_opts(const ReduceAccesses& k, const KernelAxis& red) {
-  if (k.contiguous_or_divided(red)) return partial_sum_opts(k, red);
-  if (auto opts = lanes_across_rows(k)) return *opts;  // Note [reduce across rows]
+std::vector<Opt> no_vector_loop_opts(const ReduceAccesses& k, const KernelAxis& red, const CpuTiles& tiles) {
+  if (k.contiguous_or_divided(red)) return partial_sum_opts(k, red, tiles);
+  if (auto opts = lanes_across_rows(k, tiles)) return *opts;  // Note [reduce across rows]
   std::vector<Opt> opts;
-  upcast_reuse_loops(k, nullptr, 1, opts);
+  upcast_reuse_loops(k, nullptr, 1, tiles, opts);
   return opts;
 }
 
@@ -496,22 +543,48 @@ std::vector<Opt> no_vector_loop_opts(const ReduceAccesses& k, const KernelAxis& 
 // reduce loop itself (a matmul with a transposed operand, a sum over the last axis), that loop
 // is unrolled into partial accumulators, which vectorize. Elementwise kernels are left to the
 // compiler's loop vectorizer.
-std::vector<Opt> hand_coded_opts(const UOpPtr& ast) {
+std::vector<Opt> hand_coded_opts(const UOpPtr& ast, const CpuLimits& cpu) {
+  const CpuTiles tiles = cpu_tiles(cpu);
   auto axes = kernel_axes(ast);
   std::vector<const KernelAxis*> outputs, reduces;
   for (auto& a : axes)
     if (a.size > 1) (a.reduce ? reduces : outputs).push_back(&a);
   if (reduces.empty()) return {};
-  if (std::vector<Opt> opts; fused_row_opts(ast, outputs, reduces, opts)) return opts;  // Note [fused rows]
+  if (std::vector<Opt> opts; fused_row_opts(ast, outputs, reduces, tiles, opts))
+    return opts;  // Note [fused rows]
 
   ReduceAccesses k = reduce_accesses(ast, std::move(outputs), std::move(reduces));
   if (k.loads.empty()) return {};
   const KernelAxis* red = k.reduces.back();
   const KernelAxis* wide = contiguous_reuse_loop(k);
-  if (!wide) return no_vector_loop_opts(k, *red);
+  if (!wide) return no_vector_loop_opts(k, *red, tiles);
   if (wide->size < 8 && red->size >= 4 && k.contiguous(*red, false))  // Note [short output rows]
-    if (auto opts = short_row_opts(k, *wide, *red)) return *opts;
-  return register_tile_opts(ast, axes, k, *wide, *red);
+    if (auto opts = short_row_opts(k, *wide, *red, tiles)) return *opts;
+  return register_tile_opts(ast, axes, k, *wide, *red, tiles);
+}
+
+// Note [tiles from the host]
+CpuTiles cpu_tiles(const CpuLimits& cpu) {
+  const int64_t lanes = std::max(cpu.vector_bits / 32, 2);
+  const int64_t accumulator_vectors =
+      std::min(std::max<int64_t>(cpu.vector_registers - 6, 4), MAX_TILE_LANES / lanes);
+  const int64_t wide = 2 * lanes, k_block = std::max<int64_t>(cpu.l1d_bytes / 2 / (wide * 4), 64);
+  return CpuTiles{.vector_lanes = lanes,
+                  .wide_lanes = wide,
+                  .max_accumulators = accumulator_vectors * lanes,
+                  .max_tile_rows = accumulator_vectors / 2,
+                  .k_block = k_block,
+                  .row_block = std::max<int64_t>(cpu.l2_bytes / 16 / (k_block * 4), 8),
+                  .min_panel_bytes = cpu.l2_bytes / 2};
+}
+
+std::string cpu_tiles_str(const CpuLimits& cpu) {
+  CpuTiles t = cpu_tiles(cpu);
+  return "register tiles of " + std::to_string(t.wide_lanes) + " contiguous lanes x up to " +
+         std::to_string(t.max_tile_rows) + " rows (" + std::to_string(t.max_accumulators) +
+         " accumulator lanes), partial sums of " + std::to_string(t.wide_lanes) + "; cache blocks for B of " +
+         std::to_string(t.min_panel_bytes >> 10) + " KB or more: K blocks of up to " +
+         std::to_string(t.k_block) + ", row blocks of up to " + std::to_string(t.row_block);
 }
 
 }  // namespace tg

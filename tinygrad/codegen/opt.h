@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "tinygrad/device_policy.h"
 #include "tinygrad/ops.h"
 
 namespace tg {
@@ -54,8 +55,22 @@ bool opt_applies(const UOpPtr& ast, const Opt& opt);
 
 // The default choice: a register tile over the output loops that inputs are reused along (with
 // cache blocks around it for large matmuls), and partial accumulators for reductions over
-// contiguous memory.
-std::vector<Opt> hand_coded_opts(const UOpPtr& ast);
+// contiguous memory, sized for the CPU's vectors, registers and caches (Note [tiles from the
+// host]; the default CpuLimits are an AVX2 core's).
+std::vector<Opt> hand_coded_opts(const UOpPtr& ast, const CpuLimits& cpu = {});
+
+// The sizes hand_coded_opts derives from a CPU's limits (Note [tiles from the host]).
+struct CpuTiles {
+  int64_t vector_lanes;      // float32 lanes of one vector register
+  int64_t wide_lanes;        // lanes of the contiguous loop in a register tile: two vectors
+  int64_t max_accumulators;  // lanes of a register tile's accumulators in all
+  int64_t max_tile_rows;     // most lanes of the tile's other loop
+  int64_t k_block;           // most reduce iterations of a cache block: a B panel in half the L1
+  int64_t row_block;         // most rows of a cache block: an A block in 1/16 of the L2
+  int64_t min_panel_bytes;   // a B at least this large (half the L2) gets cache blocks
+};
+CpuTiles cpu_tiles(const CpuLimits& cpu);
+std::string cpu_tiles_str(const CpuLimits& cpu);  // one line, for DEBUG=3
 
 // How far an index expression moves when `range` goes from 0 to 1 (every other loop at 0).
 int64_t index_stride(const UOpPtr& index, const UOpPtr& range);

@@ -10,9 +10,10 @@
 namespace tg {
 
 // Note [cache blocking]: a register tile (Note [register tile size] in opt.cpp) of R rows by 16
-// columns of a matmul streams a K x 16 panel of B, one cache line per k, and the output loops
-// run rows outside columns, so every R rows read all of B again: B (4 MB at 1024^2, 16 MB at
-// 2048^2) never stays in the L2 cache and the kernel waits on memory. Two opts reorder the loops
+// columns (on AVX2; the sizes here are an AVX2 core's with a 32 KB L1 and a 1 MB L2, Note
+// [tiles from the host] derives them for others) of a matmul streams a K x 16 panel of B, one cache line per
+// k, and the output loops run rows outside columns, so every R rows read all of B again: B (4 MB at 1024^2,
+// 16 MB at 2048^2) never stays in the L2 cache and the kernel waits on memory. Two opts reorder the loops
 // instead of writing lanes out:
 //
 // - BLOCK(r, b) runs output loop r in blocks of b: r = r_outer*b + r_inner, where r_outer keeps
@@ -110,16 +111,16 @@ UOpPtr block_reduce(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
 }
 
 std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, int64_t wide_lanes,
-                                    const KernelAxis& rows, int64_t row_lanes, const KernelAxis& red) {
-  constexpr int64_t MIN_PANEL_BYTES = 512 * 1024;  // the L2 cache of one core
-  constexpr int64_t MAX_ROW_BLOCK = 64, MAX_K_BLOCK = 256, MIN_K_BLOCK = 64;
+                                    const KernelAxis& rows, int64_t row_lanes, const KernelAxis& red,
+                                    const CpuTiles& tiles) {
+  constexpr int64_t MIN_K_BLOCK = 64;
   std::vector<Opt> tile{{OptOp::UPCAST, rows.id, row_lanes}, {OptOp::UPCAST, wide.id, wide_lanes}};
   // B, the operand that moves along the wide loop and the reduce, is what the blocks keep in cache
-  if (wide.size * red.size * 4 < MIN_PANEL_BYTES || rows.size < 2 * row_lanes) return tile;
+  if (wide.size * red.size * 4 < tiles.min_panel_bytes || rows.size < 2 * row_lanes) return tile;
   int64_t mb = 0, kb = 0;
-  for (int64_t b = MAX_ROW_BLOCK; b >= row_lanes && !mb; b--)
+  for (int64_t b = tiles.row_block; b >= row_lanes && !mb; b--)
     if (b % row_lanes == 0 && rows.size % b == 0 && rows.size / b >= 2) mb = b;
-  for (int64_t b = MAX_K_BLOCK; b >= MIN_K_BLOCK && !kb; b--)
+  for (int64_t b = tiles.k_block; b >= MIN_K_BLOCK && !kb; b--)
     if (red.size % b == 0 && red.size / b >= 2) kb = b;
   if (!mb) return tile;
   const int64_t next = next_range_id(ast);

@@ -24,7 +24,9 @@ UOpPtr block_reduce(const UOpPtr& ast, const KernelAxis& ax, int64_t amount);
 // contiguous output loop) by wide_lanes, `rows` (the other operand's loop) by row_lanes, reducing
 // over `red`. Returns the tile with the cache blocks around it when the kernel is large enough
 // for them to pay, else the tile as it is.
+// The block sizes come from the CPU's caches (tiles, Note [tiles from the host] in opt.cpp).
 std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, int64_t wide_lanes,
-                                    const KernelAxis& rows, int64_t row_lanes, const KernelAxis& red);
+                                    const KernelAxis& rows, int64_t row_lanes, const KernelAxis& red,
+                                    const CpuTiles& tiles);
 
 }  // namespace tg

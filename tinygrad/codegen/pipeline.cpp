@@ -157,7 +157,7 @@ std::optional<KernelChoice> tensor_core_choice(const ScheduleItem& item, Device&
 
 std::vector<Opt> hand_coded_for(const UOpPtr& ast, const DevicePolicy& policy) {
   if (knobs::NOOPT.get()) return {};
-  return policy.gpu ? gpu_hand_coded_opts(ast) : hand_coded_opts(ast);
+  return policy.gpu ? gpu_hand_coded_opts(ast) : hand_coded_opts(ast, policy.cpu);
 }
 
 }  // namespace

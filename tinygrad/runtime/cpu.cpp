@@ -11,12 +11,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
+#include <map>
+#include <mutex>
 
+#include "tinygrad/codegen/opt.h"
 #include "tinygrad/codegen/render_c.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/runtime/cpu_host.h"
 #include "tinygrad/runtime/thread_pool.h"
 #ifdef TG_WITH_LLVM
 #include "tinygrad/codegen/render_llvm.h"
@@ -58,7 +62,9 @@ class HostAllocator : public Allocator {
 // Compiles C with the system compiler into a shared object (cached on disk by source hash).
 class SystemCCompiler : public Compiler {
  public:
-  std::string cache_key() const override { return "cc:" + knobs::CC.get() + " " + flags(); }
+  std::string cache_key() const override {
+    return "cc:" + knobs::CC.get() + " " + flags() + " " + cpu_host().key();
+  }
 
   std::unique_ptr<Program> compile(const std::string& name, const std::string& source) override {
     auto dir = std::filesystem::path(cache_dir()) / "cc";
@@ -100,7 +106,10 @@ class SystemCCompiler : public Compiler {
   }
 
  private:
-  static std::string flags() { return "-O2 -march=native -fno-math-errno -ffp-contract=fast -fPIC -shared -x c"; }
+  static std::string flags() {
+    return "-O2 -march=native" + cc_isa_flags(cpu_host()) +
+           " -fno-math-errno -ffp-contract=fast -fPIC -shared -x c";
+  }
 };
 
 class CpuDevice : public Device {
@@ -123,18 +132,31 @@ class CpuDevice : public Device {
     return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 ||
            f == Feature::AddressableMemory;
   }
-  const DevicePolicy& policy() const override { return policy_; }
-  std::string description() const override { return name() + " (" + compiler_->cache_key() + ")"; }
+  const DevicePolicy& policy() const override { return policy_for(cpu_host()); }
+  std::string description() const override {
+    return name() + " (" + compiler_->cache_key() + "; " + cpu_host().str() + ")";
+  }
 
  private:
-  // Kernels keep their loops (vector tiles, cache blocks); convolutions reduce channel-last,
-  // large matmuls read B through padded rows, and product operands get buffers of their own.
-  DevicePolicy policy_{.gpu = std::nullopt,
-                       .channels_last_convolutions = true,
-                       .pad_aliasing_rows = true,
-                       .copy_transposed_b = true,
-                       .split_reductions = false,
-                       .realize_product_operands = true};
+  // Kernels keep their loops (vector tiles and cache blocks sized for the host, Note [tiles from
+  // the host] in codegen/opt.cpp); convolutions reduce channel-last, large matmuls read B through
+  // padded rows, and product operands get buffers of their own. One policy per CPU_ISA.
+  static const DevicePolicy& policy_for(const CpuHost& host) {
+    static std::mutex mu;
+    static std::map<std::string, DevicePolicy> policies;  // by the host's ISA; entries never move
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, fresh] = policies.try_emplace(host.isa, DevicePolicy{.gpu = std::nullopt,
+                                                                   .cpu = host.limits(),
+                                                                   .channels_last_convolutions = true,
+                                                                   .pad_aliasing_rows = true,
+                                                                   .copy_transposed_b = true,
+                                                                   .split_reductions = false,
+                                                                   .realize_product_operands = true});
+    if (fresh && knobs::DEBUG >= 3)
+      std::fprintf(stderr, "cpu host: %s\ncpu tiles: %s\n", host.str().c_str(),
+                   cpu_tiles_str(host.limits()).c_str());
+    return it->second;
+  }
   HostAllocator allocator_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;

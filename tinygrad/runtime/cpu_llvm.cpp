@@ -1,7 +1,8 @@
 // The LLVM ORC JIT behind CPU kernels: parses the IR text from LLVMRenderer, runs the O3
-// new-pass-manager pipeline for the host CPU (its name and features, so AVX2/AVX-512/FMA are used),
-// and JIT-links it with one LLJIT per compiler. The only file of tinygrad++ that includes LLVM
-// headers; builds against LLVM 15 through 19.
+// new-pass-manager pipeline for the host CPU (its name and features, so AVX2/AVX-512/FMA are used,
+// restricted by CPU_ISA: Note [the host's description] in cpu_host.cpp), and JIT-links it with
+// one LLJIT per compiler. The only file of tinygrad++ that includes LLVM headers; builds against
+// LLVM 15 through 19.
 #include "tinygrad/runtime/cpu_llvm.h"
 
 #include <atomic>
@@ -30,6 +31,7 @@
 
 #include "tinygrad/error.h"
 #include "tinygrad/runtime/cpu.h"
+#include "tinygrad/runtime/cpu_host.h"
 
 namespace tg {
 namespace {
@@ -65,8 +67,13 @@ const HostTarget& host_target() {
   return *host;
 }
 
+// The host's features as CPU_ISA restricts them.
+std::string isa_features() { return llvm_features_for(host_target().features, cpu_host()); }
+
 std::unique_ptr<llvm::TargetMachine> host_target_machine() {
-  auto tm = orc::JITTargetMachineBuilder(host_target().jtmb).createTargetMachine();
+  orc::JITTargetMachineBuilder jtmb(host_target().jtmb);
+  jtmb.setFeatures(isa_features());
+  auto tm = jtmb.createTargetMachine();
   TG_CHECK(tm, "LLVM: cannot create the host target machine: ", take_message(tm.takeError()));
   return std::move(*tm);
 }
@@ -90,6 +97,23 @@ void run_o3(llvm::Module& m, llvm::TargetMachine& tm) {
   mpm.run(m, mam);
 }
 
+// Every function is compiled for the ISA of the host's description: its features (the JIT's own
+// target machine has the native ones, so a restricted ISA must be named per function) and, on
+// AVX-512, 512-bit vectors, which the register tiles are sized for (LLVM prefers 256 bits on
+// Intel's server cores).
+void set_isa_attributes(llvm::Module& m) {
+  const CpuHost& host = cpu_host();
+  const bool restricted = host.isa != host.native_isa;
+  for (llvm::Function& f : m) {
+    if (f.isDeclaration()) continue;
+    if (restricted) {
+      f.addFnAttr("target-cpu", host_target().cpu);
+      f.addFnAttr("target-features", isa_features());
+    }
+    if (host.isa == "avx512") f.addFnAttr("prefer-vector-width", llvm_prefer_vector_width(host));
+  }
+}
+
 // Parses, verifies and optimizes one kernel module in ctx. Throws CompileError with the
 // diagnostic and the IR.
 std::unique_ptr<llvm::Module> build_module(const std::string& name, const std::string& source,
@@ -109,6 +133,7 @@ std::unique_ptr<llvm::Module> build_module(const std::string& name, const std::s
   vos.flush();
   if (broken)
     throw CompileError(name, source, detail::cat("LLVM: kernel ", name, " does not verify:\n", verr));
+  set_isa_attributes(*m);
   auto tm = host_target_machine();
   m->setTargetTriple(tm->getTargetTriple().str());
   m->setDataLayout(tm->createDataLayout());
@@ -144,8 +169,8 @@ class LLVMCompiler : public Compiler {
   std::string cache_key() const override {
     const HostTarget& h = host_target();
     char hash[24];
-    std::snprintf(hash, sizeof hash, "%08zx", std::hash<std::string>()(h.features) & 0xffffffffu);
-    return "llvm-" + llvm_version() + "-" + h.cpu + "-" + hash;
+    std::snprintf(hash, sizeof hash, "%08zx", std::hash<std::string>()(isa_features()) & 0xffffffffu);
+    return "llvm-" + llvm_version() + "-" + h.cpu + "-" + hash + " " + cpu_host().key();
   }
 
   std::unique_ptr<Program> compile(const std::string& name, const std::string& source) override {
