@@ -38,7 +38,7 @@ class ProgressPrinter : public TrainObserver {
 // {"type":"eval","step","epoch","eval_accuracy" | "val_loss","perplexity","eval_seconds"} (train
 // records of next-token tasks add "tokens_per_s" and, with train.peak_tflops, "mfu") or {"type":"checkpoint",...} or
 // {"type":"skip","step","grad_norm"} (ddp: a step every rank skipped on a non-finite gradient);
-// train records add "grad_norm" where the step computes it (ddp and zero1 steps that check or clip).
+// train records carry "grad_norm", the global gradient norm before clipping (every run).
 // Every record carries "time" (wall clock, seconds since the Unix epoch) and "elapsed_s" (training
 // time of the run, continued across resumes). A resumed run first drops the records after its
 // checkpoint's step, so the file reads like one uninterrupted run.

@@ -1010,7 +1010,10 @@ TEST(LauncherTensorBoard, EventFilesAndCsvHoldTheMetrics) {
     EXPECT_NEAR(e.wall_time, r["time"].get<double>(), 1e-6);
     std::map<std::string, float> got(e.scalars.begin(), e.scalars.end());
     const std::string type = r["type"];
-    for (const char* key : {"loss", "lr", "examples_per_s", "epoch", "eval_accuracy"}) {
+    if (type == "train") {
+      EXPECT_GT(r.value("grad_norm", 0.0), 0) << "one process's train records carry grad_norm";
+    }
+    for (const char* key : {"loss", "lr", "examples_per_s", "epoch", "eval_accuracy", "grad_norm"}) {
       if (!r.contains(key)) continue;
       ASSERT_TRUE(got.count(type + "/" + key)) << type << "/" << key;
       EXPECT_EQ(got[type + "/" + key], r[key].get<float>()) << key;
@@ -1026,7 +1029,7 @@ TEST(LauncherTensorBoard, EventFilesAndCsvHoldTheMetrics) {
   std::vector<nlohmann::json> all;
   for (std::string line; std::getline(jsonl, line);) all.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(lines.size(), 1 + all.size());
-  EXPECT_EQ(lines[0], "type,step,epoch,time,elapsed_s,eval_accuracy,eval_seconds,examples_per_s,loss,lr,path");
+  EXPECT_EQ(lines[0], "type,step,epoch,time,elapsed_s,eval_accuracy,eval_seconds,examples_per_s,grad_norm,loss,lr,path");
   std::vector<std::string> header;
   std::stringstream hs(lines[0]);
   for (std::string cell; std::getline(hs, cell, ',');) header.push_back(cell);
