@@ -107,7 +107,7 @@ endif()
 set(TG_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/tinygradpp)
 add_library(tinygradpp INTERFACE)
 target_link_libraries(tinygradpp INTERFACE tg_launcher)
-# Programs built on the headers need C++20 (they use std::span, concepts, designated initializers).
+# The headers are C++20: a program that includes them is compiled as C++20 at least.
 target_compile_features(tinygrad PUBLIC cxx_std_20)
 set_target_properties(tg PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
 
