@@ -13,7 +13,13 @@ LazyStepOutcome coordinated_step_lazy(ProcessGroup& pg, nn::Optimizer& optim, co
   LazyStepOutcome out;
   TG_CHECK(opt.max_norm >= 0, "coordinated step: max_norm must be non-negative, got ", opt.max_norm);
   if (opt.max_norm <= 0 && !opt.skip_nonfinite) {
-    optim.step(first);
+    Tensors values = first;
+    if (opt.report_norm) {  // the gradients are already reduced: their norm is the global one
+      NoGradGuard no_grad;
+      out.grad_norm = nn::grad_norm_lazy(optim.params());
+      values.push_back(*out.grad_norm);
+    }
+    optim.step(values);
     return out;
   }
   NoGradGuard no_grad;

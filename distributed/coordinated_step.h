@@ -20,9 +20,11 @@ struct StepOutcome {
 struct StepOptions {
   double max_norm = 0;         // clip the global gradient norm to this (0: no clipping)
   bool skip_nonfinite = true;  // check the gradients and skip the step on inf/NaN
+  bool report_norm = false;    // without the two above: still compute the global norm (LazyStepOutcome::grad_norm, no ok)
 };
 
-// The outcome of a step as realized 0-d device tensors (empty when the step checked nothing).
+// The outcome of a step as realized 0-d device tensors (empty when the step checked nothing; only
+// grad_norm when it checked nothing but StepOptions::report_norm asked for the norm).
 struct LazyStepOutcome {
   std::optional<Tensor> ok;         // bool: the update was applied (false: skipped on every rank)
   std::optional<Tensor> grad_norm;  // float32: the global norm before clipping (this rank's inf/NaN when skipped)

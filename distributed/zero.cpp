@@ -99,6 +99,9 @@ LazyStepOutcome Zero1::step_lazy(const Tensors& also_realize, const StepOptions&
     out.grad_norm = ok.where(norm, one * INFINITY);
     values.push_back(*out.ok);
     values.push_back(*out.grad_norm);
+  } else if (opt.report_norm) {
+    out.grad_norm = all_reduce_node(pg_, mine.square().sum()).sqrt();
+    values.push_back(*out.grad_norm);
   }
   block_.set_grad(mine);
   if (out.ok) optim_->step_if(*out.ok, values);

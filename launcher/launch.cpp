@@ -23,6 +23,7 @@
 #include "distributed/process_group.h"
 #include "distributed/rendezvous.h"
 #include "distributed/store.h"
+#include "launcher/log.h"
 #include "launcher/trainer.h"
 #include "tinygrad/error.h"
 
@@ -180,7 +181,7 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
-void say(const std::string& line) { write_all(2, "tg launch: " + line + "\n"); }
+void say(const std::string& line) { log_note("tg launch: " + line); }
 
 // ---- workers ---------------------------------------------------------------------------------
 

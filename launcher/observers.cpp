@@ -1,6 +1,8 @@
 // The progress printer, metrics writer, text log and checkpoint writer (see observers.h).
 #include "launcher/observers.h"
 
+#include <spdlog/logger.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -205,15 +207,9 @@ void MetricsWriter::on_checkpoint(Trainer&, const CheckpointEvent& e) {
 
 // ---- TrainLog ----
 
-TrainLog::TrainLog(std::string path) : out_(path, std::ios::app) { TG_CHECK(out_, "train.log: cannot write '", path, "'"); }
+TrainLog::TrainLog(std::string path) : out_(file_log(path)) {}
 
-void TrainLog::line(const std::string& text) {
-  std::time_t now = std::time(nullptr);
-  char ts[32];
-  std::strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  out_ << ts << "  " << text << "\n";
-  out_.flush();
-}
+void TrainLog::line(const std::string& text) { out_->info(text); }
 
 void TrainLog::on_train_begin(Trainer& t) {
   std::ostringstream os;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/log.h"
 #include "launcher/trainer.h"
 
 namespace tg::launcher {
@@ -38,7 +39,7 @@ class ProgressPrinter : public TrainObserver {
 // {"type":"eval","step","epoch","eval_accuracy" | "val_loss","perplexity","eval_seconds"} (train
 // records of next-token tasks add "tokens_per_s" and, with train.peak_tflops, "mfu") or {"type":"checkpoint",...} or
 // {"type":"skip","step","grad_norm"} (ddp: a step every rank skipped on a non-finite gradient);
-// train records add "grad_norm" where the step computes it (ddp and zero1 steps that check or clip).
+// train records carry "grad_norm", the global gradient norm before clipping (every run).
 // Every record carries "time" (wall clock, seconds since the Unix epoch) and "elapsed_s" (training
 // time of the run, continued across resumes). A resumed run first drops the records after its
 // checkpoint's step, so the file reads like one uninterrupted run.
@@ -83,7 +84,7 @@ class TrainLog : public TrainObserver {
   void line(const std::string& text);  // also used by run_train for errors
 
  private:
-  std::ofstream out_;
+  std::shared_ptr<spdlog::logger> out_;  // appends "YYYY-MM-DD HH:MM:SS  text" lines (log.h)
 };
 
 // Writes a checkpoint every train.checkpoint_every steps (when > 0) and at the end of training.

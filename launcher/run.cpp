@@ -4,6 +4,7 @@
 
 #include "launcher/bench.h"
 #include "launcher/launch.h"
+#include "launcher/log.h"
 
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -219,7 +220,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
       std::vector<std::string> passed_over;
       resume_from = latest_checkpoint(dir, &passed_over);
       if (lead)
-        for (const auto& why : passed_over) std::cerr << "resume: passing over " << why << "\n";
+        for (const auto& why : passed_over) log_note("resume: passing over " + why);
       TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'",
                passed_over.empty() ? "" : " (" + std::to_string(passed_over.size()) + " passed over, reasons above)");
     }
@@ -509,12 +510,10 @@ int tg_main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // The whole message: some errors list their details on indented lines after the first
     // (load_state_dict's missing and unexpected keys, the ranks that disagree).
-    std::fflush(stdout);
-    std::cerr << "error: " << e.what() << "\n";
+    log_error(e.what());
     return 1;
   } catch (...) {
-    std::fflush(stdout);
-    std::cerr << "error: unexpected failure (not a std::exception)\n";
+    log_error("unexpected failure (not a std::exception)");
     return 1;
   }
 }

@@ -255,6 +255,13 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
 // it returns the 0-d ok flag and the global norm as outputs after the loss, and fit() reads them
 // after the step (settle_step: an output of the step, read outside it, so the step still
 // replays) to count and log a skip and to take back the optimizer's count of the skipped step.
+//
+// Note [the gradient norm of every run]: every other step returns the global gradient norm
+// (before clipping) as its second output, so that every run's train records (metrics.jsonl, the
+// TensorBoard scalar train/grad_norm, metrics.csv) carry grad_norm the same way: one process
+// builds it lazily (nn::grad_norm_lazy, or clip_grad_norm_lazy's when clipping), a ddp step
+// without checks takes the norm of the all-reduced gradients (StepOptions::report_norm), a zero1
+// step all-reduces its shard's sum of squares. It is read only at a log step, with the loss.
 Tensors Trainer::train_step(const Tensors& batch) {
   Tensor x = batch[0], y = batch[1];
   if (dp_) {
@@ -265,7 +272,7 @@ Tensors Trainer::train_step(const Tensors& batch) {
   Tensor loss = accumulated_backward(x, y);
   const double clip = cfg_.get_float("optim.clip_grad_norm");
   if (dp_) {
-    dist::StepOptions so{.max_norm = clip, .skip_nonfinite = cfg_.get_bool("distributed.skip_nonfinite")};
+    dist::StepOptions so{.max_norm = clip, .skip_nonfinite = cfg_.get_bool("distributed.skip_nonfinite"), .report_norm = true};
     dist::LazyStepOutcome lazy;
     if (zero_) {
       lazy = zero_->step_lazy({loss}, so);
@@ -275,11 +282,12 @@ Tensors Trainer::train_step(const Tensors& batch) {
       lazy = dist::coordinated_step_lazy(*group_, *optim_, first, so);
     }
     if (lazy.ok) return {loss, *lazy.ok, *lazy.grad_norm};  // settled in fit()
-  } else {
-    if (clip > 0) nn::clip_grad_norm_lazy(optim_->params(), clip);  // on the device: replayable
-    optim_->step({loss});
+    return {loss, *lazy.grad_norm};
   }
-  return {loss};
+  // on the device: replayable
+  Tensor norm = clip > 0 ? nn::clip_grad_norm_lazy(optim_->params(), clip) : nn::grad_norm_lazy(optim_->params());
+  optim_->step({loss, norm});
+  return {loss, norm};
 }
 
 // Note [training tasks]: the dataset says what its examples are for (DataSplits::task). A
@@ -395,7 +403,7 @@ TrainSummary Trainer::fit() {
         double dt = seconds_since(t_window);
         double examples_per_s = dt > 0 ? static_cast<double>(window_examples) / dt : 0.0;
         StepEvent ev{step_, total_steps_, epoch_of(step_), b->index, bpe, loss_v, lr, examples_per_s};
-        if (outs.size() == 3) ev.grad_norm = step_outcome_.grad_norm;
+        ev.grad_norm = outs.size() == 3 ? step_outcome_.grad_norm : outs[1].item<double>();
         if (data_.task == Task::NextToken) {
           ev.tokens_per_s = examples_per_s * static_cast<double>(b->y.shape(1));
           double peak = cfg_.get_float("train.peak_tflops");

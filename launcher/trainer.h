@@ -35,7 +35,7 @@ struct StepEvent {
   double examples_per_s = 0;  // since the previous step event
   double tokens_per_s = 0;    // next-token tasks: examples/s times the sequence length
   std::optional<double> mfu;  // model FLOPs utilisation, where the model and train.peak_tflops say (Note [mfu])
-  std::optional<double> grad_norm;  // the global gradient norm before clipping, where the step computes it (ddp, zero1)
+  std::optional<double> grad_norm;  // the global gradient norm before clipping (Note [the gradient norm of every run])
 };
 
 // What an evaluation measured (Note [training tasks] in trainer.cpp).
@@ -134,8 +134,8 @@ class Trainer {
   const TinyJit& jit() const { return *jit_; }
 
  private:
-  // One training step on a batch {x, y}; returns {loss}, or {loss, ok, grad_norm} for a ddp step
-  // that checks or clips (settled by fit() after the step). Run through jit_.
+  // One training step on a batch {x, y}; returns {loss, grad_norm}, or {loss, ok, grad_norm} for
+  // a ddp step that checks or clips (settled by fit() after the step). Run through jit_.
   Tensors train_step(const Tensors& batch);
   // The task's loss of the model on x against y (Note [training tasks]).
   Tensor loss_of(const Tensor& x, const Tensor& y);

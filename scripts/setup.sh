@@ -10,8 +10,9 @@ set -euo pipefail
 
 # What the build cannot do without.
 # libcli11-dev: CLI11, header-only, parses the tg command's arguments (Debian 12: 2.1, Ubuntu 24.04: 2.4).
+# libspdlog-dev: spdlog (with libfmt-dev), the launcher's log lines (stderr with rank prefixes, train.log).
 REQUIRED=(build-essential cmake ninja-build pkg-config git python3
-          libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev libcli11-dev)
+          libgtest-dev libyaml-cpp-dev nlohmann-json3-dev zlib1g-dev libcli11-dev libspdlog-dev)
 # Features that switch off (or tests that skip) when absent. libgmock-dev: GoogleMock, next to GoogleTest.
 # clang and libclang-rt-14-dev (libFuzzer): the fuzz targets (scripts/fuzz.sh). jargon-text: the
 # Jargon File 4.4.7 (public domain, 1.7 MB of English as gzipped UTF-8 text), the default text of

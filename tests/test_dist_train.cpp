@@ -18,6 +18,7 @@
 #include "launcher/trainer.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
+#include "run_util.h"
 #include "test_util.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/knobs.h"
@@ -118,6 +119,21 @@ std::map<std::string, std::vector<float>> model_of(const std::string& ckpt) {
   return out;
 }
 
+// The grad_norm of every train record of a run, in order (-1 where a record has none).
+std::vector<double> grad_norms(const std::string& dir) {
+  std::vector<double> out;
+  for (const auto& r : testutil::metrics_records(dir, "train")) out.push_back(r.value("grad_norm", -1.0));
+  return out;
+}
+
+void expect_same_norms(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); i++) {
+    EXPECT_GT(b[i], 0) << what << ", record " << i;
+    EXPECT_NEAR(a[i], b[i], 1e-4 * b[i]) << what << ", record " << i;
+  }
+}
+
 std::string read(const std::string& p) {
   std::ifstream in(p);
   std::stringstream ss;
@@ -162,6 +178,7 @@ TEST(DdpTrain, EqualsOneProcessAndRankZeroWrites) {
         worst = std::max(worst, std::abs(double(a[k][i]) - v[i]) / std::max(1e-3, std::abs(double(v[i]))));
     std::printf("tg train ddp (world %d) vs one process: max relative difference %.3g\n", dist::env_world_size(), worst);
     EXPECT_LT(worst, 1e-5);
+    expect_same_norms(grad_norms(BASE + "_ddp"), grad_norms(ref_dir), "ddp's clipped step against one process's");
   } else {
     EXPECT_TRUE(d.last_checkpoint.empty());  // only rank 0 writes checkpoints
   }
@@ -217,6 +234,29 @@ TEST(DdpTrain, JitReplaysStepsWithTheirAllReduces) {
     ASSERT_EQ(a.size(), b.size());
     for (auto& [k, v] : a) EXPECT_EQ(v, b[k]) << k;
   }
+}
+
+// Note [the gradient norm of every run] in launcher/trainer.cpp: steps that neither clip nor
+// check report the global gradient norm too, and ddp, zero1 and one process agree on it.
+TEST(DdpTrain, EveryStrategyReportsTheGradNorm) {
+  const std::vector<std::string> plain = {"distributed.skip_nonfinite=false", "optim.clip_grad_norm=0", "optim.name=sgd",
+                                          "optim.momentum=0.9", "optim.lr=0.05"};
+  auto with = [&](std::string extra) {
+    std::vector<std::string> o = plain;
+    if (!extra.empty()) o.push_back(std::move(extra));
+    return o;
+  };
+  const std::string one = BASE + "_norm_one" + std::to_string(dist::env_rank()), ddp = BASE + "_norm_ddp",
+                    zero1 = BASE + "_norm_zero1";
+  run_train(config(one, with("")), {.progress = false});
+  run_train(config(ddp, with("distributed.strategy=ddp")), {.progress = false});
+  run_train(config(zero1, with("distributed.strategy=zero1")), {.progress = false});
+  if (dist::env_rank() == 0) {
+    EXPECT_EQ(grad_norms(one).size(), 3u);
+    expect_same_norms(grad_norms(ddp), grad_norms(one), "ddp without checks against one process");
+    expect_same_norms(grad_norms(zero1), grad_norms(one), "zero1 without checks against one process");
+  }
+  fs::remove_all(one);
 }
 
 TEST(DdpTrain, Zero1EqualsDdpAndResumesFromShards) {

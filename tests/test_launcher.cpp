@@ -15,10 +15,13 @@
 #include <future>
 #include <set>
 #include <new>
+#include <regex>
+#include <sstream>
 
 #include "distributed/local_backend.h"
 #include "launcher/config.h"
 #include "launcher/launch.h"
+#include "launcher/log.h"
 #include "launcher/metric_sinks.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
@@ -858,6 +861,58 @@ TEST(LauncherRunRecord, ErrorsGoWholeIntoTrainLog) {
   fs::remove_all(dir);
 }
 
+// Note [rank prefixes] in launcher/log.cpp: under mpirun, srun (or another MPI launcher) an error
+// line names its rank; in one process, and under `tg launch` (TG_RANK), which marks its workers'
+// lines itself, it does not. train.log (rank 0's) keeps its lines as they were, a multi-line
+// error whole.
+TEST(LauncherLog, RankPrefixUnderMpirunAndSrunOnly) {
+  const char* vars[] = {"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "TG_RANK"};
+  std::map<std::string, std::string> saved;
+  for (const char* v : vars)
+    if (const char* x = std::getenv(v)) saved[v] = x;
+  for (const char* v : vars) ::unsetenv(v);
+  auto err_of = [] { return tg_cli({"tg", "train", "/nonexistent/config.yaml"}).second; };
+  const std::string plain = err_of();
+  EXPECT_EQ(rank_prefix(), "");
+  EXPECT_EQ(plain.rfind("error: ", 0), 0u) << plain;
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"}) {
+    ::setenv(v, "3", 1);
+    EXPECT_EQ(rank_prefix(), "[rank 3] ") << v;
+    EXPECT_EQ(err_of(), "[rank 3] " + plain) << v;
+    ::setenv("TG_RANK", "3", 1);
+    EXPECT_EQ(err_of(), plain) << v << " under tg launch";
+    ::unsetenv("TG_RANK");
+    ::unsetenv(v);
+  }
+
+  // A resume with another model, as rank 0 of mpirun would see it (one process: strategy none).
+  fs::path dir = temp_dir("rank_log");
+  std::vector<std::string> args = {"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml",
+                                   "data.name=test_synth", "data.batch_size=8", "model.name=test_tiny", "train.steps=2",
+                                   "train.progress=off", "train.run_dir=" + dir.string()};
+  ASSERT_EQ(tg_cli(args).first, 0);
+  args[5] = "model.name=test_mlp";
+  args.push_back("train.resume=true");
+  ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  auto [rc, err] = tg_cli(args);
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  EXPECT_EQ(rc, 1);
+  const std::string want = "load_state_dict: cannot load into Sequential:\n  missing keys: '1.weight', '1.bias', "
+                           "'3.weight', '3.bias'\n  unexpected keys: 'fc.bias', 'fc.weight'";
+  EXPECT_EQ(err, "[rank 0] error: " + want + "\n");
+  const std::string log = file_text(dir / "train.log");
+  EXPECT_NE(log.find("  error: " + want + "\n"), std::string::npos) << log;
+  EXPECT_EQ(log.find("[rank"), std::string::npos) << log;
+  // every line of train.log: "YYYY-MM-DD HH:MM:SS  text", or a detail of the error
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("  ", 0) != 0) {
+      EXPECT_TRUE(std::regex_search(line, std::regex("^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d  \\S"))) << line;
+    }
+  fs::remove_all(dir);
+  for (const auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
+}
+
 TEST(LauncherRunRecord, VersionNamesCommitAndFeatures) {
   std::string v = version_text();
   EXPECT_EQ(v.rfind("tinygrad++ " + build_version() + " (commit " + build_commit() + ")\n", 0), 0u) << v;
@@ -1010,7 +1065,10 @@ TEST(LauncherTensorBoard, EventFilesAndCsvHoldTheMetrics) {
     EXPECT_NEAR(e.wall_time, r["time"].get<double>(), 1e-6);
     std::map<std::string, float> got(e.scalars.begin(), e.scalars.end());
     const std::string type = r["type"];
-    for (const char* key : {"loss", "lr", "examples_per_s", "epoch", "eval_accuracy"}) {
+    if (type == "train") {
+      EXPECT_GT(r.value("grad_norm", 0.0), 0) << "one process's train records carry grad_norm";
+    }
+    for (const char* key : {"loss", "lr", "examples_per_s", "epoch", "eval_accuracy", "grad_norm"}) {
       if (!r.contains(key)) continue;
       ASSERT_TRUE(got.count(type + "/" + key)) << type << "/" << key;
       EXPECT_EQ(got[type + "/" + key], r[key].get<float>()) << key;
@@ -1026,7 +1084,7 @@ TEST(LauncherTensorBoard, EventFilesAndCsvHoldTheMetrics) {
   std::vector<nlohmann::json> all;
   for (std::string line; std::getline(jsonl, line);) all.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(lines.size(), 1 + all.size());
-  EXPECT_EQ(lines[0], "type,step,epoch,time,elapsed_s,eval_accuracy,eval_seconds,examples_per_s,loss,lr,path");
+  EXPECT_EQ(lines[0], "type,step,epoch,time,elapsed_s,eval_accuracy,eval_seconds,examples_per_s,grad_norm,loss,lr,path");
   std::vector<std::string> header;
   std::stringstream hs(lines[0]);
   for (std::string cell; std::getline(hs, cell, ',');) header.push_back(cell);

@@ -55,12 +55,13 @@ std::vector<RankResult> run_two_ranks(const std::string& name, const std::string
   return out;
 }
 
-// Both ranks exit 1 and name the difference.
+// Both ranks exit 1 and name the difference, on a line that names the rank (Note [rank prefixes]
+// in launcher/log.cpp) with the details after it.
 void expect_refused(const std::vector<RankResult>& ranks, const std::string& difference) {
   for (int r = 0; r < 2; r++) {
     const RankResult& rr = ranks[static_cast<size_t>(r)];
     EXPECT_EQ(rr.exit_status, 1) << "rank " << r << ": " << rr.stderr_text;
-    EXPECT_NE(rr.stderr_text.find("error: the ranks disagree on the config before training: rank 1 differs from rank 0 "
+    EXPECT_NE(rr.stderr_text.find("[rank " + std::to_string(r) + "] error: the ranks disagree on the config before training: rank 1 differs from rank 0 "
                                   "(this is rank " + std::to_string(r) + " of 2)\n  " + difference + "\n"),
               std::string::npos)
         << "rank " << r << ": " << rr.stderr_text;

@@ -311,23 +311,26 @@ void LAMB::update(size_t i, const Tensor& p, const Tensor& g, Updates& out) {
 
 // ---- clip_grad_norm ----
 
+Tensor grad_norm_lazy(const std::vector<Tensor*>& params) {
+  NoGradGuard no_grad;
+  std::optional<Tensor> sq;
+  for (auto* p : params) {
+    TG_CHECK(p != nullptr, "grad_norm_lazy: a parameter is null");
+    auto g = p->grad();
+    if (!g) continue;
+    Tensor s = g->detach().cast(DType::Float32).square().sum();
+    sq = sq ? *sq + s.to(sq->device()) : s;
+  }
+  return sq ? sq->sqrt() : Tensor::scalar(0.0);
+}
+
 Tensor clip_grad_norm_lazy(const std::vector<Tensor*>& params, double max_norm) {
   TG_CHECK(max_norm >= 0, "clip_grad_norm_lazy: max_norm must be non-negative, got ", max_norm);
   NoGradGuard no_grad;
-  std::vector<Tensor*> with_grad;
-  std::optional<Tensor> sq;
-  for (auto* p : params) {
-    TG_CHECK(p != nullptr, "clip_grad_norm_lazy: a parameter is null");
-    auto g = p->grad();
-    if (!g) continue;
-    with_grad.push_back(p);
-    Tensor s = g->detach().cast(DType::Float32).square().sum();
-    sq = sq ? *sq + s.to(with_grad[0]->device()) : s;
-  }
-  if (!sq) return Tensor::scalar(0.0);
-  Tensor norm = sq->sqrt();
+  Tensor norm = grad_norm_lazy(params);
   Tensor coef = (Tensor::scalar(max_norm, {.device = norm.device()}) / (norm + 1e-6)).minimum(norm.ones_like());
-  for (Tensor* p : with_grad) {
+  for (Tensor* p : params) {
+    if (!p->grad()) continue;
     Tensor g = p->grad()->detach();
     p->set_grad(g * coef.cast(g.dtype()).to(g.device()));
   }

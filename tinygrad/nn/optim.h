@@ -206,5 +206,8 @@ double clip_grad_norm(const std::vector<Tensor*>& params, double max_norm);
 // the host, so the scaling fuses into the optimizer's update kernels and a step that uses it can
 // be captured by TinyJit. With no gradients the norm is a zero constant.
 Tensor clip_grad_norm_lazy(const std::vector<Tensor*>& params, double max_norm);
+// The global L2 norm of the gradients, lazily, as a 0-d float32 tensor (a zero constant with
+// none); parameters without a gradient are skipped. Nothing is realized.
+Tensor grad_norm_lazy(const std::vector<Tensor*>& params);
 
 }  // namespace tg::nn
