@@ -130,6 +130,17 @@ std::array<uint8_t, 3> plot_colour(size_t run_index) {
   return palette[run_index % palette.size()];
 }
 
+std::array<uint8_t, 3> category_colour(const std::string& category) {
+  // Tableau's 10, one per kind of span; an unknown kind is grey.
+  static const std::map<std::string, std::array<uint8_t, 3>> colours = {
+      {"kernel", {0x4e, 0x79, 0xa7}},   {"collective", {0xf2, 0x8e, 0x2b}}, {"wait", {0xe1, 0x57, 0x59}},
+      {"queue", {0xba, 0xb0, 0xac}},    {"jit", {0x59, 0xa1, 0x4f}},        {"step", {0xd9, 0xd9, 0xd9}},
+      {"data", {0xb0, 0x7a, 0xa1}},     {"schedule", {0x9c, 0x75, 0x5f}},   {"compile", {0xff, 0x9d, 0xa7}},
+      {"copy", {0x76, 0xb7, 0xb2}},     {"eval", {0xed, 0xc9, 0x48}},       {"checkpoint", {0x8c, 0xd1, 0x7d}}};
+  auto it = colours.find(category);
+  return it != colours.end() ? it->second : std::array<uint8_t, 3>{0x99, 0x99, 0x99};
+}
+
 #ifdef TG_HAVE_CAIRO
 
 bool built_with_cairo() { return true; }
@@ -302,15 +313,153 @@ void check_cairo(cairo_status_t status, const std::string& path) {
   TG_CHECK(status == CAIRO_STATUS_SUCCESS, "tg plot: cannot write '", path, "': ", cairo_status_to_string(status));
 }
 
+// A surface for `out` (an SVG file, or an image written as PNG by finish()).
+struct Canvas {
+  std::string out;
+  bool svg;
+  Surface surface{nullptr, cairo_surface_destroy};
+  Canvas(std::string path, int width, int height) : out(std::move(path)), svg(ends_with(out, ".svg")) {
+    TG_CHECK(svg || ends_with(out, ".png"), "tg plot: the output '", out, "' must end in .png or .svg");
+#if CAIRO_HAS_SVG_SURFACE
+    if (svg) surface.reset(cairo_svg_surface_create(out.c_str(), width, height));
+#else
+    TG_CHECK(!svg, "tg plot: this cairo has no SVG surface; write a .png");
+#endif
+    if (!svg) surface.reset(cairo_image_surface_create(CAIRO_FORMAT_ARGB32, width, height));
+    check_cairo(cairo_surface_status(surface.get()), out);
+  }
+  void finish() {
+    if (!svg) check_cairo(cairo_surface_write_to_png(surface.get(), out.c_str()), out);
+    cairo_surface_finish(surface.get());
+    check_cairo(cairo_surface_status(surface.get()), out);
+  }
+};
+
+// ---- the timeline ----
+
+const int TL_LEFT = 170, TL_ROW = 16, TL_LANE_GAP = 6, TL_TOP = 58;
+
+struct PlacedSpan {
+  const TimelineSpan* span;
+  int depth;
+};
+
+// Each lane's spans in the window with their nesting depth (a span inside another one row lower).
+std::map<std::pair<int, int>, std::vector<PlacedSpan>> place_spans(const Timeline& t) {
+  std::map<std::pair<int, int>, std::vector<const TimelineSpan*>> lanes;
+  for (const auto& s : t.spans)
+    if (s.ts_us < t.to_us && s.ts_us + s.dur_us > t.from_us) lanes[{s.pid, s.tid}].push_back(&s);
+  std::map<std::pair<int, int>, std::vector<PlacedSpan>> out;
+  for (auto& [lane, spans] : lanes) {
+    std::stable_sort(spans.begin(), spans.end(), [](const TimelineSpan* a, const TimelineSpan* b) {
+      return a->ts_us != b->ts_us ? a->ts_us < b->ts_us : a->dur_us > b->dur_us;
+    });
+    std::vector<double> open_ends;  // the enclosing spans' ends
+    for (const TimelineSpan* s : spans) {
+      while (!open_ends.empty() && open_ends.back() <= s->ts_us) open_ends.pop_back();
+      out[lane].push_back({s, static_cast<int>(open_ends.size())});
+      open_ends.push_back(s->ts_us + s->dur_us);
+    }
+  }
+  return out;
+}
+
+int lane_height(const std::vector<PlacedSpan>& spans) {
+  int depth = 0;
+  for (const auto& p : spans) depth = std::max(depth, p.depth);
+  return (depth + 1) * TL_ROW + TL_LANE_GAP;
+}
+
+void draw_span(cairo_t* cr, const PlacedSpan& p, double x0, double x1, double y) {
+  set_rgb(cr, category_colour(p.span->category));
+  cairo_rectangle(cr, x0, y, std::max(x1 - x0, 1.0), TL_ROW - 2);
+  cairo_fill(cr);
+  if (x1 - x0 < 40) return;
+  cairo_save(cr);
+  cairo_rectangle(cr, x0, y, x1 - x0 - 2, TL_ROW - 2);
+  cairo_clip(cr);
+  cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
+  text_at(cr, x0 + 2, y + TL_ROW - 5, p.span->name, 10);
+  cairo_restore(cr);
+}
+
+void draw_time_axis(cairo_t* cr, const Timeline& t, int width, int height) {
+  const double ms = (t.to_us - t.from_us) / 1e3, w = width - TL_LEFT - 10;
+  cairo_set_line_width(cr, 1);
+  for (double tick : nice_ticks(0, ms, 8)) {
+    const double x = std::round(TL_LEFT + tick / ms * w) + 0.5;
+    cairo_set_source_rgb(cr, 0.92, 0.92, 0.92);
+    cairo_move_to(cr, x, TL_TOP - 4);
+    cairo_line_to(cr, x, height - 4);
+    cairo_stroke(cr);
+    cairo_set_source_rgb(cr, 0.25, 0.25, 0.25);
+    text_at(cr, x, TL_TOP - 8, tick_label(tick) + " ms", 10, false, 0.5);
+  }
+}
+
+void draw_categories(cairo_t* cr, const Timeline& t) {
+  std::set<std::string> cats;
+  for (const auto& s : t.spans)
+    if (s.ts_us < t.to_us && s.ts_us + s.dur_us > t.from_us) cats.insert(s.category);
+  double x = TL_LEFT;
+  for (const auto& c : cats) {
+    set_rgb(cr, category_colour(c));
+    cairo_rectangle(cr, x, 26, 12, 10);
+    cairo_fill(cr);
+    cairo_set_source_rgb(cr, 0.15, 0.15, 0.15);
+    text_at(cr, x + 16, 35, c, 11);
+    x += 30 + 7 * static_cast<double>(c.size());
+  }
+}
+
 }  // namespace
+
+void draw_timeline(const Timeline& t, const std::string& out, int width) {
+  TG_CHECK(t.to_us > t.from_us, "tg trace plot: an empty time window");
+  const auto lanes = place_spans(t);
+  TG_CHECK(!lanes.empty(), "tg trace plot: no span in the window");
+  int height = TL_TOP + 6;
+  for (const auto& [lane, spans] : lanes) height += lane_height(spans);
+  Canvas canvas(out, width, height);
+  {
+    Context cr(cairo_create(canvas.surface.get()), cairo_destroy);
+    cairo_t* c = cr.get();
+    cairo_set_source_rgb(c, 1, 1, 1);
+    cairo_paint(c);
+    cairo_set_source_rgb(c, 0.1, 0.1, 0.1);
+    text_at(c, 10, 18, t.title, 13, true);
+    draw_categories(c, t);
+    draw_time_axis(c, t, width, height);
+    const double scale = (width - TL_LEFT - 10) / (t.to_us - t.from_us);
+    double y = TL_TOP;
+    for (const auto& [lane, spans] : lanes) {
+      cairo_set_source_rgb(c, 0.8, 0.8, 0.8);
+      cairo_set_line_width(c, 1);
+      cairo_move_to(c, 0, std::round(y) - 2.5);
+      cairo_line_to(c, width, std::round(y) - 2.5);
+      cairo_stroke(c);
+      cairo_set_source_rgb(c, 0.15, 0.15, 0.15);
+      auto name = t.lane_names.find(lane);
+      text_at(c, 8, y + TL_ROW - 5,
+              name != t.lane_names.end() ? name->second : "rank " + std::to_string(lane.first) + " thread " +
+                                                              std::to_string(lane.second),
+              11);
+      for (const auto& p : spans) {
+        const double x0 = TL_LEFT + (std::max(p.span->ts_us, t.from_us) - t.from_us) * scale;
+        const double x1 = TL_LEFT + (std::min(p.span->ts_us + p.span->dur_us, t.to_us) - t.from_us) * scale;
+        draw_span(c, p, x0, x1, y + p.depth * TL_ROW);
+      }
+      y += lane_height(spans);
+    }
+    check_cairo(cairo_status(c), out);
+  }
+  canvas.finish();
+}
 
 std::vector<std::string> plot_runs(const PlotRequest& req) {
   TG_CHECK(!req.run_dirs.empty(), "tg plot: no run directory given");
-  const bool svg = ends_with(req.out, ".svg");
-  TG_CHECK(svg || ends_with(req.out, ".png"), "tg plot: the output '", req.out, "' must end in .png or .svg");
-#if !CAIRO_HAS_SVG_SURFACE
-  TG_CHECK(!svg, "tg plot: this cairo has no SVG surface; write a .png");
-#endif
+  TG_CHECK(ends_with(req.out, ".svg") || ends_with(req.out, ".png"), "tg plot: the output '", req.out,
+           "' must end in .png or .svg");
   std::vector<RunCurves> runs;
   for (const auto& d : req.run_dirs) runs.push_back(read_run_curves(d));
   std::map<std::string, int> label_uses;
@@ -325,14 +474,9 @@ std::vector<std::string> plot_runs(const PlotRequest& req) {
   const int legend_height = LEGEND_TOP + LEGEND_ROW * draw_legend(measure.get(), runs, req.width, false) + 6;
   const int height = legend_height + req.panel_height * static_cast<int>(metrics.size()) + 8;
 
-  Surface surface(nullptr, cairo_surface_destroy);
-#if CAIRO_HAS_SVG_SURFACE
-  if (svg) surface.reset(cairo_svg_surface_create(req.out.c_str(), req.width, height));
-#endif
-  if (!svg) surface.reset(cairo_image_surface_create(CAIRO_FORMAT_ARGB32, req.width, height));
-  check_cairo(cairo_surface_status(surface.get()), req.out);
+  Canvas canvas(req.out, req.width, height);
   {
-    Context cr(cairo_create(surface.get()), cairo_destroy);
+    Context cr(cairo_create(canvas.surface.get()), cairo_destroy);
     cairo_set_source_rgb(cr.get(), 1, 1, 1);
     cairo_paint(cr.get());
     draw_legend(cr.get(), runs, req.width, true);
@@ -341,9 +485,7 @@ std::vector<std::string> plot_runs(const PlotRequest& req) {
                  req.panel_height);
     check_cairo(cairo_status(cr.get()), req.out);
   }
-  if (!svg) check_cairo(cairo_surface_write_to_png(surface.get(), req.out.c_str()), req.out);
-  cairo_surface_finish(surface.get());
-  check_cairo(cairo_surface_status(surface.get()), req.out);
+  canvas.finish();
   return metrics;
 }
 
@@ -354,6 +496,10 @@ std::string cairo_status() { return "not built (needs cairo: libcairo2-dev)"; }
 
 std::vector<std::string> plot_runs(const PlotRequest&) {
   TG_FAIL("tg plot: this tg was built without cairo (install libcairo2-dev and configure again)");
+}
+
+void draw_timeline(const Timeline&, const std::string&, int) {
+  TG_FAIL("tg trace plot: this tg was built without cairo (install libcairo2-dev and configure again)");
 }
 
 #endif

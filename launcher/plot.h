@@ -40,6 +40,25 @@ std::vector<std::string> plot_metrics(const std::vector<RunCurves>& runs, const 
 // no cairo (built_with_cairo()), when the file type is neither .png nor .svg, or as above.
 std::vector<std::string> plot_runs(const PlotRequest& req);
 
+// A timeline to draw (`tg trace plot`): spans on lanes, a lane per (pid, tid).
+struct TimelineSpan {
+  int pid = 0, tid = 0;
+  std::string name, category;
+  double ts_us = 0, dur_us = 0;
+};
+struct Timeline {
+  std::vector<TimelineSpan> spans;
+  std::map<std::pair<int, int>, std::string> lane_names;  // "rank 0 main", ...
+  double from_us = 0, to_us = 0;                          // the window drawn
+  std::string title;
+};
+// Draws the lanes that have spans in the window, a row per nesting depth, each span a box in its
+// category's colour (named inside where it is wide enough), a time axis in ms from the window's
+// start, and a legend of the categories; writes out (.png or .svg).
+void draw_timeline(const Timeline& t, const std::string& out, int width = 1200);
+// The colour of a category's boxes (8-bit RGB).
+std::array<uint8_t, 3> category_colour(const std::string& category);
+
 bool built_with_cairo();
 std::string cairo_status();  // "cairo 1.16.0", or why plots are not built
 

@@ -443,16 +443,37 @@ Runner define_plot(CLI::App& app) {
   };
 }
 
+// The N of `tg trace plot --step=N`: a whole number from 1 on.
+int64_t parse_step(const std::string& text) {
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  TG_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && n > 0,
+           "tg trace plot: --step must be a whole number from 1, got '", text, "'");
+  return n;
+}
+
 Runner define_trace(CLI::App& app) {
   auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto step = std::make_shared<std::string>();
   app.require_subcommand(1);
   CLI::App* merge = app.add_subcommand("merge", "join the ranks' timelines (RUN_DIR/trace.rank<R>.json of the newest "
                                                 "traced start) into one file that Perfetto opens");
   merge->add_option("RUN_DIR", *dir, "a run directory of tg train with train.trace=true (or TRACE=1)")->required();
   merge->add_option("-o,--output", *out, "the merged file (default RUN_DIR/trace.json)")->type_name("FILE");
+  CLI::App* plot = app.add_subcommand("plot", "draw one step of the ranks' timelines (a lane per thread or stream) "
+                                              "into a PNG or SVG (needs cairo)");
+  plot->add_option("RUN_DIR", *dir, "a run directory of tg train with train.trace=true (or TRACE=1)")->required();
+  plot->add_option("--step", *step, "the step to draw (default: the last one traced)")->type_name("N");
+  plot->add_option("-o,--output", *out, "the picture: FILE.png or FILE.svg (default trace.png)")->type_name("FILE");
   app.footer("Record a timeline with tg train ... train.trace=true (or TRACE=1): each rank writes "
              "RUN_DIR/trace.rank<R>.json. Open the merged file in https://ui.perfetto.dev or chrome://tracing.");
   return [=](const std::vector<std::string>&) {
+    if (plot->parsed()) {
+      const std::string path = out->empty() ? "trace.png" : *out;
+      std::string title = plot_trace(*dir, step->empty() ? 0 : parse_step(*step), path);
+      std::cout << "wrote " << path << " (" << title << ")\n";
+      return 0;
+    }
     MergedTrace m = merge_traces(*dir, *out);
     for (const auto& note : m.notes) std::cerr << "tg trace: " << note << "\n";
     std::cout << "wrote " << m.path << " (" << m.events << " events of " << m.ranks << " rank"
@@ -480,8 +501,9 @@ const std::vector<Command>& commands() {
        define_sample},
       {"plot", "tg plot RUN_DIR... [--metric loss,val_loss,tokens_per_s] [-o FILE.png|FILE.svg]",
        "draw runs' metrics (one panel per metric, x: step) into a PNG or SVG", define_plot},
-      {"trace", "tg trace merge RUN_DIR [-o FILE]",
-       "join the ranks' timelines of a run (train.trace=true) into one Chrome-trace file", define_trace},
+      {"trace", "tg trace merge RUN_DIR [-o FILE] | tg trace plot RUN_DIR [--step N] [-o FILE.png|FILE.svg]",
+       "join the ranks' timelines of a run (train.trace=true) into one Chrome-trace file, or draw a step of them",
+       define_trace},
       {"launch", "tg launch --nproc-per-node N [--nnodes M --node-rank K --rdzv HOST:PORT] [--max-restarts R] -- CMD ARGS...",
        "start N workers (e.g. tg train ...) with their ranks; tg launch --help", nullptr, launch_main},
   };

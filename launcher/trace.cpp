@@ -9,8 +9,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <iomanip>
 #include <sstream>
 
+#include "launcher/plot.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 
@@ -134,8 +136,11 @@ TraceFiles newest_trace_files(const std::string& run_dir) {
   return out;
 }
 
-MergedTrace merge_traces(const std::string& run_dir, const std::string& out) {
-  TraceFiles files = newest_trace_files(run_dir);
+namespace {
+
+// The newest start's rank files as one trace document (see merge_traces); notes name missing ranks.
+json merged_document(const std::string& run_dir, TraceFiles& files, MergedTrace& merged) {
+  files = newest_trace_files(run_dir);
   std::vector<json> ranks;
   for (const auto& p : files.paths) ranks.push_back(read_json_file(p));
   // Note [trace clock] in tinygrad/engine/trace.h: the ranks share the time axis; the merged
@@ -145,7 +150,6 @@ MergedTrace merge_traces(const std::string& run_dir, const std::string& out) {
     for (const auto& e : r["traceEvents"])
       if (e.contains("ts") && e["ts"].is_number()) origin = std::min(origin, e["ts"].get<double>());
   if (!std::isfinite(origin)) origin = 0;
-  MergedTrace merged;
   json events = json::array();
   int world = 0;
   std::vector<int> present;
@@ -164,12 +168,75 @@ MergedTrace merge_traces(const std::string& run_dir, const std::string& out) {
                              rank_file_name(files.prefix, rank) + " (merged without it)");
   merged.events = events.size();
   merged.ranks = static_cast<int>(ranks.size());
+  return {{"traceEvents", std::move(events)},
+          {"displayTimeUnit", "ms"},
+          {"otherData", {{"ranks", present}, {"world_size", world}, {"ts_origin_us", origin}}}};
+}
+
+// A merged trace's spans and lane names, and the window of one step (the last by default) over
+// every rank, or the whole trace where it has no steps.
+Timeline timeline_of(const json& doc, int64_t step) {
+  Timeline t;
+  std::map<int64_t, std::pair<double, double>> steps;  // step -> its window over the ranks
+  for (const auto& e : doc["traceEvents"]) {
+    const int pid = e.value("pid", 0), tid = e.value("tid", 0);
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
+      t.lane_names[{pid, tid}] = "rank " + std::to_string(pid) + " " + e["args"].value("name", "");
+    if (e.value("ph", "") != "X") continue;
+    TimelineSpan s{pid, tid, e.value("name", ""), e.value("cat", ""), e.value("ts", 0.0), e.value("dur", 0.0)};
+    if (s.category == "step" && e.contains("args") && e["args"].contains("step")) {
+      auto [it, fresh] = steps.try_emplace(e["args"]["step"].get<int64_t>(), s.ts_us, s.ts_us + s.dur_us);
+      it->second = {std::min(it->second.first, s.ts_us), std::max(it->second.second, s.ts_us + s.dur_us)};
+    }
+    t.spans.push_back(std::move(s));
+  }
+  TG_CHECK(!t.spans.empty(), "tg trace plot: the trace has no spans");
+  std::map<std::string, int> uses;  // two threads of one name (two data loaders): numbered
+  for (auto& [lane, name] : t.lane_names)
+    if (int n = ++uses[name]; n > 1) name += " " + std::to_string(n);
+  if (steps.empty()) {
+    TG_CHECK(step == 0, "tg trace plot: --step ", step, ": the trace has no training steps");
+    t.from_us = INFINITY;
+    t.to_us = -INFINITY;
+    for (const auto& s : t.spans) {
+      t.from_us = std::min(t.from_us, s.ts_us);
+      t.to_us = std::max(t.to_us, s.ts_us + s.dur_us);
+    }
+    t.title = "the whole trace";
+  } else {
+    if (step == 0) step = steps.rbegin()->first;
+    auto it = steps.find(step);
+    TG_CHECK(it != steps.end(), "tg trace plot: --step ", step, ": the trace has steps ", steps.begin()->first, " to ",
+             steps.rbegin()->first);
+    const double margin = (it->second.second - it->second.first) * 0.01;
+    t.from_us = it->second.first - margin;
+    t.to_us = it->second.second + margin;
+    t.title = "step " + std::to_string(step);
+  }
+  std::ostringstream ms;
+  ms << std::setprecision(3) << (t.to_us - t.from_us) / 1e3;
+  t.title += ": " + ms.str() + " ms";
+  return t;
+}
+
+}  // namespace
+
+MergedTrace merge_traces(const std::string& run_dir, const std::string& out) {
+  TraceFiles files;
+  MergedTrace merged;
+  json doc = merged_document(run_dir, files, merged);
   merged.path = out.empty() ? (fs::path(run_dir) / (files.prefix + ".json")).string() : out;
-  json doc = {{"traceEvents", std::move(events)},
-              {"displayTimeUnit", "ms"},
-              {"otherData", {{"ranks", present}, {"world_size", world}, {"ts_origin_us", origin}}}};
   write_file(merged.path, doc.dump());
   return merged;
+}
+
+std::string plot_trace(const std::string& run_dir, int64_t step, const std::string& out) {
+  TraceFiles files;
+  MergedTrace merged;
+  Timeline t = timeline_of(merged_document(run_dir, files, merged), step);
+  t.title = fs::path(run_dir).filename().string() + ", " + t.title;
+  draw_timeline(t, out);
+  return t.title;
 }
 
 }  // namespace tg::launcher

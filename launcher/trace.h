@@ -3,6 +3,7 @@
 // loading, steps) and writes them as a Chrome-trace JSON file into the run directory;
 // `tg trace merge RUN_DIR` joins the ranks' files into one that Perfetto and chrome://tracing open.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,5 +58,10 @@ struct MergedTrace {
 // `tg trace merge`: the newest start's rank files as one trace (every event's pid its rank, times
 // shifted to start at 0, the shift in otherData), written to `out` (default RUN_DIR/<prefix>.json).
 MergedTrace merge_traces(const std::string& run_dir, const std::string& out = "");
+
+// `tg trace plot`: the newest start's ranks merged and drawn (plot.h's draw_timeline) from the
+// beginning of step `step` on the first rank to its end on the last (0: the last step; the
+// whole trace where it has no steps) into out (.png or .svg). Returns the picture's title.
+std::string plot_trace(const std::string& run_dir, int64_t step, const std::string& out);
 
 }  // namespace tg::launcher

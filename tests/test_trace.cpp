@@ -8,12 +8,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
+#include <sstream>
 
+#include "launcher/plot.h"
 #include "launcher/registry.h"
 #include "launcher/run.h"
 #include "launcher/trace.h"
@@ -137,6 +141,22 @@ int ranks_between(const json& merged, size_t steps) {
   }
   return n;
 }
+
+// The fill colours of an SVG's paths (cairo writes fill:rgb(R%,G%,B%)), as 8-bit RGB.
+std::set<std::array<int, 3>> svg_fills(const fs::path& svg) {
+  std::ifstream in(svg);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  static const std::regex fill(R"(fill:\s*rgb\(\s*([0-9.]+)%\s*,\s*([0-9.]+)%\s*,\s*([0-9.]+)%\s*\))");
+  std::set<std::array<int, 3>> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), fill); it != std::sregex_iterator(); ++it)
+    out.insert({static_cast<int>(std::lround(std::stod((*it)[1]) * 2.55)), static_cast<int>(std::lround(std::stod((*it)[2]) * 2.55)),
+                static_cast<int>(std::lround(std::stod((*it)[3]) * 2.55))});
+  return out;
+}
+
+std::array<int, 3> as_ints(std::array<uint8_t, 3> c) { return {c[0], c[1], c[2]}; }
 
 }  // namespace
 
@@ -321,6 +341,23 @@ TEST(TraceDdp, MergedTraceOfTwoRanksHasAllReducesBetweenBackwardKernels) {
   json merged = read_json(m.path);  // parses as JSON
 
   ASSERT_EQ(ranks_between(merged, 4), 2) << "ranks with an all-reduce between backward kernels";
+
+  // tg trace plot: a replayed step's lanes as boxes in their categories' colours
+  if (built_with_cairo()) {
+    const fs::path svg = dir / "step.svg";
+    EXPECT_EQ(plot_trace((dir / "run").string(), 3, svg.string()).rfind("run, step 3: ", 0), 0u);
+    std::set<std::array<int, 3>> fills = svg_fills(svg);
+    for (const char* cat : {"kernel", "collective", "wait", "jit", "step"})
+      EXPECT_TRUE(fills.count(as_ints(category_colour(cat)))) << cat;
+    EXPECT_FALSE(fills.count(as_ints(category_colour("compile"))));  // a replayed step compiles nothing
+    EXPECT_TRUE(svg_fills(dir / "nothing.svg").empty());
+    try {
+      plot_trace((dir / "run").string(), 9, (dir / "x.png").string());
+      ADD_FAILURE() << "step 9 was drawn";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "tg trace plot: --step 9: the trace has steps 1 to 4");
+    }
+  }
   fs::remove_all(dir);
 #endif
 }
