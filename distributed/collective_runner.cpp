@@ -33,9 +33,9 @@ const char* collective_name(Op op) {
 // communication thread from when that thread takes it up to when it is done; on the scheduling
 // thread its queueing is a "queue" span and the wait for it a "wait" span (each with the
 // collective's sequence number), so the trace shows where in the kernels it was issued, the
-// backward kernels running beside it, and where a reader waited. A device group's collective runs on the device's communication stream,
-// which the host does not time: its span is the host's queueing, on a lane named after the
-// stream.
+// backward kernels running beside it, and where a reader waited. A device group's collective
+// runs on the device's communication stream, which the host does not time: its span is the
+// host's queueing, on a lane named after the stream.
 void trace_args(trace::Span& span, uint64_t seq, size_t bytes, ProcessGroup& pg) {
   if (!trace::enabled()) return;
   span.arg("seq", static_cast<double>(seq));

@@ -16,8 +16,8 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "distributed/host_exchange.h"
