@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <iomanip>
 #include <sstream>
 
@@ -101,7 +102,10 @@ std::string chrome_trace_json(const trace::Recording& rec, int rank, int world_s
   json events = json::array();
   events.push_back(metadata("process_name", rank, 0, "rank " + std::to_string(rank) + " (" + device + ")"));
   events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"sort_index", rank}}}});
+  std::set<int> used;  // lanes of threads that recorded nothing this time (a finished run's loaders) are left out
+  for (const auto& e : rec.events) used.insert(e.tid);
   for (const auto& lane : rec.lanes) {
+    if (!used.count(lane.tid)) continue;
     events.push_back(metadata("thread_name", rank, lane.tid, lane.name));
     events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", lane.tid},
                       {"args", {{"sort_index", lane.tid}}}});

@@ -293,6 +293,7 @@ TEST(TraceMerge, CommandAndErrors) {
   for (int r : {0, 2}) {
     trace::Recording rec;
     rec.events.push_back({"k", "kernel", 1, 1.7e15 + r * 10, 2});
+    rec.lanes = {{1, "main"}, {5, "idle"}};  // a lane without events is left out
     std::ofstream(dir / ("trace.rank" + std::to_string(r) + ".json")) << chrome_trace_json(rec, r, 3, "CPU");
   }
   std::ofstream(dir / "trace.rank7.json.tmp") << "ignored";
@@ -304,6 +305,7 @@ TEST(TraceMerge, CommandAndErrors) {
   std::map<int, double> ts;
   for (const auto& e : events_of(merged, "X")) ts[e["pid"].get<int>()] = e["ts"].get<double>();
   EXPECT_EQ(ts, (std::map<int, double>{{0, 0.0}, {2, 20.0}}));
+  EXPECT_EQ(thread_names(merged), (std::set<std::string>{"main"}));
 
   std::ofstream(dir / "trace.rank0.json") << "{\"traceEvents\": 3}";
   EXPECT_EQ(run({"tg", "trace", "merge", dir.string()}, &err).first, 1);
