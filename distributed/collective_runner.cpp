@@ -8,6 +8,7 @@
 
 #include "distributed/collective_sequence.h"
 #include "tinygrad/device.h"
+#include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 
@@ -26,6 +27,20 @@ Tensor collective_node(Op kind, ProcessGroup& pg, const Tensor& x, ReduceOp op, 
 
 const char* collective_name(Op op) {
   return op == Op::ALLREDUCE ? "all_reduce" : op == Op::REDUCE_SCATTER ? "reduce_scatter" : "all_gather";
+}
+
+// Note [collectives on the timeline]: a host group's collective is a span on the engine's
+// communication thread from when that thread takes it up to when it is done; on the scheduling
+// thread its queueing is a "queue" span and the wait for it a "wait" span (each with the
+// collective's sequence number), so the trace shows where in the kernels it was issued, the
+// backward kernels running beside it, and where a reader waited. A device group's collective
+// runs on the device's communication stream, which the host does not time: its span is the
+// host's queueing, on a lane named after the stream.
+void trace_args(trace::Span& span, uint64_t seq, size_t bytes, ProcessGroup& pg) {
+  if (!trace::enabled()) return;
+  span.arg("seq", static_cast<double>(seq));
+  span.arg("bytes", static_cast<double>(bytes));
+  span.arg("backend", pg.backend());
 }
 
 }  // namespace
@@ -118,6 +133,9 @@ CollectiveWait CollectiveEngine::start_on_device(const ScheduleItem& item) {
                  static_cast<unsigned long long>(count_), collective_name(kind),
                  kind == Op::ALLGATHER ? "" : reduce_op_name(op), n_in, dtype_name(out->dtype()), in->nbytes() / 1e6,
                  out->device().c_str(), dev.capturing() ? " (captured into the graph)" : "");
+  trace::Span span("collective", collective_name(kind));  // the host's queueing, on the stream's lane
+  if (trace::enabled()) span.on_lane(trace::lane(out->device() + " communication stream"));
+  trace_args(span, count_, in->nbytes(), pg_);
   count_++;
   if (auto ready = dev.record_event(StreamKind::Compute)) dev.wait_event(StreamKind::Comm, *ready);
   switch (kind) {
@@ -150,6 +168,9 @@ CollectiveWait CollectiveEngine::start(const ScheduleItem& item) {
                  in->nbytes() / 1e6, async_ ? " started" : "");
   auto task = [this, kind, out, in, dst, src, n_in, n_out, dtype, op, id] {
     auto t0 = std::chrono::steady_clock::now();
+    if (async_ && trace::enabled()) trace::thread_id("communication (" + pg_.backend() + ")");
+    trace::Span span("collective", collective_name(kind));
+    trace_args(span, id, in->nbytes(), pg_);
     switch (kind) {
       case Op::ALLREDUCE:
         std::memcpy(dst, src, out->nbytes());
@@ -167,6 +188,9 @@ CollectiveWait CollectiveEngine::start(const ScheduleItem& item) {
     task();
     return nullptr;
   }
+  trace::Span queued("queue", "queue");
+  queued.arg("for", collective_name(kind));
+  queued.arg("seq", static_cast<double>(id));
   auto job = std::make_shared<std::packaged_task<void()>>(task);
   std::shared_future<void> done = job->get_future().share();
   {
@@ -174,7 +198,12 @@ CollectiveWait CollectiveEngine::start(const ScheduleItem& item) {
     queue_.push_back([job] { (*job)(); });
   }
   cv_.notify_one();
-  return [done] { done.get(); };
+  return [done, kind, id] {
+    trace::Span span("wait", "wait");
+    span.arg("for", collective_name(kind));
+    span.arg("seq", static_cast<double>(id));
+    done.get();
+  };
 }
 
 }  // namespace tg::dist

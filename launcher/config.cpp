@@ -75,6 +75,9 @@ std::vector<ConfigField>& schema_storage() {
        "auto (a bar on a terminal, plain lines otherwise and under mpirun or another launcher) | bar | plain | off"},
       {"train.tensorboard", ValueType::Bool, false, "also write the metrics as TensorBoard event files into RUN_DIR/tensorboard/"},
       {"train.csv", ValueType::Bool, false, "also write the metrics as a table, RUN_DIR/metrics.csv"},
+      {"train.trace", ValueType::Bool, false,
+       "write each rank's timeline (kernels, collectives, data, compiles, JIT replays) as RUN_DIR/trace.rank<R>.json "
+       "(also TRACE=1); tg trace merge RUN_DIR joins them"},
       {"train.seed", ValueType::Int, int64_t{0}, "model initialisation seed"},
       {"train.device", ValueType::String, std::string(""), "device for the run, e.g. CPU, CL, CUDA:1 (empty: the DEVICE knob)"},
       {"train.precision", ValueType::String, std::string("fp32"), "fp32 | bf16 (matmuls and convolutions in bfloat16, float32 master weights)"},

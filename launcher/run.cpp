@@ -18,6 +18,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "distributed/host_exchange.h"
@@ -25,10 +26,12 @@
 #include "distributed/store.h"
 #include "launcher/metric_sinks.h"
 #include "launcher/observers.h"
+#include "launcher/plot.h"
 #include "launcher/rank_agreement.h"
 #include "launcher/registry.h"
 #include "launcher/run_record.h"
 #include "launcher/sample.h"
+#include "launcher/trace.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
@@ -215,6 +218,9 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
   if (group) dir = broadcast_string(*group, dir);
   bool dir_is_ours = cfg.get_bool("train.resume");  // Note [errors reach train.log]
+  std::optional<RunTrace> timeline;  // Note [trace files] in trace.h
+  if (trace_requested(cfg))
+    timeline.emplace(dir, group ? group->rank() : 0, group ? group->size() : 1, default_device());
   try {
     if (cfg.get_bool("train.resume")) {
       std::vector<std::string> passed_over;
@@ -403,6 +409,80 @@ Runner define_sample(CLI::App& app) {
   };
 }
 
+// `--metric loss,val_loss`: the names, none empty.
+std::vector<std::string> metric_list(const std::string& text) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  std::stringstream ss(text);
+  for (std::string name; std::getline(ss, name, ',');) {
+    TG_CHECK(!name.empty(), "tg plot: --metric '", text, "' has an empty name (metrics are separated by one comma)");
+    out.push_back(name);
+  }
+  TG_CHECK(text.back() != ',', "tg plot: --metric '", text, "' has an empty name (metrics are separated by one comma)");
+  return out;
+}
+
+Runner define_plot(CLI::App& app) {
+  auto req = std::make_shared<PlotRequest>();
+  auto metrics = std::make_shared<std::string>();
+  app.add_option("RUN_DIR", req->run_dirs, "run directories of tg train (their metrics.jsonl), one curve each")->required();
+  app.add_option("--metric", *metrics,
+                 "metrics to draw, one panel each, e.g. loss,val_loss,tokens_per_s (default: loss, val_loss and "
+                 "eval_accuracy, those the runs have)")
+      ->type_name("M[,M...]");
+  app.add_option("-o,--output", req->out, "the picture: FILE.png or FILE.svg (default plot.png)")->type_name("FILE");
+  app.footer("x: the step; each run's curves in its colour, labelled by the run directory's name. Needs a build with "
+             "cairo (libcairo2-dev).");
+  return [=](const std::vector<std::string>&) {
+    req->metrics = metric_list(*metrics);
+    std::vector<std::string> drawn = plot_runs(*req);
+    std::string names;
+    for (const auto& m : drawn) names += (names.empty() ? "" : ", ") + m;
+    std::cout << "wrote " << req->out << " (" << names << " of " << req->run_dirs.size() << " run"
+              << (req->run_dirs.size() == 1 ? "" : "s") << ")\n";
+    return 0;
+  };
+}
+
+// The N of `tg trace plot --step=N`: a whole number from 1 on.
+int64_t parse_step(const std::string& text) {
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  TG_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && n > 0,
+           "tg trace plot: --step must be a whole number from 1, got '", text, "'");
+  return n;
+}
+
+Runner define_trace(CLI::App& app) {
+  auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto step = std::make_shared<std::string>();
+  app.require_subcommand(1);
+  CLI::App* merge = app.add_subcommand("merge", "join the ranks' timelines (RUN_DIR/trace.rank<R>.json of the newest "
+                                                "traced start) into one file that Perfetto opens");
+  merge->add_option("RUN_DIR", *dir, "a run directory of tg train with train.trace=true (or TRACE=1)")->required();
+  merge->add_option("-o,--output", *out, "the merged file (default RUN_DIR/trace.json)")->type_name("FILE");
+  CLI::App* plot = app.add_subcommand("plot", "draw one step of the ranks' timelines (a lane per thread or stream) "
+                                              "into a PNG or SVG (needs cairo)");
+  plot->add_option("RUN_DIR", *dir, "a run directory of tg train with train.trace=true (or TRACE=1)")->required();
+  plot->add_option("--step", *step, "the step to draw (default: the last one traced)")->type_name("N");
+  plot->add_option("-o,--output", *out, "the picture: FILE.png or FILE.svg (default trace.png)")->type_name("FILE");
+  app.footer("Record a timeline with tg train ... train.trace=true (or TRACE=1): each rank writes "
+             "RUN_DIR/trace.rank<R>.json. Open the merged file in https://ui.perfetto.dev or chrome://tracing.");
+  return [=](const std::vector<std::string>&) {
+    if (plot->parsed()) {
+      const std::string path = out->empty() ? "trace.png" : *out;
+      std::string title = plot_trace(*dir, step->empty() ? 0 : parse_step(*step), path);
+      std::cout << "wrote " << path << " (" << title << ")\n";
+      return 0;
+    }
+    MergedTrace m = merge_traces(*dir, *out);
+    for (const auto& note : m.notes) std::cerr << "tg trace: " << note << "\n";
+    std::cout << "wrote " << m.path << " (" << m.events << " events of " << m.ranks << " rank"
+              << (m.ranks == 1 ? "" : "s") << ")\n";
+    return 0;
+  };
+}
+
 const std::vector<Command>& commands() {
   static const std::vector<Command> all = {
       {"train", "tg train CONFIG.yaml [key=value ...]", "train an experiment (e.g. optim.lr=0.01 train.steps=300)",
@@ -420,6 +500,11 @@ const std::vector<Command>& commands() {
        define_tokenize},
       {"sample", SAMPLE_USAGE, "continue a prompt with a trained gpt run's newest checkpoint (byte-level runs)",
        define_sample},
+      {"plot", "tg plot RUN_DIR... [--metric loss,val_loss,tokens_per_s] [-o FILE.png|FILE.svg]",
+       "draw runs' metrics (one panel per metric, x: step) into a PNG or SVG", define_plot},
+      {"trace", "tg trace merge RUN_DIR [-o FILE] | tg trace plot RUN_DIR [--step N] [-o FILE.png|FILE.svg]",
+       "join the ranks' timelines of a run (train.trace=true) into one Chrome-trace file, or draw a step of them",
+       define_trace},
       {"launch", "tg launch --nproc-per-node N [--nnodes M --node-rank K --rdzv HOST:PORT] [--max-restarts R] -- CMD ARGS...",
        "start N workers (e.g. tg train ...) with their ranks; tg launch --help", nullptr, launch_main},
   };

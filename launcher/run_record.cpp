@@ -13,6 +13,7 @@
 
 #include "distributed/process_group.h"
 #include "launcher/build_info.h"  // generated (Note [build info] in launcher/CMakeLists.txt)
+#include "launcher/plot.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/runtime/cpu.h"
@@ -31,7 +32,7 @@ std::vector<std::string> build_features() {
   return {"devices: " + devices,
           "CPU kernels: " + cpu_compiler_kind() + " (LLVM backend " +
               (built_with_llvm() ? "built" : "not built") + ")",
-          "process-group backends: " + backends, "NCCL: " + dist::nccl_status()};
+          "process-group backends: " + backends, "NCCL: " + dist::nccl_status(), "tg plot: " + cairo_status()};
 }
 
 std::string version_text() {

@@ -12,6 +12,7 @@
 #include "distributed/host_exchange.h"
 #include "launcher/rank_agreement.h"
 #include "tinygrad/device.h"
+#include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/nn/gpt.h"
@@ -365,11 +366,17 @@ TrainSummary Trainer::fit() {
   emit([&](TrainObserver& o) { o.on_train_begin(*this); });
 
   auto run_eval = [&]() {
+    trace::Span span("eval", "evaluate");
     auto t0 = std::chrono::steady_clock::now();
     last_eval_ = evaluate();
     last_eval_step_ = step_;
     EvalEvent ev{step_, epoch_of(step_), last_eval_, seconds_since(t0)};
     emit([&](TrainObserver& o) { o.on_eval(*this, ev); });
+  };
+
+  auto next_batch = [&]() {
+    trace::Span span("data", "next batch");
+    return train_loader_->next();
   };
 
   auto t_window = std::chrono::steady_clock::now();
@@ -378,14 +385,19 @@ TrainSummary Trainer::fit() {
     int64_t epoch = step_ / bpe;
     train_loader_->seek({epoch, step_ % bpe});  // a resumed run skips the batches it has seen
     while (step_ < total_steps_) {
-      auto b = train_loader_->next();
+      auto b = next_batch();
       if (!b) break;
       double lr = schedule_->lr_at(step_);
       optimizer().lr = lr;
       step_outcome_ = {};
-      Tensors outs = (*jit_)({b->x, b->y});
+      Tensors outs;
+      {
+        trace::Span span("step", "train step");
+        span.arg("step", static_cast<double>(step_ + 1));
+        outs = (*jit_)({b->x, b->y});
+        if (outs.size() == 3) step_outcome_ = dist::settle_step(optimizer(), {outs[1], outs[2]});  // ok, norm
+      }
       Tensor loss = outs[0];
-      if (outs.size() == 3) step_outcome_ = dist::settle_step(optimizer(), {outs[1], outs[2]});  // ok, norm
       bool skipped = step_outcome_.skipped;
       if (skipped) {
         skipped_++;
@@ -430,6 +442,7 @@ TrainSummary Trainer::fit() {
 }
 
 std::string Trainer::save_checkpoint() {
+  trace::Span span("checkpoint", "checkpoint");
   fs::path dir = fs::path(run_dir_) / "checkpoints";
   fs::create_directories(dir);
   nn::StateDict sd;

@@ -20,14 +20,14 @@ REQUIRED=(build-essential cmake ninja-build pkg-config git python3
 # (`tg tokenize --bpe=DIR`). libboost-dev (Asio) and libssl-dev (libcrypto's HMAC): the
 # rendezvous store of `tg launch`; libgloo-dev: the gloo backend (CPU collectives without MPI,
 # under `tg launch` or srun); slurmctld, slurmd and slurm-client: the test that starts a one-node
-# Slurm (test_slurm).
+# Slurm (test_slurm). libcairo2-dev: `tg plot` (PNG and SVG pictures of runs' metrics; test_plot).
 OPTIONAL=(libgmock-dev
           libopenmpi-dev openmpi-bin iproute2
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
           libboost-dev libssl-dev libgloo-dev slurmctld slurmd slurm-client
           clang libclang-rt-14-dev
           dataset-fashion-mnist jargon-text
-          libpcre2-dev)
+          libpcre2-dev libcairo2-dev)
 # First one the apt sources have wins. LLVM is optional: without it the CPU backend uses the C compiler.
 LLVM_CHOICES=(llvm-19-dev llvm-16-dev)
 # Debian's llvm-19-dev CMake package calls find_package(zstd) and fails without it, yet doesn't depend on it.

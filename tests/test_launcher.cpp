@@ -400,7 +400,7 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(err, "error: override: unknown config key 'optim.lrr' (did you mean 'optim.lr'?)\n");
   EXPECT_EQ(run({"tg", "frobnicate"}).second,
-            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, sample, launch, help)\n");
+            "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, sample, plot, trace, launch, help)\n");
   EXPECT_EQ(run({"tg", "bench", "matmul_999"}).second,
             "error: tg bench: unknown workload 'matmul_999' (workloads: cnn_step, conv2d, copy, copy_8192, "
             "elementwise, elementwise_8192, gpt2_step, gpt2_step_t4096, gpt_char_step, layernorm, layernorm_8192, matmul_1024, matmul_2048, matmul_8192_bf16, "
@@ -1164,7 +1164,7 @@ CliRun tg_run(std::vector<std::string> args) {
 // Every command has help (`tg help X`, `tg X --help`); `tg --version` names version, commit and
 // build features; an argument a command does not take is an error, never ignored.
 TEST(LauncherCli, HelpForEveryCommandVersionAndNoIgnoredArguments) {
-  for (const char* cmd : {"train", "config", "keys", "info", "bench", "tokenize", "sample"}) {
+  for (const char* cmd : {"train", "config", "keys", "info", "bench", "tokenize", "sample", "plot", "trace"}) {
     CliRun help = tg_run({"tg", "help", cmd}), flag = tg_run({"tg", cmd, "--help"});
     EXPECT_EQ(help.rc, 0) << cmd << help.err;
     EXPECT_NE(help.out.find(std::string("Usage: tg ") + cmd), std::string::npos) << help.out;
@@ -1177,10 +1177,10 @@ TEST(LauncherCli, HelpForEveryCommandVersionAndNoIgnoredArguments) {
   for (const char* want : {"--prompt", "--tokens", "--temperature", "--top-k", "--seed"})
     EXPECT_NE(sample.out.find(want), std::string::npos) << want;
   EXPECT_EQ(tg_run({"tg", "help", "nope"}).err,
-            "error: tg help: unknown command 'nope' (commands: train, config, keys, info, bench, tokenize, sample, launch, help)\n");
+            "error: tg help: unknown command 'nope' (commands: train, config, keys, info, bench, tokenize, sample, plot, trace, launch, help)\n");
   CliRun general = tg_run({"tg", "help"});
   EXPECT_EQ(general.rc, 0);
-  for (const char* cmd : {"tg train ", "tg config ", "tg keys", "tg info", "tg bench ", "tg tokenize ", "tg sample ", "tg help "})
+  for (const char* cmd : {"tg train ", "tg config ", "tg keys", "tg info", "tg bench ", "tg tokenize ", "tg sample ", "tg plot ", "tg trace merge ", "tg help "})
     EXPECT_NE(general.out.find(cmd), std::string::npos) << cmd;
   EXPECT_EQ(tg_run({"tg"}).rc, 1);
 

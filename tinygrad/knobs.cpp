@@ -100,6 +100,7 @@ IntKnob SPLIT_PARTS(
     "cores, else 8; 1: one stage",
     KnobKind::Codegen);
 IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
+IntKnob TRACE("TRACE", 0, "1: tg train records a timeline per rank into the run directory, as train.trace=true does");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");
 StringKnob CC("CC", "cc", "system C compiler for CPU kernels when LLVM is not used", KnobKind::Codegen);
 StringKnob CPU_ISA(

@@ -64,6 +64,7 @@ extern IntKnob SPLIT_PARTS;  // most partials per output of a long reduction wit
                              // auto, 1: off
 extern IntKnob ROWFUSE;   // 1: a row's reductions and the work that reads them back are one kernel
 extern IntKnob CUDA_GRAPH;  // n>0: JIT replays on CUDA run as CUDA graphs, n instantiated per capture; 0: kernel by kernel
+extern IntKnob TRACE;     // 1: tg train writes a Chrome-trace timeline per rank (launcher/trace.h)
 extern StringKnob DEVICE;   // default device
 extern StringKnob CC;       // system C compiler for CPU kernels without LLVM
 extern StringKnob CPU_ISA;  // native, or a lower ISA (avx2, sse2) that CPU kernels are tiled and compiled for

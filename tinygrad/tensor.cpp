@@ -9,6 +9,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/engine/observe.h"
 #include "tinygrad/engine/realize.h"
+#include "tinygrad/engine/trace.h"
 #include "tinygrad/gradient.h"
 #include "tinygrad/schedule/schedule.h"
 #include "tinygrad/tensor_internal.h"
@@ -207,7 +208,12 @@ void Tensor::realize_all(const Tensors& ts) {
   for (auto& t : ts) outs.push_back(t.uop());
   std::vector<std::shared_ptr<Buffer>> bufs;
   KeptBuffers kept;
-  run_schedule(create_schedule(outs, &bufs, &kept));
+  std::vector<ScheduleItem> schedule;
+  {
+    trace::Span span("schedule", "schedule");
+    schedule = create_schedule(outs, &bufs, &kept);
+  }
+  run_schedule(std::move(schedule));
   for (size_t i = 0; i < outs.size(); i++)
     if (!outs[i]->realized && outs[i]->op != Op::BUFFER) outs[i]->realized = bufs[i];
   for (auto& [u, b] : kept)

@@ -13,6 +13,7 @@
 
 #include "tinygrad/device.h"
 #include "tinygrad/engine/observe.h"
+#include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/tensor_internal.h"
@@ -605,8 +606,15 @@ Tensors TinyJit::replay(Capture& c, const Tensors& in) {
   if (knobs::DEBUG >= 1)
     std::fprintf(stderr, "jit %s: replay %lld: %zu kernels, %zu copies, %zu collectives\n", name_.c_str(),
                  static_cast<long long>(replays_), c.kernels, c.copies, c.collectives);
-  if (c.graph) c.graph->run(c.items);
-  else run_exec_items(c.items);
+  {
+    trace::Span span("jit", "replay");
+    span.arg("jit", name_);
+    span.arg("replay", static_cast<double>(replays_));
+    span.arg("kernels", static_cast<double>(c.kernels));
+    span.arg("device_graph", c.graph ? "yes" : "no");
+    if (c.graph) c.graph->run(c.items);
+    else run_exec_items(c.items);
+  }
   for (size_t j = 0; j < c.states.size(); j++) TensorAccess::set_buffer(c.states[j], c.bound(c.state_after[j], bufs));
   Tensors out;
   for (auto& [b, shape] : c.outputs) out.emplace_back(lazy::buffer(c.bound(b, bufs), shape));
@@ -614,6 +622,8 @@ Tensors TinyJit::replay(Capture& c, const Tensors& in) {
 }
 
 Tensors TinyJit::capture(Entry& e, const Tensors& in, const std::string& sig) {
+  trace::Span span("jit", "capture");
+  span.arg("jit", name_);
   Recording rec;
   Tensors out = record_step(fn_, in, rec);
   std::string why;

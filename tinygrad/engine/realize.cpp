@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/device.h"
+#include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 
@@ -99,11 +101,21 @@ const CompiledKernel& compiled(const ScheduleItem& item) {
     auto& m = cache.by_key[key];
     if (auto it = m.find(item.ast.get()); it != m.end()) return it->second.second;
   }
+  trace::Span span("compile", "compile");
   CompiledKernel ck = compile_kernel(item, get_device(item.device));
+  if (trace::enabled()) span.rename("compile " + ck.launch.name);
   std::lock_guard<std::mutex> lock(cache.mu);
   auto& slot = cache.by_key[key][item.ast.get()];
   slot = {item.ast, std::move(ck)};
   return slot.second;
+}
+
+// A launched kernel on the timeline: its duration as the device measured it (Note [tracing costs
+// nothing when off] in trace.h).
+void trace_kernel(const ScheduleItem& item, const KernelLaunch& ck, double t0_us, std::optional<double> seconds) {
+  trace::Event e{ck.name, "kernel", trace::thread_id(), t0_us, seconds ? *seconds * 1e6 : trace::now_us() - t0_us};
+  e.args.emplace_back("device", item.device);
+  trace::complete(std::move(e));
 }
 
 void run_kernel(const ScheduleItem& item, const KernelLaunch& ck) {
@@ -111,8 +123,10 @@ void run_kernel(const ScheduleItem& item, const KernelLaunch& ck) {
   std::vector<void*> ptrs;
   ptrs.reserve(item.buffers.size());
   for (auto& b : item.buffers) ptrs.push_back(b->ensure_allocated());
-  bool timed = knobs::DEBUG >= 2;
-  auto t = ck.program->launch(ptrs, ck.global_size, ck.local_size, timed);
+  const bool traced = trace::enabled();
+  const double t0_us = traced ? trace::now_us() : 0;
+  auto t = ck.program->launch(ptrs, ck.global_size, ck.local_size, knobs::DEBUG >= 2 || traced);
+  if (traced) trace_kernel(item, ck, t0_us, t);
   counters.kernels_run++;
   if (knobs::DEBUG >= 2) {
     auto st = get_device(item.device).pool().stats();
@@ -128,6 +142,7 @@ void run_kernel(const ScheduleItem& item, const KernelLaunch& ck) {
 }
 
 void run_copy(const ScheduleItem& item) {
+  trace::Span span("copy", "copy");
   auto& dst = item.buffers[0];
   auto& src = item.buffers[1];
   std::vector<uint8_t> host(src->nbytes());

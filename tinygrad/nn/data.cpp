@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 
+#include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
 
 namespace tg::nn {
@@ -360,6 +361,9 @@ void DataLoader::worker() {
     HostBatch hb;
     std::exception_ptr err;
     try {
+      if (trace::enabled()) trace::thread_id("data loader");
+      trace::Span span("data", "gather batch");
+      span.arg("batch", static_cast<double>(index));
       hb = build(index, *order);
     } catch (...) {
       err = std::current_exception();
