@@ -103,6 +103,12 @@ class SystemCCompiler : public Compiler {
   static std::string flags() { return "-O2 -march=native -fno-math-errno -ffp-contract=fast -fPIC -shared -x c"; }
 };
 
+// Note [virtual CPU devices]: "CPU:1", "CPU:2", ... are further CPU devices in one process, so
+// that tensors sharded over several devices (tinygrad/multi.h) run on a machine without GPUs.
+// Each is a Device of its own with its own memory pool (buffers and their statistics stay apart,
+// and copies between them are real copies), but they run on the same cores and compile the same
+// kernels: their programs come from CPU's cache, so a kernel is compiled once however many
+// devices run it. "CPU:0" is "CPU" itself (canonical_device), which stays the default device.
 class CpuDevice : public Device {
  public:
   explicit CpuDevice(const std::string& name) : Device(name) {
@@ -125,6 +131,10 @@ class CpuDevice : public Device {
   }
   const DevicePolicy& policy() const override { return policy_; }
   std::string description() const override { return name() + " (" + compiler_->cache_key() + ")"; }
+  Program& get_program(const std::string& name, const std::string& source) override {
+    if (name_is_virtual()) return get_device("CPU").get_program(name, source);
+    return Device::get_program(name, source);
+  }
 
  private:
   // Kernels keep their loops (vector tiles, cache blocks); convolutions reduce channel-last,
@@ -135,6 +145,8 @@ class CpuDevice : public Device {
                        .copy_transposed_b = true,
                        .split_reductions = false,
                        .realize_product_operands = true};
+  bool name_is_virtual() const { return name() != "CPU"; }
+
   HostAllocator allocator_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;
