@@ -28,8 +28,11 @@ namespace tg {
 //    are all-reduced (every device adds all parts, in the same order, so the copies stay equal);
 //  - reshape, permute and expand keep the split axis when it stays one dimension of the result
 //    with the same elements before it; pad, shrink and flip that leave the split axis alone run
-//    per device. Any other op, and these when they touch the split axis, first all-gather their
-//    operand (each device assembles the whole from every part), then run replicated;
+//    per device. When they touch the split axis, they first all-gather their operand (each device
+//    assembles the whole from every part), then run replicated;
+//  - GATHER (embeddings) reads the whole table at each device's part of the index, so its result
+//    is split as the index is; SCATTER_ADD, its gradient, adds each device's part, and when the
+//    split axis is the scatter axis the partial sums are all-reduced;
 //  - a COPY from a tuple to one device gathers the parts there.
 // The parts are ordinary single-device graphs: the scheduler, the kernels and the JIT see nothing
 // new, and the kernels of one device's part are the single-device kernels on smaller shapes.
@@ -216,7 +219,8 @@ class MultiRewriter {
       case Op::PERMUTE: return permute_parts(u);
       case Op::EXPAND: return expand_parts(u, devices.size());
       case Op::PAD: case Op::SHRINK: case Op::FLIP: return window_parts(u, devices.size());
-      case Op::GATHER: case Op::SCATTER_ADD: return replicated_op(u);
+      case Op::GATHER: return gather_parts(u, devices.size());
+      case Op::SCATTER_ADD: return scatter_add_parts(u, devices.size());
       default: break;
     }
     if (is_alu(u->op) || u->op == Op::CONTIGUOUS || u->op == Op::DETACH) return elementwise(u, devices.size());
@@ -238,6 +242,22 @@ class MultiRewriter {
 
   // Note [multi-device tensors]: sources split along one axis; replicated ones are cut to the slice.
   Lowered elementwise(const UOpPtr& u, size_t n) {
+    Lowered src = elementwise_sources(u, n);
+    size_t m = u->src.size();
+    Lowered out{{}, src.axis};
+    Shape shape = part_shape(u->shape, src.axis, n);
+    for (size_t k = 0; k < n; k++) {
+      std::vector<UOpPtr> own(src.parts.begin() + static_cast<std::ptrdiff_t>(k * m),
+                              src.parts.begin() + static_cast<std::ptrdiff_t>((k + 1) * m));
+      std::string device = own[0]->device;
+      out.parts.push_back(make_uop(u->op, u->dtype, std::move(own), u->arg, shape, device));
+    }
+    return out;
+  }
+
+  // The sources of an op on one index space (elementwise, SCATTER_ADD), device by device (device
+  // k's sources at [k * sources, (k + 1) * sources)), with the axis they are split along.
+  Lowered elementwise_sources(const UOpPtr& u, size_t n) {
     int64_t axis = -1;
     for (auto& s : u->src) {
       int64_t a = of(s).axis;
@@ -246,19 +266,13 @@ class MultiRewriter {
       if (a >= 0) axis = a;
     }
     Lowered out{{}, axis};
-    Shape shape = part_shape(u->shape, axis, n);
-    for (size_t k = 0; k < n; k++) {
-      std::vector<UOpPtr> src;
+    for (size_t k = 0; k < n; k++)
       for (auto& s : u->src) {
         const Lowered& l = of(s);
-        src.push_back(l.axis == axis ? l.parts[k] : shrink(l.parts[k], part_bounds(s->shape, axis, k, n)));
+        out.parts.push_back(l.axis == axis ? l.parts[k] : shrink(l.parts[k], part_bounds(s->shape, axis, k, n)));
       }
-      out.parts.push_back(make_uop(u->op, u->dtype, std::move(src), u->arg, shape, src_device(u, k)));
-    }
     return out;
   }
-
-  const std::string& src_device(const UOpPtr& u, size_t k) const { return of(u->src[0]).parts[k]->device; }
 
   // An op on the whole of its operands: applied on each device to all-gathered parts.
   Lowered replicated_op(const UOpPtr& u) {
@@ -272,6 +286,36 @@ class MultiRewriter {
       out.parts.push_back(make_uop(u->op, u->dtype, std::move(parts), u->arg, u->shape, device));
     }
     return out;
+  }
+
+  // GATHER reads a whole (replicated) x at the positions each device's part of the index holds:
+  // its result is split as the index is.
+  Lowered gather_parts(const UOpPtr& u, size_t n) {
+    Lowered x = all_gather(of(u->src[0]));
+    const Lowered& index = of(u->src[1]);
+    int64_t axis = u->arg_ints()[0], a = index.axis;
+    Lowered out{{}, a};
+    for (size_t k = 0; k < n; k++) {
+      UOpPtr whole = a < 0 || a == axis ? x.parts[k] : shrink(x.parts[k], part_bounds(u->src[0]->shape, a, k, n));
+      out.parts.push_back(gather(whole, index.parts[k], axis));
+    }
+    return out;
+  }
+
+  // SCATTER_ADD of values and index split along a: along another axis each device's part is its
+  // own; along the scatter axis each device adds into the whole, and the partials are all-reduced.
+  Lowered scatter_add_parts(const UOpPtr& u, size_t n) {
+    Lowered parts = elementwise_sources(u, n);
+    int64_t axis = u->arg_ints()[0], size = u->arg_ints()[1];
+    std::vector<UOpPtr> out;
+    for (size_t k = 0; k < n; k++) {
+      const UOpPtr& values = parts.parts[2 * k];
+      Shape shape = values->shape;
+      shape[static_cast<size_t>(axis)] = size;
+      out.push_back(make_uop(Op::SCATTER_ADD, u->dtype, {values, parts.parts[2 * k + 1]}, u->arg, shape, values->device));
+    }
+    if (parts.axis == axis) return all_reduce(out, Op::ADD);
+    return Lowered{out, parts.axis};
   }
 
   Lowered reduce_parts(const UOpPtr& u) {

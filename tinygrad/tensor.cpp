@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "tinygrad/device.h"
+#include "tinygrad/engine/jit.h"
 #include "tinygrad/engine/observe.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/gradient.h"
@@ -321,7 +322,9 @@ Tensor Tensor::contiguous() const { return result(lazy::contiguous(uop()), {this
 Tensor& Tensor::assign(const Tensor& v) {
   TG_CHECK(v.shape() == shape() && v.dtype() == dtype() && v.device() == device(),
            "assign: value ", v.describe(), " does not match target ", describe());
-  if (is_device_tuple(device())) {  // the MULTI of v's buffers (observers see single buffers only)
+  if (is_device_tuple(device())) {  // the MULTI of v's buffers
+    TG_CHECK(!jit_capturing(), "assign: TinyJit does not capture assigns to tensors over several devices (",
+             describe(), ") yet; run the step without it");
     Tensor value = v;
     value.realize();
     state_->uop = value.uop()->op == Op::MULTI ? value.uop() : value.uop()->realized_multi;
