@@ -97,10 +97,30 @@ TEST(Multi, ReductionsOverTheShardedAxisAllReduce) {
   MultiStats before = multi_stats();
   Tensor cols = s.max(0);
   EXPECT_EQ(cols.shard_axis(), std::nullopt);
+  Tensors parts = cols.shards();  // realizes
   EXPECT_EQ(stats_since(before).allreduces, 1u);
   EXPECT_EQ(stats_since(before).copies, 12u);  // direct exchange: each of 4 devices reads 3 parts
-  for (auto& part : cols.shards()) expect_near(part.to_vector<float>(), x.max(0).to_vector<float>());
+  for (auto& part : parts) expect_near(part.to_vector<float>(), x.max(0).to_vector<float>());
   expect_near(s.mean().to_vector<float>(), x.mean().to_vector<float>());
+}
+
+TEST(Multi, LargeAllReducesGoAroundARing) {
+  tg::testutil::KnobScope ring(knobs::RING_ALLREDUCE, 16);
+  Tensor x = Tensor::from_vector(iota(8 * 32), {8, 32});
+  Tensor s = x.shard(kFour, 0);
+  MultiStats before = multi_stats();
+  Tensor sums = s.sum(0);  // 32 elements: a ring of four chunks of 8
+  Tensors parts = sums.shards();
+  EXPECT_EQ(stats_since(before).allreduces, 1u);
+  EXPECT_EQ(stats_since(before).copies, 24u);  // 3 steps of 4 chunks in each of the two phases
+  for (auto& part : parts) {
+    expect_near(part.to_vector<float>(), x.sum(0).to_vector<float>());
+    EXPECT_EQ(part.to_vector<float>(), parts[0].to_vector<float>());  // every chunk is summed once
+  }
+  before = multi_stats();
+  Tensor small = s.sum(1).sum(0);  // one element, below the knob: a direct exchange
+  expect_near(small.to_vector<float>(), x.sum().to_vector<float>());
+  EXPECT_EQ(stats_since(before).copies, 12u);
 }
 
 TEST(Multi, MovementOpsFollowTheShardedAxis) {
@@ -146,6 +166,20 @@ TEST(Multi, GradientsFlowBackThroughShard) {
   std::vector<float> want = iota(24, 0.3f);
   for (auto& v : want) v *= 2;
   expect_near(x.grad()->to_vector<float>(), want);
+}
+
+TEST(Multi, DevicesOfDifferentBackends) {
+  auto built = registered_devices();
+  if (std::find(built.begin(), built.end(), "CL") == built.end()) GTEST_SKIP() << "this build has no OpenCL device";
+  try {
+    get_device("CL");
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no OpenCL device here: " << e.what();
+  }
+  Tensor x = Tensor::from_vector(iota(24), {4, 6});
+  Tensor s = x.shard({"CL", "CPU:1"}, 0);
+  EXPECT_EQ(s.shards()[0].device(), "CL");
+  expect_near((s * 2).sum(0).to_vector<float>(), (x * 2).sum(0).to_vector<float>());
 }
 
 TEST(Multi, Errors) {

@@ -4,11 +4,13 @@
 #include "tinygrad/multi.h"
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
 #include "tinygrad/lazy.h"
 
 namespace tg {
@@ -39,14 +41,18 @@ namespace tg {
 // Uneven splits are refused (shard_uop names the sizes). "CPU" and "CPU:0" are one device
 // (canonical_device), so a tuple written either way is the same tuple.
 //
-// Note [collectives between the devices of a process]: an all-reduce of n parts copies every
-// part to every other device and adds them there (a direct exchange: n*(n-1) copies of the whole
-// partial, and n kernels of n-1 adds each); an all-gather copies every part to every device and
-// assembles it with pads and adds. Both are plain COPY and elementwise nodes, so the scheduler
-// orders them and fuses the adds. A ring (reduce-scatter and all-gather over n chunks, each
-// device sending 2*(n-1)/n of the tensor) would move less data for large tensors over slow
-// links; on CPU devices of one process a copy is a memcpy and the direct exchange is used for
-// every size. multi_stats() counts what the rewrite inserted.
+// Note [collectives between the devices of a process]: a small all-reduce of n parts is a direct
+// exchange: every part is copied to every other device and added there (n*(n-1) copies of the
+// whole partial, and n kernels of n-1 adds each, in the same order everywhere). One of at least
+// RING_ALLREDUCE elements (that split into n equal chunks) goes around a ring instead: in the
+// reduce-scatter, chunk j starts on device j+1 and moves to the next device n-1 times, each
+// adding its own chunk j, so that it ends on device j summed; in the all-gather, each summed
+// chunk moves on around the ring to every device, which assembles the whole. Each device then
+// sends 2*(n-1)/n of the tensor instead of (n-1) times it, in 2*(n-1) steps of small copies and
+// adds. Every chunk is summed once, so the devices' results are equal bit for bit. An all-gather
+// copies every part to every device and assembles it with pads and adds. All of these are plain
+// COPY and elementwise nodes, which the scheduler orders and fuses like any others.
+// multi_stats() counts what the rewrite inserted.
 
 MultiStats& multi_stats() {
   static MultiStats stats;
@@ -66,7 +72,14 @@ std::vector<std::string> split_devices(const std::string& device) {
   }
 }
 
+namespace {
+std::atomic<bool> tuples_made{false};
+}  // namespace
+
+bool device_tuples_made() { return tuples_made.load(std::memory_order_relaxed); }
+
 std::string join_devices(const std::vector<std::string>& devices) {
+  if (devices.size() > 1) tuples_made.store(true, std::memory_order_relaxed);
   std::string out;
   for (auto& d : devices) out += (out.empty() ? "" : ",") + d;
   return out;
@@ -110,6 +123,17 @@ UOpPtr assemble(const std::vector<UOpPtr>& parts, int64_t axis, const std::strin
   return whole;
 }
 
+// The whole of a flat tensor from its equal chunks, all on one device.
+UOpPtr assemble_local(const std::vector<UOpPtr>& chunks) {
+  const int64_t size = chunks[0]->shape[0], n = static_cast<int64_t>(chunks.size());
+  UOpPtr whole;
+  for (int64_t j = 0; j < n; j++) {
+    UOpPtr placed = pad(chunks[static_cast<size_t>(j)], {{size * j, size * (n - 1 - j)}});
+    whole = whole ? combine(Op::ADD, whole, placed) : placed;
+  }
+  return whole;
+}
+
 Lowered all_gather(const Lowered& x) {
   if (x.axis < 0) return x;
   multi_stats().allgathers++;
@@ -118,10 +142,46 @@ Lowered all_gather(const Lowered& x) {
   return out;
 }
 
-// Note [collectives between the devices of a process]: every device adds the parts in the same
-// order, so the results are equal bit for bit.
+// Note [collectives between the devices of a process]
+Lowered ring_all_reduce(const std::vector<UOpPtr>& partials, Op op) {
+  const size_t n = partials.size();
+  const Shape shape = partials[0]->shape;
+  const int64_t numel = prod(shape), chunk = numel / static_cast<int64_t>(n);
+  auto piece = [&](size_t d, size_t j) {
+    int64_t begin = chunk * static_cast<int64_t>(j);
+    return shrink(reshape(partials[d], {numel}), {{begin, begin + chunk}});
+  };
+  auto device = [&](size_t d) { return partials[d]->device; };
+  auto pass = [&](const UOpPtr& x, size_t d) {
+    multi_stats().copies++;
+    return copy_to(x, device(d));
+  };
+  std::vector<std::vector<UOpPtr>> at(n, std::vector<UOpPtr>(n));  // at[device][chunk], summed
+  for (size_t j = 0; j < n; j++) {
+    size_t d = (j + 1) % n;
+    UOpPtr acc = piece(d, j);
+    for (size_t step = 1; step < n; step++) {  // reduce-scatter: ends on device j
+      d = (d + 1) % n;
+      acc = combine(op, pass(acc, d), piece(d, j));
+    }
+    at[j][j] = acc;
+    for (size_t step = 1; step < n; step++) {  // all-gather: on around the ring
+      d = (d + 1) % n;
+      acc = pass(acc, d);
+      at[d][j] = acc;
+    }
+  }
+  Lowered out;
+  for (size_t d = 0; d < n; d++) out.parts.push_back(reshape(assemble_local(at[d]), shape));
+  return out;
+}
+
+// Note [collectives between the devices of a process]
 Lowered all_reduce(const std::vector<UOpPtr>& partials, Op op) {
   multi_stats().allreduces++;
+  const size_t n = partials.size();
+  const int64_t numel = prod(partials[0]->shape), ring = knobs::RING_ALLREDUCE.get();
+  if (ring > 0 && numel >= ring && numel % static_cast<int64_t>(n) == 0) return ring_all_reduce(partials, op);
   Lowered out;
   for (auto& own : partials) {
     UOpPtr acc;
@@ -391,6 +451,7 @@ class MultiRewriter {
 }  // namespace
 
 bool has_multi(const std::vector<UOpPtr>& outputs) {
+  if (!device_tuples_made()) return false;  // no tuple was ever named: no walk over the graph
   bool found = false;
   toposort(outputs, [&](const UOp& u) {
     found |= is_device_tuple(u.device);
@@ -400,6 +461,14 @@ bool has_multi(const std::vector<UOpPtr>& outputs) {
 }
 
 std::vector<Lowered> lower_multi(const std::vector<UOpPtr>& outputs) { return MultiRewriter().run(outputs); }
+
+int64_t multi_axis(const UOpPtr& x) {
+  if (!is_device_tuple(x->device)) return -1;
+  MultiStats kept = multi_stats();  // an analysis, not a realization: nothing was inserted
+  int64_t axis = lower_multi({x})[0].axis;
+  multi_stats() = kept;
+  return axis;
+}
 
 UOpPtr make_multi(const std::vector<UOpPtr>& parts, int64_t axis) {
   TG_ASSERT(!parts.empty(), "MULTI of no parts");
@@ -436,7 +505,7 @@ UOpPtr shard_uop(const UOpPtr& x, const std::vector<std::string>& devices, int64
   size_t n = devs.size();
   UOpPtr whole = x;
   if (is_device_tuple(x->device)) {
-    int64_t now = lower_multi({x})[0].axis;
+    int64_t now = multi_axis(x);
     if (x->device == tuple && now == axis) return x;
     // a replicated tensor on the same tuple is cut where it lies; anything else is gathered first
     if (!(x->device == tuple && now < 0)) whole = copy_to(x, split_devices(x->device)[0]);

@@ -15,7 +15,10 @@ namespace tg {
 // string of every logical node over it.
 bool is_device_tuple(const std::string& device);
 std::vector<std::string> split_devices(const std::string& device);  // a single device: {device}
+// Every tuple string is made here; device_tuples_made() says whether one ever was (so a process
+// that never uses several devices skips the rewrite's graph walk).
 std::string join_devices(const std::vector<std::string>& devices);
+bool device_tuples_made();
 
 // The part of a logical node on each device of its tuple, and the axis it is split along (-1:
 // every device holds the whole).
@@ -27,6 +30,8 @@ struct Lowered {
 // Rewrites the graphs of `outputs` into per-device graphs: for each output, its parts (one part,
 // the output itself or its rewrite, for an output on a single device).
 std::vector<Lowered> lower_multi(const std::vector<UOpPtr>& outputs);
+// The axis x is split along (-1: replicated, or on one device), without counting in multi_stats.
+int64_t multi_axis(const UOpPtr& x);
 // True when some node under `outputs` is on a device tuple (lower_multi has work to do).
 bool has_multi(const std::vector<UOpPtr>& outputs);
 

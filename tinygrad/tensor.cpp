@@ -313,6 +313,7 @@ template int64_t Tensor::item<int64_t>() const;
 
 Tensor Tensor::to(const std::string& device) const {
   std::string d = resolve_device(device);
+  if (is_device_tuple(d)) return to(split_devices(d));
   get_device(d);  // fails early, naming the device, when it is not built
   return result(lazy::copy_to(uop(), d), {this});
 }

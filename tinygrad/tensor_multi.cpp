@@ -15,8 +15,7 @@ Tensor Tensor::to(const std::vector<std::string>& devices) const { return shard(
 std::vector<std::string> Tensor::devices() const { return split_devices(device()); }
 
 std::optional<int64_t> Tensor::shard_axis() const {
-  if (!is_device_tuple(device())) return std::nullopt;
-  int64_t axis = lower_multi({uop()})[0].axis;
+  int64_t axis = multi_axis(uop());
   return axis < 0 ? std::nullopt : std::optional<int64_t>(axis);
 }
 
