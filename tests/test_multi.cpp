@@ -72,6 +72,11 @@ TEST(Multi, ShardSplitsAlongTheAxis) {
     expect_near(parts[i].to_vector<float>(), std::vector<float>(all.begin() + 6 * i, all.begin() + 6 * (i + 1)));
   }
   expect_near(s.to_vector<float>(), all);
+  Tensor target = Tensor::zeros({8, 3}).shard(kFour, 0);
+  target.assign(x.shard(kFour, 0));  // holds the parts' buffers, not the copies that made them
+  ASSERT_EQ(target.uop()->op, Op::MULTI);
+  for (auto& part : target.uop()->src) EXPECT_EQ(part->op, Op::BUFFER);
+  expect_near(target.to_vector<float>(), all);
   Tensor r = x.to(kFour);
   EXPECT_EQ(r.shard_axis(), std::nullopt);
   for (auto& part : r.shards()) expect_near(part.to_vector<float>(), all);

@@ -68,7 +68,10 @@ void realize_multi(const std::vector<UOpPtr>& outs) {
   size_t next = 0;
   for (size_t i = 0; i < outs.size(); i++) {
     std::vector<UOpPtr> parts;
-    for (auto& p : lowered[i].parts) parts.push_back(p->op == Op::BUFFER ? p : lazy::buffer(bufs[next], p->shape)), next++;
+    for (auto& p : lowered[i].parts) {
+      parts.push_back(p->op == Op::BUFFER ? p : lazy::buffer(bufs[next], p->shape));
+      next++;
+    }
     if (!is_device_tuple(outs[i]->device)) {  // the output read a tuple: its rewrite was computed
       if (!outs[i]->realized && outs[i]->op != Op::BUFFER) outs[i]->realized = parts[0]->arg_buffer();
       continue;
@@ -328,7 +331,8 @@ Tensor& Tensor::assign(const Tensor& v) {
              describe(), ") yet; run the step without it");
     Tensor value = v;
     value.realize();
-    state_->uop = value.uop()->op == Op::MULTI ? value.uop() : value.uop()->realized_multi;
+    const UOpPtr& u = value.uop();
+    state_->uop = u->realized_multi ? u->realized_multi : u;  // a MULTI of buffers is its own value
     return *this;
   }
   auto buf = realized_buffer(v);

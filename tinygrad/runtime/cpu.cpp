@@ -107,7 +107,7 @@ class SystemCCompiler : public Compiler {
 // that tensors sharded over several devices (tinygrad/multi.h) run on a machine without GPUs.
 // Each is a Device of its own with its own memory pool (buffers and their statistics stay apart,
 // and copies between them are real copies), but they run on the same cores and render and compile
-// with CPU's renderer and compiler: their programs come from CPU's cache, so a kernel is compiled
+// with CPU's renderer, compiler and policy: their programs come from CPU's cache, so a kernel is compiled
 // once however many devices run it. "CPU:0" is "CPU" itself (canonical_device), which stays the default device.
 class CpuDevice : public Device {
  public:
@@ -130,7 +130,7 @@ class CpuDevice : public Device {
     return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 ||
            f == Feature::AddressableMemory;
   }
-  const DevicePolicy& policy() const override { return policy_; }
+  const DevicePolicy& policy() const override { return name_is_virtual() ? cpu().policy() : policy_; }
   std::string description() const override {
     return name() + " (" + const_cast<CpuDevice*>(this)->compiler().cache_key() + ")";
   }
