@@ -79,6 +79,8 @@ std::vector<ConfigField>& schema_storage() {
        "write each rank's timeline (kernels, collectives, data, compiles, JIT replays) as RUN_DIR/trace.rank<R>.json "
        "(also TRACE=1); tg trace merge RUN_DIR joins them"},
       {"train.seed", ValueType::Int, int64_t{0}, "model initialisation seed"},
+      {"train.devices", ValueType::String, std::string(""),
+       "data parallel over the devices of this process: a count (4: the default device's backend, :0..:3) or a list (CPU:0,CPU:1); empty: one device"},
       {"train.device", ValueType::String, std::string(""), "device for the run, e.g. CPU, CL, CUDA:1 (empty: the DEVICE knob)"},
       {"train.precision", ValueType::String, std::string("fp32"), "fp32 | bf16 (matmuls and convolutions in bfloat16, float32 master weights)"},
       {"train.run_dir", ValueType::String, std::string(""), "run directory (empty: runs/<config>-<timestamp>)"},

@@ -15,6 +15,7 @@
 #include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/multi.h"
 #include "tinygrad/nn/gpt.h"
 #include "tinygrad/nn/state.h"
 
@@ -186,6 +187,39 @@ std::unique_ptr<nn::LRSchedule> make_schedule(const Config& c, int64_t total_ste
   return s;
 }
 
+// Note [data parallel over devices]: train.devices lists devices of this process (or counts
+// them on the default device's backend). The parameters are replicated over them once, and each
+// step shards its batch along dim 0 (an evaluation batch that does not split evenly is
+// replicated): the multi-device rewrite (tinygrad/multi.h) then runs each device's share and
+// all-reduces the gradients, so the optimizer updates equal replicas on every device. Such steps
+// run without TinyJit for now (captured steps do not follow parameters over a device tuple), and
+// combining devices with a process group (ddp over ranks) is refused.
+namespace {
+std::vector<std::string> parse_train_devices(const std::string& spec) {
+  std::string s;
+  for (char c : spec)
+    if (c != ' ' && c != '[' && c != ']') s += c;
+  if (s.empty()) return {};
+  if (std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    int n = std::stoi(s);
+    TG_CHECK(n >= 1, "config: train.devices must be at least 1, got ", n);
+    std::string base = default_device().substr(0, default_device().find(':'));
+    std::vector<std::string> out;
+    for (int i = 0; i < n; i++) out.push_back(canonical_device(base + ":" + std::to_string(i)));
+    return out;
+  }
+  std::vector<std::string> out;
+  for (auto& d : split_devices(s)) out.push_back(canonical_device(d));
+  return out;
+}
+}  // namespace
+
+Tensor Trainer::place_batch(const Tensor& t) const {
+  if (devices_.size() < 2) return t;
+  bool even = t.ndim() > 0 && t.shape(0) % static_cast<int64_t>(devices_.size()) == 0;
+  return even ? t.shard(devices_, 0) : t.to(devices_);
+}
+
 Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* group)
     : cfg_(cfg), run_dir_(std::move(run_dir)), group_(group) {
   TG_CHECK(!group_ || cfg_.get_string("distributed.strategy") != "none", "trainer: a process group was given but distributed.strategy='",
@@ -217,6 +251,13 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   const int64_t accum = cfg_.get_int("train.grad_accum"), per_rank = cfg_.get_int("data.batch_size") / world_size();
   TG_CHECK(per_rank % accum == 0, "config: each rank's batch (data.batch_size ", cfg_.get_int("data.batch_size"), " over ",
            world_size(), " ranks: ", per_rank, ") does not split into train.grad_accum=", accum, " micro-batches");
+  devices_ = parse_train_devices(cfg_.get_string("train.devices"));
+  if (devices_.size() > 1) {
+    TG_CHECK(!group_, "config: train.devices with distributed.strategy='", cfg_.get_string("distributed.strategy"),
+             "' is not supported yet (use one of them)");
+    TG_CHECK(cfg_.get_int("data.batch_size") % static_cast<int64_t>(devices_.size()) == 0, "config: data.batch_size ",
+             cfg_.get_int("data.batch_size"), " does not split over the ", devices_.size(), " devices of train.devices");
+  }
   fill_sizes_from_data(cfg_, data_);
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
   model_ = make_model(cfg_);
@@ -224,6 +265,8 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   if (auto* gpt = dynamic_cast<nn::GPT*>(model_.get())) flops_per_token_ = gpt_flops_per_token(*gpt);
   // train.precision=bf16: Note [compute dtype] in tinygrad/nn/layers.cpp (training and evaluation)
   if (cfg_.get_string("train.precision") == "bf16") model_->set_compute_dtype(DType::BFloat16);
+  if (devices_.size() > 1)
+    for (Tensor* p : model_->parameters()) p->shard_(devices_);  // Note [data parallel over devices]
   const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
   if (!zero1) optim_ = make_optimizer(cfg_, model_->parameters());
   schedule_ = make_schedule(cfg_, total_steps_);
@@ -264,7 +307,7 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
 // without checks takes the norm of the all-reduced gradients (StepOptions::report_norm), a zero1
 // step all-reduces its shard's sum of squares. It is read only at a log step, with the loss.
 Tensors Trainer::train_step(const Tensors& batch) {
-  Tensor x = batch[0], y = batch[1];
+  Tensor x = place_batch(batch[0]), y = place_batch(batch[1]);
   if (dp_) {
     x = dist::shard_batch(x, rank(), world_size());
     y = dist::shard_batch(y, rank(), world_size());
@@ -341,9 +384,9 @@ EvalResult Trainer::evaluate() {
   while (auto b = test_loader_->next()) {
     if (limit > 0 && batches++ >= limit) break;
     if (data_.task == Task::Classify) {
-      correct += static_cast<double>((*model_)(b->x).argmax(-1).eq(b->y).sum().item<int64_t>());
+      correct += static_cast<double>((*model_)(place_batch(b->x)).argmax(-1).eq(place_batch(b->y)).sum().item<int64_t>());
     } else {
-      loss_sum += loss_of(b->x, b->y).item<float>() * static_cast<double>(b->y.shape(0));
+      loss_sum += loss_of(place_batch(b->x), place_batch(b->y)).item<float>() * static_cast<double>(b->y.shape(0));
     }
     seen += b->y.shape(0);
   }
@@ -394,7 +437,7 @@ TrainSummary Trainer::fit() {
       {
         trace::Span span("step", "train step");
         span.arg("step", static_cast<double>(step_ + 1));
-        outs = (*jit_)({b->x, b->y});
+        outs = devices_.size() > 1 ? train_step({b->x, b->y}) : (*jit_)({b->x, b->y});
         if (outs.size() == 3) step_outcome_ = dist::settle_step(optimizer(), {outs[1], outs[2]});  // ok, norm
       }
       Tensor loss = outs[0];

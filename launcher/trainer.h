@@ -161,6 +161,9 @@ class Trainer {
   std::unique_ptr<dist::DataParallel> dp_;
   std::unique_ptr<dist::Zero1> zero_;
   std::unique_ptr<TinyJit> jit_;
+  // train.devices (Note [data parallel over devices] in trainer.cpp); empty: one device.
+  std::vector<std::string> devices_;
+  Tensor place_batch(const Tensor& t) const;
   dist::StepOutcome step_outcome_;  // of the last step (ddp: settled from its outputs, so replays too)
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
   EvalResult last_eval_;

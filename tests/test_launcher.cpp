@@ -31,6 +31,7 @@
 #include "launcher/trainer.h"
 #include "tinygrad/error.h"
 #include "tinygrad/nn/layers.h"
+#include "tinygrad/multi.h"
 #include "tinygrad/nn/state.h"
 #include "tests/run_util.h"
 
@@ -1230,4 +1231,34 @@ TEST(LauncherRegistry, ModelKeysAreListedTypedAndChecked) {
   Config c = parse_config("model:\n  name: test_wide\n  test_width: 5\n", "c.yaml");
   EXPECT_EQ(make_model(c)->num_parameters(), 4 * 5 + 5 + 5 * 3 + 3);
   EXPECT_NE(c.to_yaml().find("test_width: 5"), std::string::npos);
+}
+
+// train.devices (Note [data parallel over devices] in launcher/trainer.cpp): the batch sharded over
+// four virtual CPU devices gives the one-device run's losses and weights.
+TEST(LauncherTrainer, DataParallelOverDevicesMatchesOneDevice) {
+  fs::path one = temp_dir("trainer_one_device"), four = temp_dir("trainer_four_devices");
+  std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8", "train.steps=4",
+                                "train.log_every=1", "optim.lr=0.05"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto all = o;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + one.string()})), {.progress = false});
+  uint64_t allreduces = multi_stats().allreduces;
+  run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + four.string(), "train.devices=4"})),
+            {.progress = false});
+  EXPECT_GE(multi_stats().allreduces - allreduces, 4u * 2u);  // at least the two gradients of each step
+  auto a = train_losses(one), b = train_losses(four);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(b[i].second, a[i].second, 1e-5 * std::abs(a[i].second));
+  auto wa = nn::safe_load((one / "checkpoints" / "step_4.safetensors").string());
+  auto wb = nn::safe_load((four / "checkpoints" / "step_4.safetensors").string());
+  auto va = wa.at("model.fc.weight").to_vector<float>(), vb = wb.at("model.fc.weight").to_vector<float>();
+  ASSERT_EQ(va.size(), vb.size());
+  for (size_t i = 0; i < va.size(); i++) EXPECT_NEAR(vb[i], va[i], 1e-5 * std::max(1.0f, std::abs(va[i])));
+  EXPECT_NE(error_of([&] { run_train(parse_config("", "synth.yaml", with({"train.devices=3", "train.run_dir=" + temp_dir("trainer_three_devices").string()})), {.progress = false}); })
+                .find("does not split over the 3 devices"),
+            std::string::npos);
 }

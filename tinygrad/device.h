@@ -175,8 +175,9 @@ class Device {
   // context); a no-op elsewhere.
   virtual void make_current() {}
   MemoryPool& pool();
-  // Compiles through the device compiler, cached by source.
-  Program& get_program(const std::string& name, const std::string& source);
+  // Compiles through the device compiler, cached by source (virtual CPU devices share CPU's:
+  // Note [virtual CPU devices] in runtime/cpu.cpp).
+  virtual Program& get_program(const std::string& name, const std::string& source);
   // The device library's program for a matrix product (Note [library matmuls]), cached by spec,
   // or nullptr when the device has no library that runs it. Its launch takes the kernel's
   // buffers and ignores the sizes.
@@ -195,7 +196,8 @@ class Device {
   std::map<std::string, std::unique_ptr<Program>> matmul_programs_;  // null: the library cannot
 };
 
-// Device registry. Names follow tinygrad: "CPU", "CUDA", "CUDA:1", "CL".
+// Device registry. Names follow tinygrad: "CPU", "CUDA", "CUDA:1", "CL"; "CPU:1", "CPU:2", ... are
+// virtual CPU devices (Note [virtual CPU devices] in runtime/cpu.cpp).
 using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& full_name)>;
 void register_device(const std::string& base_name, DeviceFactory factory);
 Device& get_device(const std::string& name);

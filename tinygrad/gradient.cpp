@@ -8,6 +8,7 @@
 
 #include "tinygrad/error.h"
 #include "tinygrad/lazy.h"
+#include "tinygrad/multi.h"
 
 namespace tg {
 
@@ -81,6 +82,7 @@ std::vector<UOpPtr> backward_rule(const UOpPtr& u, const UOpPtr& g) {
       TG_ASSERT(false, "unknown CUSTOM_GRAD rule ", u->arg_ints().at(0));
       return {};
     case Op::COPY: return {copy_to(g, s[0]->device)};
+    case Op::MULTI: return multi_gradient(u, g);
     // Note [gather and scatter-add] in lazy.cpp: each is the other's gradient
     case Op::GATHER: {
       int64_t axis = u->arg_ints()[0];

@@ -99,6 +99,9 @@ IntKnob SPLIT_PARTS(
     "gradient) on GPU-style devices, with SPLIT_REDUCE=1; 0: 32 where convolutions run on the tensor "
     "cores, else 8; 1: one stage",
     KnobKind::Codegen);
+IntKnob RING_ALLREDUCE("RING_ALLREDUCE", 1 << 18,
+                       "all-reduces between the devices of one process of at least this many elements run as a "
+                       "ring (reduce-scatter, then all-gather); smaller ones are direct exchanges; 0: never a ring");
 IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
 IntKnob TRACE("TRACE", 0, "1: tg train records a timeline per rank into the run directory, as train.trace=true does");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");

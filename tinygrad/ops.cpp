@@ -45,7 +45,7 @@ const char* op_name(Op op) {
       "BUFFER", "CONST", "COPY", "NEG", "EXP2", "LOG2", "SIN", "SQRT", "RECIP", "TRUNC", "CAST",
       "BITCAST", "ADD", "MUL", "IDIV", "MOD", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL",
       "SHR", "WHERE", "REDUCE_AXIS", "RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP",
-      "CONTIGUOUS", "DETACH", "CUSTOM_GRAD", "ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER",
+      "CONTIGUOUS", "DETACH", "CUSTOM_GRAD", "MULTI", "ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER",
       "GATHER", "SCATTER_ADD",
       "DEFINE_GLOBAL", "RANGE", "ENDRANGE", "SPECIAL", "LOAD",
       "STORE", "REDUCE", "DEFINE_ACC", "ASSIGN", "SINK", "WMMA"};
@@ -59,7 +59,7 @@ OpGroup op_group(Op op) {
   if (op == Op::WHERE) return OpGroup::Ternary;
   if (op == Op::REDUCE_AXIS) return OpGroup::Reduce;
   if (op <= Op::FLIP) return OpGroup::Movement;
-  if (op <= Op::CUSTOM_GRAD) return OpGroup::Marker;
+  if (op <= Op::MULTI) return OpGroup::Marker;
   if (op <= Op::ALLGATHER) return OpGroup::Collective;
   if (op <= Op::SCATTER_ADD) return OpGroup::Indexed;
   return OpGroup::Kernel;

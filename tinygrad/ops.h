@@ -35,8 +35,10 @@ enum class Op : uint8_t {
   // movement: views, lowered to index arithmetic
   RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP,
   // graph markers; CUSTOM_GRAD: src[0] is the value, src[1..] the inputs that its gradient rule
-  // (arg: {rule id, rule parameters...}, see gradient.h) differentiates
-  CONTIGUOUS, DETACH, CUSTOM_GRAD,
+  // (arg: {rule id, rule parameters...}, see gradient.h) differentiates. MULTI: a tensor over a
+  // tuple of devices, src[i] the part on device i, arg the sharded axis or -1 (replicated)
+  // (Note [multi-device tensors] in multi.cpp)
+  CONTIGUOUS, DETACH, CUSTOM_GRAD, MULTI,
   // collectives (run by distributed/ through an interface the core declares; arg: CollectiveArg)
   ALLREDUCE, REDUCE_SCATTER, ALLGATHER,
   // indexed (Note [gather and scatter-add] in lazy.cpp; arg: {axis} and {axis, size}): GATHER
@@ -98,6 +100,8 @@ struct UOp {
   // The buffer this lazy node was computed into, once realized. Buffers are never written twice,
   // so a cached result stays valid for as long as the node lives.
   mutable std::shared_ptr<Buffer> realized;
+  // The same for a node on a tuple of devices: the MULTI of the buffers it was computed into.
+  mutable std::shared_ptr<const UOp> realized_multi;
 
   ~UOp();
   // Accessors for typed args; TG_ASSERT on the wrong kind.

@@ -148,6 +148,8 @@ Tensor Tensor::rand(const Shape& shape, const TensorOptions& opt) {
   check_shape("rand", shape);
   TG_CHECK(!opt.dtype || is_float(*opt.dtype), "rand: dtype must be floating point, got ", dtype_name(*opt.dtype));
   std::string device = canonical_device(opt.device.empty() ? default_device() : opt.device);
+  TG_CHECK(device.find(',') == std::string::npos, "rand: tensors over several devices (", device,
+           ") cannot draw random numbers yet");
   NoGradGuard no_grad;
   Tensor u = device_uniform01(tg::prod(shape), device).reshape(shape);
   Tensor r = u.cast(opt.dtype.value_or(DType::Float32));

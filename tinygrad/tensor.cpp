@@ -7,10 +7,12 @@
 #include <unordered_set>
 
 #include "tinygrad/device.h"
+#include "tinygrad/engine/jit.h"
 #include "tinygrad/engine/observe.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/engine/trace.h"
 #include "tinygrad/gradient.h"
+#include "tinygrad/multi.h"
 #include "tinygrad/schedule/schedule.h"
 #include "tinygrad/tensor_internal.h"
 
@@ -36,7 +38,49 @@ GradRegistry& grad_registry() {
 
 thread_local bool no_grad_mode = false;
 
-std::string resolve_device(const std::string& d) { return d.empty() ? default_device() : canonical_device(d); }
+std::string resolve_device(const std::string& d) {
+  if (d.empty()) return default_device();
+  std::vector<std::string> devices;
+  for (auto& one : split_devices(d)) devices.push_back(canonical_device(one));
+  return join_devices(devices);
+}
+
+// A whole copy of make(device) on each device of a tuple (Note [multi-device tensors]).
+template <class Make>
+Tensor on_each_device(const std::string& tuple, bool requires_grad, Make make) {
+  std::vector<UOpPtr> parts;
+  for (auto& d : split_devices(tuple)) parts.push_back(make(d).uop());
+  return Tensor(make_multi(parts, -1), requires_grad);
+}
+
+// Note [multi-device tensors] in multi.cpp: the logical outputs are rewritten into their parts,
+// which are scheduled together; each output then keeps the MULTI of its parts' buffers.
+void realize_multi(const std::vector<UOpPtr>& outs) {
+  auto lowered = lower_multi(outs);
+  std::vector<UOpPtr> flat;
+  for (auto& l : lowered) flat.insert(flat.end(), l.parts.begin(), l.parts.end());
+  std::vector<std::shared_ptr<Buffer>> bufs;
+  KeptBuffers kept;
+  run_schedule(create_schedule(flat, &bufs, &kept));
+  for (size_t i = 0; i < flat.size(); i++)
+    if (!flat[i]->realized && flat[i]->op != Op::BUFFER) flat[i]->realized = bufs[i];
+  for (auto& [u, b] : kept)
+    if (!u->realized) u->realized = b;
+  size_t next = 0;
+  for (size_t i = 0; i < outs.size(); i++) {
+    std::vector<UOpPtr> parts;
+    for (auto& p : lowered[i].parts) {
+      parts.push_back(p->op == Op::BUFFER ? p : lazy::buffer(bufs[next], p->shape));
+      next++;
+    }
+    if (!is_device_tuple(outs[i]->device)) {  // the output read a tuple: its rewrite was computed
+      if (!outs[i]->realized && outs[i]->op != Op::BUFFER) outs[i]->realized = parts[0]->arg_buffer();
+      continue;
+    }
+    UOpPtr multi = make_multi(parts, lowered[i].axis);
+    if (multi != outs[i] && !outs[i]->realized_multi) outs[i]->realized_multi = multi;
+  }
+}
 
 }  // namespace
 
@@ -110,6 +154,10 @@ std::pair<Tensor, Tensor> align(const char* op, const Tensor& a, const Tensor& b
 Tensor Tensor::from_data(const void* data, DType src_dtype, const Shape& shape, const TensorOptions& opt) {
   for (auto d : shape) TG_CHECK(d >= 0, "from_data: negative dimension in shape ", shape_str(shape));
   std::string dev = resolve_device(opt.device);
+  if (is_device_tuple(dev))
+    return on_each_device(dev, opt.requires_grad, [&](const std::string& d) {
+      return from_data(data, src_dtype, shape, {.dtype = opt.dtype, .device = d});
+    });
   int64_t n = tg::prod(shape);
   DType dt = opt.dtype.value_or(src_dtype);
   auto buf = std::make_shared<Buffer>(dev, dt, n);
@@ -144,6 +192,9 @@ Tensor Tensor::scalar(double v, const TensorOptions& opt) { return full({}, v, o
 
 Tensor Tensor::empty(const Shape& shape, const TensorOptions& opt) {
   for (auto d : shape) TG_CHECK(d >= 0, "empty: negative dimension in shape ", shape_str(shape));
+  if (std::string dev = resolve_device(opt.device); is_device_tuple(dev))
+    return on_each_device(dev, opt.requires_grad,
+                          [&](const std::string& d) { return empty(shape, {.dtype = opt.dtype, .device = d}); });
   auto buf = std::make_shared<Buffer>(resolve_device(opt.device), opt.dtype.value_or(DType::Float32), tg::prod(shape));
   buf->ensure_allocated();
   return Tensor(lazy::buffer(buf, shape), opt.requires_grad);
@@ -206,6 +257,7 @@ Tensor& Tensor::realize() {
 void Tensor::realize_all(const Tensors& ts) {
   std::vector<UOpPtr> outs;
   for (auto& t : ts) outs.push_back(t.uop());
+  if (has_multi(outs)) return realize_multi(outs);
   std::vector<std::shared_ptr<Buffer>> bufs;
   KeptBuffers kept;
   std::vector<ScheduleItem> schedule;
@@ -242,6 +294,7 @@ const void* TensorAccess::identity(const Tensor& t) { return t.state_.get(); }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  if (is_device_tuple(device())) return Tensor(lazy::copy_to(uop(), devices()[0])).to_vector<T>();
   notify_host_read(*this);  // Note [tensor observers] in engine/observe.h
   auto buf = realized_buffer(*this);
   std::vector<uint8_t> bytes(buf->nbytes());
@@ -269,6 +322,7 @@ template int64_t Tensor::item<int64_t>() const;
 
 Tensor Tensor::to(const std::string& device) const {
   std::string d = resolve_device(device);
+  if (is_device_tuple(d)) return to(split_devices(d));
   get_device(d);  // fails early, naming the device, when it is not built
   return result(lazy::copy_to(uop(), d), {this});
 }
@@ -278,13 +332,34 @@ Tensor Tensor::contiguous() const { return result(lazy::contiguous(uop()), {this
 Tensor& Tensor::assign(const Tensor& v) {
   TG_CHECK(v.shape() == shape() && v.dtype() == dtype() && v.device() == device(),
            "assign: value ", v.describe(), " does not match target ", describe());
+  if (is_device_tuple(device())) {  // the MULTI of v's buffers
+    TG_CHECK(!jit_capturing(), "assign: TinyJit does not capture assigns to tensors over several devices (",
+             describe(), ") yet; run the step without it");
+    Tensor value = v;
+    value.realize();
+    const UOpPtr& u = value.uop();
+    state_->uop = u->realized_multi ? u->realized_multi : u;  // a MULTI of buffers is its own value
+    return *this;
+  }
   auto buf = realized_buffer(v);
   notify_assign(*this, TensorAccess::buffer(*this), buf);  // Note [tensor observers]
   state_->uop = lazy::buffer(buf, shape());
   return *this;
 }
 
+Tensor& Tensor::shard_(const std::vector<std::string>& devices, std::optional<int64_t> axis) {
+  Tensor v = detach().shard(devices, axis);
+  v.realize();
+  const UOpPtr& u = v.uop();
+  state_->uop = u->realized_multi ? u->realized_multi : u->realized ? lazy::buffer(u->realized, u->shape) : u;
+  return *this;
+}
+
 Tensor& Tensor::write_(const void* data, DType src_dtype) {
+  if (is_device_tuple(device())) {
+    for (auto& part : shards()) part.write_(data, src_dtype);
+    return *this;
+  }
   auto buf = TensorAccess::buffer(*this);
   TG_CHECK(buf, "write_: tensor ", describe(), " is not realized");
   std::vector<uint8_t> bytes(buf->nbytes());

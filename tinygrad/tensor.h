@@ -95,6 +95,16 @@ class Tensor {
   template <class T>
   T item() const;
   Tensor to(const std::string& device) const;
+  // ---- several devices (Note [multi-device tensors] in multi.cpp) ----
+  // This tensor split along `axis` over `devices` (none: a whole copy on each), as tinygrad's
+  // shard; the axis must split evenly. to(devices) is shard(devices) (replicated).
+  Tensor shard(const std::vector<std::string>& devices, std::optional<int64_t> axis = std::nullopt) const;
+  Tensor to(const std::vector<std::string>& devices) const;
+  // In place: this tensor (and every copy of it) becomes its shard, realized; keeps requires_grad.
+  Tensor& shard_(const std::vector<std::string>& devices, std::optional<int64_t> axis = std::nullopt);
+  std::vector<std::string> devices() const;  // the device tuple, or {device()}
+  std::optional<int64_t> shard_axis() const;  // the split axis; none when replicated or on one device
+  Tensors shards() const;  // each device's part, realized ({*this} on one device)
   Tensor contiguous() const;
   // Replaces this tensor's value (same shape, dtype, device) with `v`, realized; cuts history.
   Tensor& assign(const Tensor& v);

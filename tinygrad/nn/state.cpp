@@ -337,6 +337,7 @@ std::vector<uint8_t> host_bytes(const Tensor& t) {
   size_t n = static_cast<size_t>(t.numel()) * itemsize(t.dtype());
   std::vector<uint8_t> out(n);
   if (n == 0) return out;
+  if (t.devices().size() > 1) return host_bytes(t.to(t.devices()[0]));  // gathered on its first device
   auto buffer_of = [&](const Tensor& x) -> std::shared_ptr<Buffer> {
     Tensor c = x;
     c.realize();

@@ -112,9 +112,16 @@ class SystemCCompiler : public Compiler {
   }
 };
 
+// Note [virtual CPU devices]: "CPU:1", "CPU:2", ... are further CPU devices in one process, so
+// that tensors sharded over several devices (tinygrad/multi.h) run on a machine without GPUs.
+// Each is a Device of its own with its own memory pool (buffers and their statistics stay apart,
+// and copies between them are real copies), but they run on the same cores and render and compile
+// with CPU's renderer, compiler and policy: their programs come from CPU's cache, so a kernel is compiled
+// once however many devices run it. "CPU:0" is "CPU" itself (canonical_device), which stays the default device.
 class CpuDevice : public Device {
  public:
   explicit CpuDevice(const std::string& name) : Device(name) {
+    if (name_is_virtual()) return;  // renderer and compiler are CPU's
 #ifdef TG_WITH_LLVM
     if (knobs::CPU_LLVM.get()) {
       renderer_ = std::make_unique<LLVMRenderer>();
@@ -126,15 +133,19 @@ class CpuDevice : public Device {
     compiler_ = std::make_unique<SystemCCompiler>();
   }
   Allocator& allocator() override { return allocator_; }
-  const Renderer& renderer() const override { return *renderer_; }
-  Compiler& compiler() override { return *compiler_; }
+  const Renderer& renderer() const override { return renderer_ ? *renderer_ : cpu().renderer(); }
+  Compiler& compiler() override { return compiler_ ? *compiler_ : cpu().compiler(); }
   bool supports(Feature f) const override {
     return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 ||
            f == Feature::AddressableMemory;
   }
-  const DevicePolicy& policy() const override { return policy_for(cpu_host()); }
+  const DevicePolicy& policy() const override { return name_is_virtual() ? cpu().policy() : policy_for(cpu_host()); }
   std::string description() const override {
-    return name() + " (" + compiler_->cache_key() + "; " + cpu_host().str() + ")";
+    return name() + " (" + const_cast<CpuDevice*>(this)->compiler().cache_key() + "; " + cpu_host().str() + ")";
+  }
+  Program& get_program(const std::string& name, const std::string& source) override {
+    if (name_is_virtual()) return cpu().get_program(name, source);
+    return Device::get_program(name, source);
   }
 
  private:
@@ -157,6 +168,15 @@ class CpuDevice : public Device {
                    cpu_tiles_str(host.limits()).c_str());
     return it->second;
   }
+  bool name_is_virtual() const { return name() != "CPU"; }
+  // CPU itself, for a virtual device (looked up on first use: the registry is busy while it makes us)
+  Device& cpu() const {
+    std::call_once(cpu_once_, [this] { cpu_ = &get_device("CPU"); });
+    return *cpu_;
+  }
+
+  mutable std::once_flag cpu_once_;
+  mutable Device* cpu_ = nullptr;
   HostAllocator allocator_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;
