@@ -151,6 +151,13 @@ TEST(Mpi, Collectives) {
 // A timeout ends the job (Note [a failed collective ends the job] in mpi_backend.cpp), so the
 // stuck, stopped and dead ranks are tested one per mpirun job: dist_faults.cpp, dist_dead_rank.cpp.
 
+// Note [data parallel against one process]: each rank sums its share of the batch and the
+// all-reduce sums the shares, so gradients agree with one process's to float32 rounding (a
+// different order of the same sum), and the kernels differ too (a rank's 8 rows read W^T as it is,
+// one process's 32 rows through a copy: Note [transposed B]). SGD carries that rounding through
+// 25 steps as it is (about 1e-6); Adam divides each coordinate by its own root mean square, which
+// magnifies it where a gradient is near zero: 0.9e-5 to 1.4e-5 at 4 ranks. A wrong average or a
+// missed bucket is off by orders of magnitude more.
 TEST(Mpi, DataParallelEqualsOneProcess) {
   const int n = world().size();
   const int64_t global = 8 * n;
@@ -159,7 +166,7 @@ TEST(Mpi, DataParallelEqualsOneProcess) {
     Trained dp = train(Mode::Ddp, 4, global, 25, adam);
     double err = max_rel_diff(dp.params, ref.params);
     if (world().rank() == 0) std::printf("world %d, %s: max relative difference %.3g\n", n, adam ? "adam" : "sgd", err);
-    EXPECT_LT(err, 1e-5) << (adam ? "adam" : "sgd");
+    EXPECT_LT(err, adam ? 5e-5 : 1e-5) << (adam ? "adam" : "sgd");
     EXPECT_EQ(dp.buckets, 1u);
   }
 }
