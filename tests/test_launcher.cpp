@@ -34,6 +34,7 @@
 #include "tinygrad/multi.h"
 #include "tinygrad/nn/state.h"
 #include "tests/run_util.h"
+#include "tests/synth_images.h"
 
 namespace fs = std::filesystem;
 using namespace tg;
@@ -68,19 +69,9 @@ class TinyNet : public nn::Module {
 TG_REGISTER_MODEL("test_tiny", [](const Config&) { return std::make_unique<TinyNet>(); });
 TG_REGISTER_DATASET("test_empty", [](const Config&) { return DataSplits{}; });
 
-// 2x2 "images" of 3 classes: the bright pixel is the label (pixel 3 is noise).
-nn::Dataset synth(int64_t n, int seed) {
-  nn::Dataset d;
-  d.item_shape = {1, 2, 2};
-  for (int64_t i = 0; i < n; i++) {
-    int32_t label = static_cast<int32_t>((i * 7 + seed) % 3);
-    for (int j = 0; j < 4; j++) d.host_images.push_back(static_cast<uint8_t>(j == label ? 220 : 20 + (i * 13 + j) % 30));
-    d.host_labels.push_back(label);
-  }
-  return d;
-}
+using testutil::synth_images;
 TG_REGISTER_MODEL("test_mlp", [](const Config&) { return make_mlp({16}, 4, 3); });
-TG_REGISTER_DATASET("test_synth", [](const Config&) { return image_splits(synth(48, 0), synth(24, 1), 0.3, 0.3, 3); });
+TG_REGISTER_DATASET("test_synth", [](const Config&) { return image_splits(synth_images(48, 0), synth_images(24, 1), 0.3, 0.3, 3); });
 
 std::vector<std::pair<int64_t, double>> train_losses(const fs::path& run_dir) {
   std::vector<std::pair<int64_t, double>> out;

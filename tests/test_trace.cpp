@@ -22,6 +22,7 @@
 #include "launcher/run.h"
 #include "launcher/trace.h"
 #include "tests/run_util.h"
+#include "tests/synth_images.h"
 #include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
 
@@ -32,18 +33,9 @@ using namespace tg::launcher;
 
 namespace {
 
-nn::Dataset synth(int64_t n, int seed) {
-  nn::Dataset d;
-  d.item_shape = {1, 2, 2};
-  for (int64_t i = 0; i < n; i++) {
-    int32_t label = static_cast<int32_t>((i * 7 + seed) % 3);
-    for (int j = 0; j < 4; j++) d.host_images.push_back(static_cast<uint8_t>(j == label ? 220 : 20 + (i * 13 + j) % 30));
-    d.host_labels.push_back(label);
-  }
-  return d;
-}
+using testutil::synth_images;
 TG_REGISTER_MODEL("trace_mlp", [](const Config&) { return make_mlp({16}, 4, 3); });
-TG_REGISTER_DATASET("trace_synth", [](const Config&) { return image_splits(synth(48, 0), synth(24, 1), 0.3, 0.3, 3); });
+TG_REGISTER_DATASET("trace_synth", [](const Config&) { return image_splits(synth_images(48, 0), synth_images(24, 1), 0.3, 0.3, 3); });
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
