@@ -19,7 +19,15 @@
 // its casts: the copy is made in the operand's type). A batched B ([batch..., k, m], each batch
 // dim one of the product's) gets a transposed copy (Note [transposed B]) but never padded rows,
 // and the products autograd builds, which sum over another axis (a matmul's input and weight
-// gradients), keep their layout: their operands were never measured with padded rows.
+// gradients), get no padded rows: their operands were never measured with them.
+//
+// Note [gradient products]: autograd's input gradient of a matmul (dA = dY @ B^T) is built from
+// the forward product's MUL summed over its m axis, not its last: the output's columns are then
+// the last axis, and its "B" is the forward B read along m and k. Where that B has strided
+// columns (attention's dP = dO @ V^T reads V^T, whose T is strided by the head size) it gets the
+// same transposed copy as a forward product's (Note [transposed B]); a Linear's input gradient
+// reads W, whose rows are contiguous, and keeps it. Weight gradients sum over the rows (and the
+// batch) and are left alone.
 //
 // Note [transposed B]: a Linear computes x @ W^T with W stored [out, in], so its product's B is
 // read with strided columns: the register tile's contiguous loop (the output column) then moves B
@@ -31,6 +39,8 @@
 // decoding step's one row keeps the strided read). Attention's scores q @ k^T are such a product
 // with a batched B ([batch, heads, head_dim, T]): its copy costs one pass over k.
 #include "tinygrad/schedule/padded_rows.h"
+
+#include <algorithm>
 
 #include "tinygrad/device.h"
 #include "tinygrad/lazy.h"
@@ -107,12 +117,13 @@ std::optional<Axes> axes_below(const UOp& view, const Axes& axes) {
 }
 
 // Whether `axes` (the product axes of a node's dims) are those of a matmul's B: [batch..., k, m],
-// its batch dims distinct batch axes of the product in order (a batched B: Note [transposed B]).
+// its batch dims distinct batch axes of the product in order, before the product's three matrix
+// axes (a batched B: Note [transposed B]).
 bool is_b_form(const Axes& axes, int64_t k, int64_t m) {
   size_t n = axes.size();
   if (n < 2 || axes[n - 2] != k || axes[n - 1] != m) return false;
   for (size_t i = 0; i + 2 < n; i++)
-    if (axes[i] < 0 || axes[i] >= m - 1 || (i > 0 && axes[i] <= axes[i - 1])) return false;
+    if (axes[i] < 0 || axes[i] >= std::min(k, m) - 1 || (i > 0 && axes[i] <= axes[i - 1])) return false;
   return true;
 }
 
@@ -142,39 +153,48 @@ UOpPtr with_src(const UOp& u, std::vector<UOpPtr> src) {
   return make_uop(u.op, u.dtype, std::move(src), u.arg, u.shape, u.device);
 }
 
-// The MUL that `reduce` sums over its last axis (through casts), or null.
-const UOp* product_of(const UOp& reduce) {
+// A product's MUL with the axis it is summed over and the output's column axis: `Tensor::matmul`'s
+// form sums the last axis (columns: the one before it); autograd's input gradients of a matmul
+// sum the one before the last (columns: the last). Note [gradient products].
+struct ProductForm {
+  const UOp* mul = nullptr;
+  int64_t reduce = 0, column = 0;
+  bool matmul_form() const { return reduce > column; }
+};
+
+// The form of the MUL that `reduce` sums over one of its last two axes (through casts), if any.
+std::optional<ProductForm> product_of(const UOp& reduce) {
   const ReduceArg& r = reduce.arg_reduce();
   int64_t last = static_cast<int64_t>(reduce.src[0]->shape.size()) - 1;
-  if (r.op != Op::ADD || r.axes != std::vector<int64_t>{last}) return nullptr;
+  if (r.op != Op::ADD || last < 2 || r.axes.size() != 1 || r.axes[0] < last - 1) return std::nullopt;
   const UOp* product = reduce.src[0].get();
   while (product->op == Op::CAST && !product->realized) product = product->src[0].get();
-  return product->op == Op::MUL && !product->realized ? product : nullptr;
+  if (product->op != Op::MUL || product->realized) return std::nullopt;
+  int64_t axis = r.axes[0];
+  return ProductForm{product, axis, axis == last ? last - 1 : last};
 }
 
 // B in the layout the register tile reads well, or null where it already is: padded rows where
-// contiguous rows alias (Note [padded B rows]), a contiguous copy, padded where its rows would
-// alias, of a transposed B (Note [transposed B]).
-UOpPtr relaid_b(const UOpPtr& b, int64_t a_rows, const DevicePolicy& policy) {
-  bool pad = policy.pad_aliasing_rows && b->shape.size() == 2 && rows_alias(*b);
+// contiguous rows alias (Note [padded B rows]; only in the matmul form), a contiguous copy,
+// padded where its rows would alias, of a transposed B (Note [transposed B]).
+UOpPtr relaid_b(const UOpPtr& b, int64_t a_rows, bool matmul_form, const DevicePolicy& policy) {
+  bool pad = matmul_form && policy.pad_aliasing_rows && b->shape.size() == 2 && rows_alias(*b);
   if (contiguous_rows(*b)) return pad ? padded_rows(b) : nullptr;
   if (!policy.copy_transposed_b || a_rows < MIN_ROWS_FOR_COPY) return nullptr;
   return pad ? padded_rows(b) : lazy::contiguous(b);
 }
 
-// `product` (an [..., n, m, k] MUL) with B read from a new layout (relaid_b), or null when it is
-// not a matmul or its B keeps its layout.
-UOpPtr padded_product(const UOp& product, const DevicePolicy& policy) {
-  int64_t k = static_cast<int64_t>(product.shape.size()) - 1;
-  if (k < 2) return nullptr;
+// `product` (a MUL of the given form) with B read from a new layout (relaid_b), or null when it
+// is not a matmul or its B keeps its layout.
+UOpPtr padded_product(const UOp& product, const ProductForm& form, const DevicePolicy& policy) {
   if (prod(product.shape) == 0) return nullptr;
   for (size_t side = 0; side < product.src.size(); side++) {
     std::vector<UOpPtr> chain;
-    UOpPtr b = matmul_b(product.src[side], k, k - 1, chain);
+    UOpPtr b = matmul_b(product.src[side], form.reduce, form.column, chain);
     if (!b) continue;
     // the rows of A that read one B (a batched B serves only its own batch's rows)
     int64_t a_rows = prod(product.shape) / prod(b->shape);
-    UOpPtr v = relaid_b(b, a_rows, policy);
+    UOpPtr v = relaid_b(b, a_rows, form.matmul_form(), policy);
     if (!v) continue;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) v = with_src(**it, {v});
     std::vector<UOpPtr> src = product.src;
@@ -188,13 +208,13 @@ UOpPtr padded_product(const UOp& product, const DevicePolicy& policy) {
 
 std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, const std::vector<UOpPtr>& order,
                                             const std::function<bool(const UOp*)>& is_input) {
-  // the products to relay out, with their device's policy
-  std::unordered_map<const UOp*, const DevicePolicy*> products;
+  // the products to relay out, with their form and their device's policy
+  std::unordered_map<const UOp*, std::pair<ProductForm, const DevicePolicy*>> products;
   for (auto& u : order) {
     if (u->op != Op::REDUCE_AXIS || is_input(u.get())) continue;
-    const UOp* product = product_of(*u);
+    auto form = product_of(*u);
     const DevicePolicy& policy = get_device(u->device).policy();
-    if (product && (policy.pad_aliasing_rows || policy.copy_transposed_b)) products.emplace(product, &policy);
+    if (form && (policy.pad_aliasing_rows || policy.copy_transposed_b)) products.emplace(form->mul, std::make_pair(*form, &policy));
   }
   if (products.empty()) return std::nullopt;
   // Note [products above products]: rebuild every node, sources first, and relay a product out
@@ -212,7 +232,7 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
       if (auto it = replaced.find(s.get()); it != replaced.end()) s = it->second, changed = true;
     UOpPtr now = changed ? with_src(*u, std::move(src)) : u;
     if (auto p = products.find(u.get()); p != products.end())
-      if (auto padded = padded_product(*now, *p->second)) now = padded;
+      if (auto padded = padded_product(*now, p->second.first, *p->second.second)) now = padded;
     if (now == u) continue;
     r.original_of[now.get()] = u;
     replaced[u.get()] = now;
