@@ -1,12 +1,19 @@
-// The launcher's loggers (log.h): spdlog's stderr sink for the console, a file sink per train.log.
+// The launcher's loggers (log.h): spdlog's stderr sink for the console, a file sink per train.log;
+// without spdlog (TG_HAVE_SPDLOG unset) stdio writes the same lines.
 #include "launcher/log.h"
 
+#ifdef TG_HAVE_SPDLOG
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#endif
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
 
 #include "tinygrad/error.h"
 
@@ -26,6 +33,7 @@ const char* launcher_rank() {
   return nullptr;
 }
 
+#ifdef TG_HAVE_SPDLOG
 spdlog::logger& console() {
   static std::shared_ptr<spdlog::logger> log = [] {
     auto l = std::make_shared<spdlog::logger>("tg", std::make_shared<spdlog::sinks::stderr_sink_mt>());
@@ -35,10 +43,19 @@ spdlog::logger& console() {
   }();
   return *log;
 }
+#endif
 
-void console_line(spdlog::level::level_enum level, const std::string& text) {
+void console_line(const std::string& text) {
   std::fflush(stdout);
-  console().log(level, rank_prefix() + text);
+#ifdef TG_HAVE_SPDLOG
+  console().info(rank_prefix() + text);
+#else
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::string line = rank_prefix() + text + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+#endif
 }
 
 }  // namespace
@@ -48,20 +65,54 @@ std::string rank_prefix() {
   return rank ? "[rank " + std::string(rank) + "] " : std::string();
 }
 
-void log_error(const std::string& text) { console_line(spdlog::level::err, "error: " + text); }
-void log_note(const std::string& text) { console_line(spdlog::level::info, text); }
+void log_error(const std::string& text) { console_line("error: " + text); }
+void log_note(const std::string& text) { console_line(text); }
 
-std::shared_ptr<spdlog::logger> file_log(const std::string& path) {
+#ifdef TG_HAVE_SPDLOG
+struct FileLog::Impl {
+  std::shared_ptr<spdlog::logger> log;
+};
+
+FileLog::FileLog(const std::string& path) : impl_(std::make_unique<Impl>()) {
   std::shared_ptr<spdlog::sinks::basic_file_sink_mt> sink;
   try {
     sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
   } catch (const spdlog::spdlog_ex& e) {
     TG_FAIL("cannot write '", path, "': ", e.what());
   }
-  auto log = std::make_shared<spdlog::logger>("file", std::move(sink));
-  log->set_pattern("%Y-%m-%d %H:%M:%S  %v");
-  log->flush_on(spdlog::level::trace);
-  return log;
+  impl_->log = std::make_shared<spdlog::logger>("file", std::move(sink));
+  impl_->log->set_pattern("%Y-%m-%d %H:%M:%S  %v");
+  impl_->log->flush_on(spdlog::level::trace);
+}
+
+void FileLog::line(const std::string& text) { impl_->log->info(text); }
+#else
+struct FileLog::Impl {
+  std::FILE* file = nullptr;
+  std::mutex mu;
+};
+
+FileLog::FileLog(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->file = std::fopen(path.c_str(), "a");
+  TG_CHECK(impl_->file != nullptr, "cannot write '", path, "': ", std::strerror(errno));
+}
+
+void FileLog::line(const std::string& text) {
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &local);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::fprintf(impl_->file, "%s  %s\n", stamp, text.c_str());
+  std::fflush(impl_->file);
+}
+#endif
+
+FileLog::~FileLog() {
+#ifndef TG_HAVE_SPDLOG
+  if (impl_ && impl_->file) std::fclose(impl_->file);
+#endif
 }
 
 }  // namespace tg::launcher

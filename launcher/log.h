@@ -1,12 +1,9 @@
-// The launcher's log lines, through spdlog: the console's (errors, warnings, `tg launch`'s
-// notes) on stderr, and a run's train.log. Progress lines and command output stay on stdout.
+// The launcher's log lines, through spdlog (or, in a build without it, plain stdio writing the
+// same lines): the console's (errors, warnings, `tg launch`'s notes) on stderr, and a run's
+// train.log. Progress lines and command output stay on stdout.
 #pragma once
 #include <memory>
 #include <string>
-
-namespace spdlog {
-class logger;
-}
 
 namespace tg::launcher {
 
@@ -22,8 +19,19 @@ std::string rank_prefix();
 void log_error(const std::string& text);
 void log_note(const std::string& text);
 
-// A logger that appends "YYYY-MM-DD HH:MM:SS  TEXT" lines (local time) to the file at `path`,
-// each flushed as it is written (train.log). Throws tg::Error when the file cannot be opened.
-std::shared_ptr<spdlog::logger> file_log(const std::string& path);
+// Appends "YYYY-MM-DD HH:MM:SS  TEXT" lines (local time) to the file at `path`, each flushed as
+// it is written (train.log). The constructor throws tg::Error when the file cannot be opened.
+class FileLog {
+ public:
+  explicit FileLog(const std::string& path);
+  ~FileLog();
+  FileLog(const FileLog&) = delete;
+  FileLog& operator=(const FileLog&) = delete;
+  void line(const std::string& text);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tg::launcher

@@ -1,7 +1,6 @@
 // The progress printer, metrics writer, text log and checkpoint writer (see observers.h).
 #include "launcher/observers.h"
 
-#include <spdlog/logger.h>
 
 #include <algorithm>
 #include <chrono>
@@ -207,9 +206,9 @@ void MetricsWriter::on_checkpoint(Trainer&, const CheckpointEvent& e) {
 
 // ---- TrainLog ----
 
-TrainLog::TrainLog(std::string path) : out_(file_log(path)) {}
+TrainLog::TrainLog(std::string path) : out_(std::make_unique<FileLog>(path)) {}
 
-void TrainLog::line(const std::string& text) { out_->info(text); }
+void TrainLog::line(const std::string& text) { out_->line(text); }
 
 void TrainLog::on_train_begin(Trainer& t) {
   std::ostringstream os;

@@ -84,7 +84,7 @@ class TrainLog : public TrainObserver {
   void line(const std::string& text);  // also used by run_train for errors
 
  private:
-  std::shared_ptr<spdlog::logger> out_;  // appends "YYYY-MM-DD HH:MM:SS  text" lines (log.h)
+  std::unique_ptr<FileLog> out_;  // appends "YYYY-MM-DD HH:MM:SS  text" lines (log.h)
 };
 
 // Writes a checkpoint every train.checkpoint_every steps (when > 0) and at the end of training.
