@@ -1,13 +1,17 @@
-// Helpers for tests that run `tg train`: a fresh scratch run directory and the records of a run's
-// metrics.jsonl.
+// Helpers for tests that run `tg`: a fresh scratch run directory, the records of a run's
+// metrics.jsonl, and tg_main called in-process with its output captured.
 #pragma once
 #include <unistd.h>
+
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "launcher/run.h"
 
 namespace tg::testutil {
 
@@ -27,6 +31,21 @@ inline std::vector<nlohmann::json> metrics_records(const std::filesystem::path& 
     if (j["type"] == type) out.push_back(j);
   }
   return out;
+}
+
+// tg_main on args (args[0] is "tg"): its exit status, stdout and stderr.
+struct CliRun {
+  int rc;
+  std::string out, err;
+};
+inline CliRun tg_run(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStderr();
+  testing::internal::CaptureStdout();
+  int rc = tg::launcher::tg_main(static_cast<int>(argv.size()), argv.data());
+  std::string out = testing::internal::GetCapturedStdout();
+  return {rc, out, testing::internal::GetCapturedStderr()};
 }
 
 }  // namespace tg::testutil

@@ -1136,20 +1136,8 @@ TEST(LauncherTensorBoard, TensorBoardReadsTheRunBack) {
 
 namespace {
 
-// tg_main on args: its exit status, stdout and stderr.
-struct CliRun {
-  int rc;
-  std::string out, err;
-};
-CliRun tg_run(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStderr();
-  testing::internal::CaptureStdout();
-  int rc = tg_main(static_cast<int>(argv.size()), argv.data());
-  std::string out = testing::internal::GetCapturedStdout();
-  return {rc, out, testing::internal::GetCapturedStderr()};
-}
+using testutil::CliRun;
+using testutil::tg_run;
 
 }  // namespace
 

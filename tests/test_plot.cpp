@@ -56,19 +56,8 @@ const Runs& two_runs() {
   return runs;
 }
 
-struct CliRun {
-  int rc;
-  std::string out, err;
-};
-CliRun tg_run(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStderr();
-  testing::internal::CaptureStdout();
-  int rc = tg_main(static_cast<int>(argv.size()), argv.data());
-  std::string out = testing::internal::GetCapturedStdout();
-  return {rc, out, testing::internal::GetCapturedStderr()};
-}
+using testutil::CliRun;
+using testutil::tg_run;
 
 std::string read_text(const fs::path& p) {
   std::ifstream in(p);

@@ -263,14 +263,9 @@ TEST(TraceMerge, CommandAndErrors) {
   fs::path dir = testutil::fresh_run_dir("trace", "merge");
   fs::create_directories(dir);
   auto run = [](std::vector<std::string> args, std::string* err) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    testing::internal::CaptureStderr();
-    testing::internal::CaptureStdout();
-    int rc = tg_main(static_cast<int>(argv.size()), argv.data());
-    std::string out = testing::internal::GetCapturedStdout();
-    *err = testing::internal::GetCapturedStderr();
-    return std::make_pair(rc, out);
+    testutil::CliRun r = testutil::tg_run(std::move(args));
+    *err = r.err;
+    return std::make_pair(r.rc, r.out);
   };
   std::string err;
   EXPECT_EQ(run({"tg", "trace", "merge", (dir / "nope").string()}, &err).first, 1);
