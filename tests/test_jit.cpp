@@ -17,6 +17,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/engine/jit.h"
 #include "tinygrad/engine/realize.h"
+#include "tinygrad/engine/trace.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/nn/optim.h"
@@ -190,6 +191,53 @@ TEST(Jit, ReplaysScheduleAndCompileNothing) {
   EXPECT_EQ(c.kernels_run - run1, 4 * captured_kernels);
   EXPECT_EQ(get_device(default_device()).compiled_count(), programs) << "a replay compiled a program";
   EXPECT_EQ(step.replays(), 4);
+}
+
+// Note [a traced replay runs item by item]: while a trace records, a replay gives every captured
+// kernel its own span (on CUDA, instead of one CUDA graph launch), with the same results; the
+// replays before and after it run as they always do.
+TEST(Jit, ATracedReplayShowsEveryKernel) {
+  KnobScope k(knobs::JIT, 1);
+  auto batches = make_batches(5);
+  auto model = make_model(false);
+  SGD opt(model->parameters(), 0.05, 0.9);
+  TinyJit step([&](const Tensors& in) {
+    Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
+    opt.zero_grad();
+    loss.backward();
+    opt.step({loss});
+    return Tensors{loss};
+  });
+  step({batches[0].x, batches[0].y});
+  auto& c = GlobalCounters::get();
+  uint64_t run0 = c.kernels_run;
+  step({batches[1].x, batches[1].y});  // captured
+  const uint64_t captured_kernels = c.kernels_run - run0;
+  step({batches[2].x, batches[2].y});  // replayed untraced
+  trace::start();
+  float traced_loss = step({batches[3].x, batches[3].y})[0].item<float>();
+  trace::Recording rec = trace::stop();
+  step({batches[4].x, batches[4].y});  // untraced again
+  EXPECT_EQ(step.replays(), 3);
+  EXPECT_TRUE(std::isfinite(traced_loss));
+
+  size_t kernels = 0, replays = 0;
+  for (const auto& e : rec.events) {
+    if (e.category == "kernel") {
+      kernels++;
+      EXPECT_GE(e.dur_us, 0) << e.name;
+    }
+    if (e.category == "jit" && e.name == "replay") {
+      replays++;
+      for (const auto& [key, value] : e.args) {
+        if (key == "device_graph") {
+          EXPECT_NE(std::get<std::string>(value), "yes");
+        }
+      }
+    }
+  }
+  EXPECT_EQ(replays, 1u);
+  EXPECT_EQ(kernels, captured_kernels) << "a traced replay must show each captured kernel";
 }
 
 // Note [random numbers on the device]: a replayed step draws new values, the ones the same calls

@@ -592,6 +592,12 @@ Tensors TinyJit::operator()(const Tensors& inputs) {
   return capture(e, in, sig);
 }
 
+// Note [a traced replay runs item by item]: a device graph (a CUDA graph) runs the whole step as
+// one launch, so a timeline would show the step as one span and no kernel in it. While a trace
+// records, a replay therefore runs the captured items one by one, through the same buffers, as a
+// list without a graph does: each kernel then has its own span with the device's measurement
+// (Note [tracing costs nothing when off] in trace.h). The step is slower while it is traced, as
+// every traced kernel already is; the replay span's device_graph argument says "no (tracing)".
 Tensors TinyJit::replay(Capture& c, const Tensors& in) {
   for (auto& h : c.hooks) h();
   std::vector<std::shared_ptr<Buffer>> bufs = slot_buffers(c, in, name_);
@@ -611,8 +617,10 @@ Tensors TinyJit::replay(Capture& c, const Tensors& in) {
     span.arg("jit", name_);
     span.arg("replay", static_cast<double>(replays_));
     span.arg("kernels", static_cast<double>(c.kernels));
-    span.arg("device_graph", c.graph ? "yes" : "no");
-    if (c.graph) c.graph->run(c.items);
+    // Note [a traced replay runs item by item]
+    const bool as_graph = c.graph && !trace::enabled();
+    span.arg("device_graph", as_graph ? "yes" : c.graph ? "no (tracing)" : "no");
+    if (as_graph) c.graph->run(c.items);
     else run_exec_items(c.items);
   }
   for (size_t j = 0; j < c.states.size(); j++) TensorAccess::set_buffer(c.states[j], c.bound(c.state_after[j], bufs));

@@ -18,7 +18,9 @@ namespace tg::trace {
 // device's own measurement where the device measures it (CUDA events) and the host's time of
 // the launch otherwise (the CPU's launch returns when the kernel is done). On CUDA this
 // serialises the compute stream against the host while a trace records, which the timeline then
-// shows; a trace is a profile, not a timing run.
+// shows; a trace is a profile, not a timing run. For the same reason a JIT replay that would be
+// one device graph runs item by item while a trace records (Note [a traced replay runs item by
+// item] in jit.cpp).
 namespace detail {
 inline std::atomic<bool> recording{false};
 }
