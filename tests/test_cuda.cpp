@@ -329,6 +329,25 @@ TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
   EXPECT_EQ(one[0].kernel.global_size[0], 64);
 }
 
+// Note [rows with a shared operand] in codegen/gpu_dims.cpp: rows that also read a vector every
+// row shares (GPT-2's LayerNorm statistics of token plus position embeddings over 16 x 1024 rows
+// of 768, a matrix times a vector) are grouped; a matmul, whose operands each miss an output
+// loop, is not (RowsAreGroupedAndLargeElementwiseKernelsGetLanes).
+TEST(CudaRenderer, RowsThatShareAVectorAreGrouped) {
+  TensorOptions cpu{.device = "CPU"};
+  Tensor tokens = Tensor::from_vector(testutil::rnd_values(16 * 1024 * 768, 1), {16, 1024, 768}, cpu);
+  Tensor positions = Tensor::from_vector(testutil::rnd_values(1024 * 768, 2), {1024, 768}, cpu);
+  auto mean = render_cuda({(tokens + positions).mean(-1)});
+  ASSERT_EQ(mean.size(), 1u);
+  EXPECT_EQ(mean[0].name, "r_16_1024__768");
+  EXPECT_EQ(mean[0].kernel.local_size, std::vector<int64_t>{64}) << mean[0].source;  // 12 elements a thread
+  ASSERT_EQ(mean[0].kernel.group_reduces.size(), 1u) << mean[0].source;
+  Tensor v = Tensor::from_vector(testutil::rnd_values(768, 3), {768}, cpu);
+  auto matvec = render_cuda({positions.matmul(v)});
+  ASSERT_EQ(matvec.size(), 1u);
+  EXPECT_EQ(matvec[0].kernel.group_reduces.size(), 1u) << matvec[0].source;
+}
+
 // Note [merged inner loops]: an elementwise kernel over images of 20 x 20 takes the columns, rows
 // and channels into dimension 0, so lanes leave a warp's width or more of neighbouring threads;
 // each loop's index is recovered in 32 bits. Long rows keep dimension 0 to themselves.
