@@ -1,0 +1,330 @@
+// Fused attention kernels from a template, for CUDA and OpenCL.
+//
+// Note [template kernels]: a few kernels are worth writing by hand because their structure is
+// beyond what the scheduler fuses: flash attention streams blocks of keys through local memory
+// while it carries a running softmax, which no chain of REDUCE_AXIS nodes expresses. Such a kernel
+// enters the lazy graph as one TEMPLATE_KERNEL node (ops.h) whose sources are the tensors it
+// reads, each a buffer of its own, and whose arg names the template and its parameters. The
+// scheduler makes it a realize point and its sources too, and gives it a schedule item whose
+// graph is the same op without sources (so the kernel cache, keyed by that node, finds it again
+// in the next step and holds no tensor alive); the pipeline sends that item here instead of
+// through the passes (KernelChoice::Kind::Template), and the engine compiles and launches the
+// source like any generated kernel: the memory pool, JIT capture and replay, tracing and DEBUG
+// output see no difference. Its gradient is a rule of the template (gradient.cpp), which here
+// emits the backward kernels.
+//
+// Note [fused attention]: FlashAttention-2's algorithm, one work-item per row. Forward: a
+// work-group of BQ work-items takes BQ query rows of one (batch, head); it walks the keys in
+// blocks of BK, which the group loads into local memory together; each work-item scores its row
+// against the block (scores scaled by scale * log2(e), so exp is exp2), takes the block's max,
+// rescales its running sum and output accumulator by exp2(old max - new max) and adds the
+// block's weights and weighted values. It writes O = acc / sum and the row's logsumexp L = (max
+// + log2(sum)) * ln(2), in float32, into one row [O | L] of its output. Backward (with D =
+// rowsum(dO * O), computed by ordinary kernels): the dQ kernel walks key blocks as the forward
+// does and recomputes each weight P = exp(s - L); dS = P * (dO . v - D); dQ = scale * sum dS k.
+// The dK/dV kernel takes BKV key rows per group and walks blocks of query rows (q, dO, L, D in
+// local memory): dV = sum P dO, dK = scale * sum dS q. A causal mask (key j visible from query i
+// when j <= i) ends the walks early: the forward and dQ stop at the group's last row, dK/dV start
+// at the group's first key. Blocks that run past L or S are loaded as zeros and masked. Nothing
+// of size L x S is ever written. Inputs are read in their dtype and computed in float32; each
+// work-item keeps its rows in registers, so head dims are limited to MAX_HEAD_DIM.
+#include "tinygrad/codegen/attention_kernel.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+
+#include "tinygrad/codegen/render_cuda.h"
+#include "tinygrad/codegen/render_opencl.h"
+#include "tinygrad/error.h"
+
+namespace tg {
+
+namespace {
+
+constexpr int64_t MAX_HEAD_DIM = 128;
+constexpr int64_t ROWS_PER_GROUP = 64;  // BQ (forward, dQ) and BKV (dK/dV): work-items per group
+constexpr int64_t BLOCK = 32;           // BK (forward, dQ) and the query block of dK/dV
+constexpr int64_t MAX_GROUPS_Y = 65535;  // CUDA's gridDim.y limit: bh runs along y
+
+std::string dialect_macros(KernelDialect d) {
+  if (d == KernelDialect::CUDA)
+    return "#define TG_KERNEL(n) extern \"C\" __global__ void __launch_bounds__(TG_THREADS) n\n"
+           "#define TG_GLOBAL\n#define TG_LOCAL __shared__\n#define TG_BARRIER() __syncthreads()\n"
+           "#define TG_GROUP_X ((int)blockIdx.x)\n#define TG_GROUP_Y ((int)blockIdx.y)\n"
+           "#define TG_LID ((int)threadIdx.x)\n#define TG_EXP2(x) exp2f(x)\n#define TG_LOG2(x) log2f(x)\n"
+           "#define TG_I64 long long\n"
+           "static __device__ __forceinline__ float tg_bf16(unsigned short b) { return __uint_as_float((unsigned)b << 16); }\n"
+           "static __device__ __forceinline__ float tg_half(unsigned short h) { float f; "
+           "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n";
+  return "#define TG_KERNEL(n) __kernel __attribute__((reqd_work_group_size(TG_THREADS, 1, 1))) void n\n"
+         "#define TG_GLOBAL __global\n#define TG_LOCAL __local\n#define TG_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)\n"
+         "#define TG_GROUP_X ((int)get_group_id(0))\n#define TG_GROUP_Y ((int)get_group_id(1))\n"
+         "#define TG_LID ((int)get_local_id(0))\n#define TG_EXP2(x) exp2(x)\n#define TG_LOG2(x) log2(x)\n"
+         "#define TG_I64 long\n"
+         "inline float tg_bf16(ushort b) { return as_float((uint)b << 16); }\n";
+}
+
+// The element type of q, k and v in the kernel's parameters, and how one is read as float.
+std::string input_macros(DType t, KernelDialect d) {
+  const char* ushort = d == KernelDialect::CUDA ? "unsigned short" : "ushort";
+  switch (t) {
+    case DType::BFloat16: return std::string("#define TG_IN ") + ushort + "\n#define TG_LOAD(p, i) tg_bf16((p)[i])\n";
+    case DType::Float16: return std::string("#define TG_IN ") + ushort + "\n#define TG_LOAD(p, i) tg_half((p)[i])\n";
+    default: return "#define TG_IN float\n#define TG_LOAD(p, i) ((p)[i])\n";
+  }
+}
+
+std::string float_literal(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9gf", v);
+  return buf;
+}
+
+std::string define(const char* name, const std::string& value) { return std::string("#define ") + name + " " + value + "\n"; }
+std::string define(const char* name, int64_t value) { return define(name, std::to_string(value)); }
+
+std::string size_macros(const AttentionSpec& s) {
+  return define("TG_THREADS", ROWS_PER_GROUP) + define("BLOCK", BLOCK) + define("LQ", s.l) + define("SK", s.s) +
+         define("E", s.e) + define("EV", s.ev) + define("CAUSAL", s.causal ? 1 : 0) +
+         define("SCALE", float_literal(s.scale)) + define("SCALE_LOG2", float_literal(s.scale / std::log(2.0))) +
+         define("LOG2E", float_literal(1.0 / std::log(2.0))) + define("LN2", float_literal(std::log(2.0))) +
+         define("NEG_BIG", "(-3.0e38f)");
+}
+
+// Note [fused attention]: the forward pass.
+constexpr const char* FORWARD = R"(
+TG_KERNEL(TG_NAME)(TG_GLOBAL float* out, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v) {
+  TG_LOCAL float ks[BLOCK * E];
+  TG_LOCAL float vs[BLOCK * EV];
+  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, row = first + tid;
+  const TG_I64 qrow = (TG_I64)head * LQ + (row < LQ ? row : LQ - 1);
+  const TG_I64 kbase = (TG_I64)head * SK;
+  float qr[E], acc[EV];
+  for (int d = 0; d < E; d++) qr[d] = TG_LOAD(q, qrow * E + d) * SCALE_LOG2;
+  for (int d = 0; d < EV; d++) acc[d] = 0.0f;
+  float m = NEG_BIG, sum = 0.0f;
+  const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;
+  for (int k0 = 0; k0 < kend; k0 += BLOCK) {
+    TG_BARRIER();
+    for (int i = tid; i < BLOCK * E; i += TG_THREADS) {
+      const int j = k0 + i / E;
+      ks[i] = j < SK ? TG_LOAD(k, (kbase + j) * E + i % E) : 0.0f;
+    }
+    for (int i = tid; i < BLOCK * EV; i += TG_THREADS) {
+      const int j = k0 + i / EV;
+      vs[i] = j < SK ? TG_LOAD(v, (kbase + j) * EV + i % EV) : 0.0f;
+    }
+    TG_BARRIER();
+    int n = min(BLOCK, SK - k0);
+    if (CAUSAL) n = min(n, row - k0 + 1);
+    float s[BLOCK];
+    float mb = m;
+    for (int j = 0; j < BLOCK; j++) {
+      float x = 0.0f;
+      for (int d = 0; d < E; d++) x += qr[d] * ks[j * E + d];
+      s[j] = j < n ? x : NEG_BIG;
+      mb = fmax(mb, s[j]);
+    }
+    const float alpha = TG_EXP2(m - mb);
+    sum *= alpha;
+    for (int d = 0; d < EV; d++) acc[d] *= alpha;
+    for (int j = 0; j < BLOCK; j++) {
+      const float p = j < n ? TG_EXP2(s[j] - mb) : 0.0f;
+      sum += p;
+      for (int d = 0; d < EV; d++) acc[d] += p * vs[j * EV + d];
+    }
+    m = mb;
+  }
+  if (row < LQ) {
+    const TG_I64 o = ((TG_I64)head * LQ + row) * (EV + 1);
+    for (int d = 0; d < EV; d++) out[o + d] = acc[d] / sum;
+    out[o + EV] = (m + TG_LOG2(sum)) * LN2;
+  }
+}
+)";
+
+// Note [fused attention]: dQ, recomputing the weights from q, k and L.
+constexpr const char* BACKWARD_Q = R"(
+TG_KERNEL(TG_NAME)(TG_GLOBAL float* dq, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v,
+                   TG_GLOBAL const float* fwd, TG_GLOBAL const float* dout, TG_GLOBAL const float* dsum) {
+  TG_LOCAL float ks[BLOCK * E];
+  TG_LOCAL float vs[BLOCK * EV];
+  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, row = first + tid;
+  const TG_I64 qrow = (TG_I64)head * LQ + (row < LQ ? row : LQ - 1);
+  const TG_I64 kbase = (TG_I64)head * SK;
+  float qr[E], dor[EV], acc[E];
+  for (int d = 0; d < E; d++) qr[d] = TG_LOAD(q, qrow * E + d) * SCALE_LOG2;
+  for (int d = 0; d < EV; d++) dor[d] = dout[qrow * EV + d];
+  for (int d = 0; d < E; d++) acc[d] = 0.0f;
+  const float lse = fwd[qrow * (EV + 1) + EV] * LOG2E, delta = dsum[qrow];
+  const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;
+  for (int k0 = 0; k0 < kend; k0 += BLOCK) {
+    TG_BARRIER();
+    for (int i = tid; i < BLOCK * E; i += TG_THREADS) {
+      const int j = k0 + i / E;
+      ks[i] = j < SK ? TG_LOAD(k, (kbase + j) * E + i % E) : 0.0f;
+    }
+    for (int i = tid; i < BLOCK * EV; i += TG_THREADS) {
+      const int j = k0 + i / EV;
+      vs[i] = j < SK ? TG_LOAD(v, (kbase + j) * EV + i % EV) : 0.0f;
+    }
+    TG_BARRIER();
+    int n = min(BLOCK, SK - k0);
+    if (CAUSAL) n = min(n, row - k0 + 1);
+    for (int j = 0; j < n; j++) {
+      float x = 0.0f, dp = 0.0f;
+      for (int d = 0; d < E; d++) x += qr[d] * ks[j * E + d];
+      for (int d = 0; d < EV; d++) dp += dor[d] * vs[j * EV + d];
+      const float ds = TG_EXP2(x - lse) * (dp - delta);
+      for (int d = 0; d < E; d++) acc[d] += ds * ks[j * E + d];
+    }
+  }
+  if (row < LQ)
+    for (int d = 0; d < E; d++) dq[((TG_I64)head * LQ + row) * E + d] = acc[d] * SCALE;
+}
+)";
+
+// Note [fused attention]: dK and dV, one key row per work-item, walking blocks of query rows.
+constexpr const char* BACKWARD_KV = R"(
+TG_KERNEL(TG_NAME)(TG_GLOBAL float* dkv, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v,
+                   TG_GLOBAL const float* fwd, TG_GLOBAL const float* dout, TG_GLOBAL const float* dsum) {
+  TG_LOCAL float qs[BLOCK * E];
+  TG_LOCAL float dos[BLOCK * EV];
+  TG_LOCAL float lses[BLOCK];
+  TG_LOCAL float deltas[BLOCK];
+  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, key = first + tid;
+  const TG_I64 krow = (TG_I64)head * SK + (key < SK ? key : SK - 1);
+  const TG_I64 qbase = (TG_I64)head * LQ;
+  float kr[E], vr[EV], dk[E], dv[EV];
+  for (int d = 0; d < E; d++) kr[d] = TG_LOAD(k, krow * E + d) * SCALE_LOG2;
+  for (int d = 0; d < EV; d++) vr[d] = TG_LOAD(v, krow * EV + d);
+  for (int d = 0; d < E; d++) dk[d] = 0.0f;
+  for (int d = 0; d < EV; d++) dv[d] = 0.0f;
+  const int qstart = CAUSAL ? first / BLOCK * BLOCK : 0;
+  for (int q0 = qstart; q0 < LQ; q0 += BLOCK) {
+    TG_BARRIER();
+    for (int i = tid; i < BLOCK * E; i += TG_THREADS) {
+      const int r = q0 + i / E;
+      qs[i] = r < LQ ? TG_LOAD(q, (qbase + r) * E + i % E) : 0.0f;
+    }
+    for (int i = tid; i < BLOCK * EV; i += TG_THREADS) {
+      const int r = q0 + i / EV;
+      dos[i] = r < LQ ? dout[(qbase + r) * EV + i % EV] : 0.0f;
+    }
+    for (int i = tid; i < BLOCK; i += TG_THREADS) {
+      const int r = q0 + i;
+      lses[i] = r < LQ ? fwd[(qbase + r) * (EV + 1) + EV] * LOG2E : 0.0f;
+      deltas[i] = r < LQ ? dsum[qbase + r] : 0.0f;
+    }
+    TG_BARRIER();
+    const int n = min(BLOCK, LQ - q0);
+    for (int i = CAUSAL ? max(0, key - q0) : 0; i < n; i++) {
+      float x = 0.0f, dp = 0.0f;
+      for (int d = 0; d < E; d++) x += qs[i * E + d] * kr[d];
+      for (int d = 0; d < EV; d++) dp += dos[i * EV + d] * vr[d];
+      const float p = TG_EXP2(x - lses[i]), ds = p * (dp - deltas[i]);
+      for (int d = 0; d < EV; d++) dv[d] += p * dos[i * EV + d];
+      for (int d = 0; d < E; d++) dk[d] += ds * qs[i * E + d];
+    }
+  }
+  if (key < SK) {
+    const TG_I64 o = ((TG_I64)head * SK + key) * (E + EV);
+    for (int d = 0; d < E; d++) dkv[o + d] = dk[d] * SCALE;
+    for (int d = 0; d < EV; d++) dkv[o + E + d] = dv[d];
+  }
+}
+)";
+
+const char* template_of(TemplateKernel k) {
+  switch (k) {
+    case TemplateKernel::AttentionForward: return FORWARD;
+    case TemplateKernel::AttentionBackwardQ: return BACKWARD_Q;
+    case TemplateKernel::AttentionBackwardKV: return BACKWARD_KV;
+  }
+  return "";
+}
+
+const char* kernel_word(TemplateKernel k) {
+  switch (k) {
+    case TemplateKernel::AttentionForward: return "attention";
+    case TemplateKernel::AttentionBackwardQ: return "attention_dq";
+    case TemplateKernel::AttentionBackwardKV: return "attention_dkv";
+  }
+  return "";
+}
+
+// "attention_8_256_256_64c": bh, L, S, the head dim, and c when causal.
+std::string kernel_name(const AttentionSpec& s) {
+  return std::string(kernel_word(s.kernel)) + "_" + std::to_string(s.bh) + "_" + std::to_string(s.l) + "_" +
+         std::to_string(s.s) + "_" + std::to_string(s.e) + (s.causal ? "c" : "");
+}
+
+// Rows each group takes: query rows (forward, dQ) or key rows (dK/dV).
+int64_t rows_of(const AttentionSpec& s) { return s.kernel == TemplateKernel::AttentionBackwardKV ? s.s : s.l; }
+
+std::vector<KernelParam> params_of(const AttentionSpec& s) {
+  std::vector<KernelParam> p{{DType::Float32, true}, {s.dtype, false}, {s.dtype, false}, {s.dtype, false}};
+  if (s.kernel != TemplateKernel::AttentionForward)
+    for (int i = 0; i < 3; i++) p.push_back({DType::Float32, false});
+  return p;
+}
+
+}  // namespace
+
+std::vector<int64_t> AttentionSpec::encode() const {
+  return {static_cast<int64_t>(kernel), bh, l, s, e, ev, static_cast<int64_t>(dtype), causal ? 1 : 0,
+          std::bit_cast<int64_t>(scale)};
+}
+
+AttentionSpec AttentionSpec::decode(const std::vector<int64_t>& a) {
+  TG_ASSERT(a.size() == 9, "attention kernel arg has ", a.size(), " entries");
+  return AttentionSpec{static_cast<TemplateKernel>(a[0]), a[1], a[2], a[3], a[4], a[5], static_cast<DType>(a[6]),
+                       a[7] != 0, std::bit_cast<double>(a[8])};
+}
+
+Shape AttentionSpec::output_shape() const {
+  switch (kernel) {
+    case TemplateKernel::AttentionForward: return {bh, l, ev + 1};
+    case TemplateKernel::AttentionBackwardQ: return {bh, l, e};
+    case TemplateKernel::AttentionBackwardKV: return {bh, s, e + ev};
+  }
+  return {};
+}
+
+std::optional<KernelDialect> kernel_dialect(const Renderer& renderer) {
+  if (dynamic_cast<const CUDARenderer*>(&renderer)) return KernelDialect::CUDA;
+  if (dynamic_cast<const OpenCLRenderer*>(&renderer)) return KernelDialect::OpenCL;
+  return std::nullopt;
+}
+
+bool attention_kernel_takes(const AttentionSpec& s, KernelDialect d) {
+  bool dtype_ok = s.dtype == DType::Float32 || s.dtype == DType::BFloat16 ||
+                  (s.dtype == DType::Float16 && d == KernelDialect::CUDA);
+  return dtype_ok && s.e >= 1 && s.e <= MAX_HEAD_DIM && s.ev >= 1 && s.ev <= MAX_HEAD_DIM && s.l >= 1 && s.s >= 1 &&
+         s.bh >= 1 && s.bh <= MAX_GROUPS_Y && s.l < (int64_t{1} << 30) && s.s < (int64_t{1} << 30);
+}
+
+TemplateSource render_attention(const AttentionSpec& s, KernelDialect d) {
+  TG_ASSERT(attention_kernel_takes(s, d), "attention kernel for sizes it does not take");
+  TemplateSource out;
+  LinearKernel& k = out.kernel;
+  k.name = kernel_name(s);
+  k.params = params_of(s);
+  int64_t groups = (rows_of(s) + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
+  k.global_size = {groups * ROWS_PER_GROUP, s.bh};
+  k.local_size = {ROWS_PER_GROUP, 1};
+  out.source = dialect_macros(d) + input_macros(s.dtype, d) + size_macros(s) + define("TG_NAME", k.name) +
+               template_of(s.kernel);
+  return out;
+}
+
+TemplateSource render_template_kernel(const UOp& kernel, const Renderer& renderer) {
+  TG_ASSERT(kernel.op == Op::TEMPLATE_KERNEL, "render_template_kernel of ", op_name(kernel.op));
+  std::optional<KernelDialect> d = kernel_dialect(renderer);
+  TG_ASSERT(d, "a template kernel was scheduled for a device without a template dialect");
+  return render_attention(AttentionSpec::decode(kernel.arg_ints()), *d);
+}
+
+}  // namespace tg
