@@ -12,6 +12,7 @@
 #include "test_util.h"
 #include "tinygrad/codegen/attention_kernel.h"
 #include "tinygrad/device.h"
+#include "tinygrad/engine/jit.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/runtime/opencl.h"
 #include "tinygrad/schedule/schedule.h"
@@ -126,6 +127,29 @@ TEST_F(FusedAttention, ScheduleHasNoScores) {
     EXPECT_EQ(c2.templates, 0);
     EXPECT_GE(c2.largest, scores);
   }
+}
+
+// A captured step replays the template kernels with the new call's inputs: the same results
+// as running the step without the JIT.
+TEST_F(FusedAttention, JitReplaysTemplateKernels) {
+  auto step = [](const Tensors& in) {
+    Tensor q = in[0], k = in[1], v = in[2];
+    Tensor out = q.scaled_dot_product_attention(k, v, true);
+    Tensors g = (out * out).sum().gradients({q, k, v});
+    return Tensors{out, g[0], g[1], g[2]};
+  };
+  auto inputs = [](uint32_t seed) {
+    Tensors t;
+    for (uint32_t i = 0; i < 3; i++) t.push_back(random_on({1, 2, 50, 32}, seed * 3 + i, "CL").realize().requires_grad_());
+    return t;
+  };
+  TinyJit jit(step, "attention");
+  for (uint32_t call = 0; call < 4; call++) {
+    Tensors in = inputs(call), got = jit(in), want = step(in);
+    for (size_t i = 0; i < 4; i++) EXPECT_EQ(max_abs_diff(got[i], want[i]), 0.0) << "call " << call << " result " << i;
+  }
+  EXPECT_EQ(jit.captures(), 1);
+  EXPECT_EQ(jit.replays(), 2);
 }
 
 // A mask, dropout, the CPU and FLASH_ATTENTION=0 run the composition.
