@@ -14,6 +14,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/runtime/cuda.h"
+#include "tinygrad/schedule/schedule.h"
 
 namespace tg {
 namespace {
@@ -40,6 +41,35 @@ TEST(AttentionNvrtc, TemplateKernelsCompileForSm90) {
   EXPECT_FALSE(attention_kernel_takes(wide, KernelDialect::CUDA));
 }
 
+// The tensor-core forward pass (Note [tensor-core attention]): 4 warps a block of 64 query rows,
+// one mma per 16 x 8 tile and 16 of the head dim for q k^T, and per 16 keys for P v; it compiles
+// for bfloat16 and float16, and takes neither float32, nor OpenCL, nor a head dim of 40.
+TEST(AttentionNvrtc, TensorCoreForwardCompilesForSm90) {
+  if (nvrtc_description().rfind("NVRTC ", 0) != 0) GTEST_SKIP() << "NVRTC is not available: " << nvrtc_description();
+  for (DType dt : {DType::BFloat16, DType::Float16})
+    for (int64_t e : {64, 128}) {
+      AttentionSpec spec{TemplateKernel::AttentionForward, 24, 1000, 1000, e, e, dt, e == 64, 0.125, true};
+      ASSERT_TRUE(attention_tensor_cores_take(spec, KernelDialect::CUDA));
+      TemplateSource t = render_attention(spec, KernelDialect::CUDA);
+      EXPECT_EQ(t.kernel.local_size, (std::vector<int64_t>{128, 1}));
+      EXPECT_EQ(t.kernel.global_size, (std::vector<int64_t>{16 * 128, 24}));
+      EXPECT_NE(t.source.find("mma.sync.aligned.m16n8k16.row.col.f32."), std::string::npos) << t.source;
+      std::string type = std::string("#define TG_MMA_T \"") + (dt == DType::BFloat16 ? "bf16" : "f16") + "\"";
+      EXPECT_NE(t.source.find(type), std::string::npos) << t.source;
+      CudaBinary b = cuda_compile(t.kernel.name, t.source, 90);
+      EXPECT_EQ(b.image.substr(0, 4), "\x7f" "ELF") << t.kernel.name;
+    }
+  AttentionSpec f32{TemplateKernel::AttentionForward, 24, 1000, 1000, 64, 64, DType::Float32, true, 0.125};
+  EXPECT_FALSE(attention_tensor_cores_take(f32, KernelDialect::CUDA));
+  f32.dtype = DType::BFloat16;
+  EXPECT_FALSE(attention_tensor_cores_take(f32, KernelDialect::OpenCL));
+  f32.e = f32.ev = 40;
+  EXPECT_FALSE(attention_tensor_cores_take(f32, KernelDialect::CUDA));
+  f32.e = f32.ev = 64;
+  f32.kernel = TemplateKernel::AttentionBackwardQ;
+  EXPECT_FALSE(attention_tensor_cores_take(f32, KernelDialect::CUDA));
+}
+
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   auto x = a.cast(DType::Float32).to("CPU").to_vector<float>(), y = b.cast(DType::Float32).to("CPU").to_vector<float>();
   EXPECT_EQ(x.size(), y.size());
@@ -54,8 +84,9 @@ class FusedAttentionCuda : public testutil::CudaTest {
     return Tensor::from_vector(testutil::rnd_values(prod(s), seed, -1, 1), s, {.device = "CPU"}).cast(dt).to("CUDA");
   }
   // The output and the gradients of q, k and v for a weighted sum of it, fused or composed.
-  static Tensors run(int64_t b, int64_t h, int64_t t, int64_t e, bool causal, DType dt, bool fused) {
-    testutil::KnobScope flash(knobs::FLASH_ATTENTION, fused ? 1 : 0);
+  // flash: FLASH_ATTENTION (0 the composition, 1 the fused kernels, 2 the tensor-core forward).
+  static Tensors run(int64_t b, int64_t h, int64_t t, int64_t e, bool causal, DType dt, int flash) {
+    testutil::KnobScope knob(knobs::FLASH_ATTENTION, flash);
     Tensor q = random({b, h, t, e}, 1, dt).realize().requires_grad_();
     Tensor k = random({b, h, t, e}, 2, dt).realize().requires_grad_();
     Tensor v = random({b, h, t, e}, 3, dt).realize().requires_grad_();
@@ -68,17 +99,38 @@ class FusedAttentionCuda : public testutil::CudaTest {
 
 TEST_F(FusedAttentionCuda, Float32MatchesComposition) {
   for (bool causal : {true, false}) {
-    Tensors fused = run(2, 4, 300, 64, causal, DType::Float32, true);
-    Tensors composed = run(2, 4, 300, 64, causal, DType::Float32, false);
+    Tensors fused = run(2, 4, 300, 64, causal, DType::Float32, 1);
+    Tensors composed = run(2, 4, 300, 64, causal, DType::Float32, 0);
     for (size_t i = 0; i < 4; i++) EXPECT_LT(max_abs_diff(fused[i], composed[i]), 1e-4) << "causal " << causal << " result " << i;
   }
 }
 
 TEST_F(FusedAttentionCuda, BFloat16MatchesComposition) {
-  Tensors fused = run(2, 4, 300, 64, true, DType::BFloat16, true);
-  Tensors composed = run(2, 4, 300, 64, true, DType::BFloat16, false);
+  Tensors fused = run(2, 4, 300, 64, true, DType::BFloat16, 1);
+  Tensors composed = run(2, 4, 300, 64, true, DType::BFloat16, 0);
   EXPECT_LT(max_abs_diff(fused[0], composed[0]), 2e-2);
   for (size_t i = 1; i < 4; i++) EXPECT_LT(max_abs_diff(fused[i], composed[i]), 5e-2) << "result " << i;
+}
+
+// The tensor-core forward pass (FLASH_ATTENTION=2) against the composition: bfloat16 and float16,
+// causal and not, 300 rows (no multiple of a block), head dims 64 and 128.
+TEST_F(FusedAttentionCuda, TensorCoreForwardMatchesComposition) {
+  for (DType dt : {DType::BFloat16, DType::Float16})
+    for (int64_t e : {64, 128})
+      for (bool causal : {true, false}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(dt) << " head dim " << e << " causal " << causal);
+        {
+          testutil::KnobScope knob(knobs::FLASH_ATTENTION, 2);
+          Tensor q = random({1, 1, 64, e}, 1, dt);
+          int tensor_core_kernels = 0;
+          for (auto& item : create_schedule({q.scaled_dot_product_attention(q, q, causal).uop()}))
+            if (item.ast->op == Op::TEMPLATE_KERNEL) tensor_core_kernels += AttentionSpec::decode(item.ast->arg_ints()).tensor_cores;
+          EXPECT_EQ(tensor_core_kernels, 1);
+        }
+        Tensors tc = run(2, 3, 300, e, causal, dt, 2), composed = run(2, 3, 300, e, causal, dt, 0);
+        EXPECT_LT(max_abs_diff(tc[0], composed[0]), 2e-2);
+        for (size_t i = 1; i < 4; i++) EXPECT_LT(max_abs_diff(tc[i], composed[i]), 5e-2) << "gradient " << i;
+      }
 }
 
 // A causal step at T=4096 (B=1, H=8, head dim 64, bfloat16): one float32 [1, 8, 4096, 4096]
@@ -90,7 +142,7 @@ TEST_F(FusedAttentionCuda, PeakMemoryAtT4096HoldsNoScores) {
     MemoryPool& pool = get_device("CUDA").pool();
     pool.reset_peak();
     size_t before = pool.stats().bytes_in_use;
-    run(b, h, t, e, true, DType::BFloat16, fused);
+    run(b, h, t, e, true, DType::BFloat16, fused ? 1 : 0);
     return double(pool.stats().peak_bytes - before);
   };
   double fused = peak_of(true), composed = peak_of(false);

@@ -19,7 +19,8 @@
 // in codegen/attention_kernel.cpp): q, k and v as contiguous [B*H, rows, dim] buffers in, one
 // float32 [B*H, L, Ev + 1] buffer out, each row the output followed by its logsumexp (one
 // buffer, so the node keeps the lazy graph's one output per node; the scheduler keeps it for the
-// backward pass like a convolution's output). The result is a view of the first Ev columns cast
+// backward pass like a convolution's output). FLASH_ATTENTION=2 runs the forward pass of
+// bfloat16/float16 inputs on CUDA's tensor cores (Note [tensor-core attention] there). The result is a view of the first Ev columns cast
 // back to the inputs' dtype. Its gradient rule (template_kernel_gradient) computes D =
 // rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV kernels (Note [fused
 // attention] there), whose float32 results are cast back. Everything else runs the composition,
@@ -74,12 +75,15 @@ std::optional<AttentionSpec> fused_attention_spec(const Tensor& q, const Tensor&
   size_t n = q.shape().size();
   for (size_t i = 0; i + 2 < n; i++)
     if (k.shape()[i] != q.shape()[i] || v.shape()[i] != q.shape()[i]) return std::nullopt;
-  std::optional<KernelDialect> dialect = kernel_dialect(get_device(q.device()).renderer());
+  Device& dev = get_device(q.device());
+  std::optional<KernelDialect> dialect = kernel_dialect(dev.renderer());
   if (!dialect) return std::nullopt;
   Shape lead(q.shape().begin(), q.shape().end() - 2);
   AttentionSpec spec{TemplateKernel::AttentionForward, prod(lead), q.shape()[n - 2], k.shape()[n - 2],
                      q.shape()[n - 1], v.shape()[n - 1], q.dtype(), causal, scale};
   if (spec.bh == 0 || !attention_kernel_takes(spec, *dialect)) return std::nullopt;
+  spec.tensor_cores = knobs::FLASH_ATTENTION.get() >= 2 && dev.supports(Feature::TensorCores) &&
+                      attention_tensor_cores_take(spec, *dialect);
   return spec;
 }
 
@@ -118,6 +122,7 @@ std::vector<UOpPtr> template_kernel_gradient(const UOpPtr& node, const UOpPtr& g
   AttentionSpec dq_spec = spec, dkv_spec = spec;
   dq_spec.kernel = TemplateKernel::AttentionBackwardQ;
   dkv_spec.kernel = TemplateKernel::AttentionBackwardKV;
+  dq_spec.tensor_cores = dkv_spec.tensor_cores = false;  // Note [tensor-core attention]: the forward only
   UOpPtr dq = template_node(dq_spec, srcs), dkv = template_node(dkv_spec, srcs);
   return {cast(dq, spec.dtype), cast(columns(dkv, 0, spec.e), spec.dtype),
           cast(columns(dkv, spec.e, spec.ev), spec.dtype)};

@@ -28,6 +28,19 @@
 // at the group's first key. Blocks that run past L or S are loaded as zeros and masked. Nothing
 // of size L x S is ever written. Inputs are read in their dtype and computed in float32; each
 // work-item keeps its rows in registers, so head dims are limited to MAX_HEAD_DIM.
+//
+// Note [tensor-core attention]: on CUDA, for bfloat16/float16 inputs and head dims that are
+// multiples of 16 (AttentionSpec::tensor_cores, FLASH_ATTENTION=2), the forward pass runs both
+// products on the tensor cores with mma.sync.m16n8k16 (float32 accumulators). A block of 4 warps
+// takes 64 query rows, 16 a warp, whose q fragments stay in registers; blocks of 64 keys and
+// values are staged in shared memory (rows padded by 8 elements, so the fragment loads of a warp
+// hit 32 different banks). S = q k^T is 8 m16n8 tiles a warp; each thread holds 2 of each
+// tile's 16 rows (g = lane / 4 and g + 8) and 2 columns of each, so a row's max and sum meet
+// over the 4 threads of a quad by two shuffles. The weights P, rounded to the input type, are
+// already laid out as the A fragments of P v (the C fragment of an m16n8 tile pairs with the
+// next tile's into one m16n8k16 A fragment), so they never leave registers. The running max,
+// rescaling and logsumexp are those of Note [fused attention]; the backward kernels stay the
+// plain form.
 #include "tinygrad/codegen/attention_kernel.h"
 
 #include <algorithm>
@@ -47,6 +60,8 @@ constexpr int64_t MAX_HEAD_DIM = 128;
 constexpr int64_t ROWS_PER_GROUP = 64;  // BQ (forward, dQ) and BKV (dK/dV): work-items per group
 constexpr int64_t BLOCK = 32;           // BK (forward, dQ) and the query block of dK/dV
 constexpr int64_t MAX_GROUPS_Y = 65535;  // CUDA's gridDim.y limit: bh runs along y
+constexpr int64_t TC_ROWS = 64;           // Note [tensor-core attention]: query rows a block
+constexpr int64_t TC_THREADS = 128;       // 4 warps
 
 std::string dialect_macros(KernelDialect d) {
   if (d == KernelDialect::CUDA)
@@ -237,6 +252,124 @@ TG_KERNEL(TG_NAME)(TG_GLOBAL float* dkv, TG_GLOBAL const TG_IN* q, TG_GLOBAL con
 }
 )";
 
+// Note [tensor-core attention]: the forward pass on the tensor cores (CUDA, half inputs).
+constexpr const char* FORWARD_TENSOR_CORES = R"(
+static __device__ __forceinline__ unsigned tg_pack(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn." TG_MMA_T "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+static __device__ __forceinline__ void tg_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TG_MMA_T "." TG_MMA_T ".f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#define KS (E + 8)
+#define VS (EV + 8)
+extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* out, const unsigned short* q, const unsigned short* k,
+                                                          const unsigned short* v) {
+  __shared__ __align__(16) unsigned short ks[64 * KS];
+  __shared__ __align__(16) unsigned short vs[64 * VS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int head = blockIdx.y, first = blockIdx.x * 64;
+  const int r0 = first + warp * 16 + g, r1 = r0 + 8;
+  const long long qb = (long long)head * LQ, kb = (long long)head * SK;
+  unsigned qa[E / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < E / 16; kk++) {
+    const int c = kk * 16 + 2 * t;
+    qa[kk][0] = r0 < LQ ? *(const unsigned*)(q + (qb + r0) * E + c) : 0u;
+    qa[kk][1] = r1 < LQ ? *(const unsigned*)(q + (qb + r1) * E + c) : 0u;
+    qa[kk][2] = r0 < LQ ? *(const unsigned*)(q + (qb + r0) * E + c + 8) : 0u;
+    qa[kk][3] = r1 < LQ ? *(const unsigned*)(q + (qb + r1) * E + c + 8) : 0u;
+  }
+  float o[EV / 8][4];
+#pragma unroll
+  for (int n = 0; n < EV / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.0f, l1 = 0.0f;
+  const int kend = CAUSAL ? min(SK, first + 64) : SK;
+  for (int k0 = 0; k0 < kend; k0 += 64) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < 64 * (E / 2); i += 128) {
+      const int j = i / (E / 2), c = i % (E / 2) * 2;
+      *(unsigned*)(ks + j * KS + c) = k0 + j < SK ? *(const unsigned*)(k + (kb + k0 + j) * E + c) : 0u;
+    }
+    for (int i = threadIdx.x; i < 64 * (EV / 2); i += 128) {
+      const int j = i / (EV / 2), c = i % (EV / 2) * 2;
+      *(unsigned*)(vs + j * VS + c) = k0 + j < SK ? *(const unsigned*)(v + (kb + k0 + j) * EV + c) : 0u;
+    }
+    __syncthreads();
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      const unsigned short* kr = ks + (n * 8 + g) * KS + 2 * t;
+#pragma unroll
+      for (int kk = 0; kk < E / 16; kk++)
+        tg_mma(s[n], qa[kk], *(const unsigned*)(kr + kk * 16), *(const unsigned*)(kr + kk * 16 + 8));
+    }
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int col = k0 + n * 8 + 2 * t + e;
+        s[n][e] = col < SK && (!CAUSAL || col <= r0) ? s[n][e] * SCALE_LOG2 : NEG_BIG;
+        s[n][2 + e] = col < SK && (!CAUSAL || col <= r1) ? s[n][2 + e] * SCALE_LOG2 : NEG_BIG;
+        mx0 = fmaxf(mx0, s[n][e]);
+        mx1 = fmaxf(mx1, s[n][2 + e]);
+      }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float a0 = exp2f(m0 - mx0), a1 = exp2f(m1 - mx1);
+    l0 *= a0;
+    l1 *= a1;
+#pragma unroll
+    for (int n = 0; n < EV / 8; n++) o[n][0] *= a0, o[n][1] *= a0, o[n][2] *= a1, o[n][3] *= a1;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      s[n][0] = exp2f(s[n][0] - mx0), s[n][1] = exp2f(s[n][1] - mx0);
+      s[n][2] = exp2f(s[n][2] - mx1), s[n][3] = exp2f(s[n][3] - mx1);
+      l0 += s[n][0] + s[n][1];
+      l1 += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+      const unsigned pa[4] = {tg_pack(s[2 * kk][0], s[2 * kk][1]), tg_pack(s[2 * kk][2], s[2 * kk][3]),
+                              tg_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), tg_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const unsigned short* vr = vs + (kk * 16 + 2 * t) * VS + g;
+#pragma unroll
+      for (int n = 0; n < EV / 8; n++) {
+        const unsigned b0 = (unsigned)vr[n * 8] | ((unsigned)vr[n * 8 + VS] << 16);
+        const unsigned b1 = (unsigned)vr[n * 8 + 8 * VS] | ((unsigned)vr[n * 8 + 9 * VS] << 16);
+        tg_mma(o[n], pa, b0, b1);
+      }
+    }
+    m0 = mx0;
+    m1 = mx1;
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (r0 < LQ) {
+    float* row = out + (qb + r0) * (EV + 1);
+#pragma unroll
+    for (int n = 0; n < EV / 8; n++) row[n * 8 + 2 * t] = o[n][0] / l0, row[n * 8 + 2 * t + 1] = o[n][1] / l0;
+    if (t == 0) row[EV] = (m0 + log2f(l0)) * LN2;
+  }
+  if (r1 < LQ) {
+    float* row = out + (qb + r1) * (EV + 1);
+#pragma unroll
+    for (int n = 0; n < EV / 8; n++) row[n * 8 + 2 * t] = o[n][2] / l1, row[n * 8 + 2 * t + 1] = o[n][3] / l1;
+    if (t == 0) row[EV] = (m1 + log2f(l1)) * LN2;
+  }
+}
+)";
+
 const char* template_of(TemplateKernel k) {
   switch (k) {
     case TemplateKernel::AttentionForward: return FORWARD;
@@ -258,7 +391,7 @@ const char* kernel_word(TemplateKernel k) {
 // "attention_8_256_256_64c": bh, L, S, the head dim, and c when causal.
 std::string kernel_name(const AttentionSpec& s) {
   return std::string(kernel_word(s.kernel)) + "_" + std::to_string(s.bh) + "_" + std::to_string(s.l) + "_" +
-         std::to_string(s.s) + "_" + std::to_string(s.e) + (s.causal ? "c" : "");
+         std::to_string(s.s) + "_" + std::to_string(s.e) + (s.causal ? "c" : "") + (s.tensor_cores ? "_tc" : "");
 }
 
 // Rows each group takes: query rows (forward, dQ) or key rows (dK/dV).
@@ -275,13 +408,13 @@ std::vector<KernelParam> params_of(const AttentionSpec& s) {
 
 std::vector<int64_t> AttentionSpec::encode() const {
   return {static_cast<int64_t>(kernel), bh, l, s, e, ev, static_cast<int64_t>(dtype), causal ? 1 : 0,
-          std::bit_cast<int64_t>(scale)};
+          std::bit_cast<int64_t>(scale), tensor_cores ? 1 : 0};
 }
 
 AttentionSpec AttentionSpec::decode(const std::vector<int64_t>& a) {
-  TG_ASSERT(a.size() == 9, "attention kernel arg has ", a.size(), " entries");
+  TG_ASSERT(a.size() == 10, "attention kernel arg has ", a.size(), " entries");
   return AttentionSpec{static_cast<TemplateKernel>(a[0]), a[1], a[2], a[3], a[4], a[5], static_cast<DType>(a[6]),
-                       a[7] != 0, std::bit_cast<double>(a[8])};
+                       a[7] != 0, std::bit_cast<double>(a[8]), a[9] != 0};
 }
 
 Shape AttentionSpec::output_shape() const {
@@ -302,8 +435,17 @@ std::optional<KernelDialect> kernel_dialect(const Renderer& renderer) {
 bool attention_kernel_takes(const AttentionSpec& s, KernelDialect d) {
   bool dtype_ok = s.dtype == DType::Float32 || s.dtype == DType::BFloat16 ||
                   (s.dtype == DType::Float16 && d == KernelDialect::CUDA);
-  return dtype_ok && s.e >= 1 && s.e <= MAX_HEAD_DIM && s.ev >= 1 && s.ev <= MAX_HEAD_DIM && s.l >= 1 && s.s >= 1 &&
-         s.bh >= 1 && s.bh <= MAX_GROUPS_Y && s.l < (int64_t{1} << 30) && s.s < (int64_t{1} << 30);
+  bool tensor_cores_ok = !s.tensor_cores || (d == KernelDialect::CUDA && s.kernel == TemplateKernel::AttentionForward &&
+                                              is_half(s.dtype) && s.e % 16 == 0 && s.ev % 16 == 0);
+  return dtype_ok && tensor_cores_ok && s.e >= 1 && s.e <= MAX_HEAD_DIM && s.ev >= 1 && s.ev <= MAX_HEAD_DIM &&
+         s.l >= 1 && s.s >= 1 && s.bh >= 1 && s.bh <= MAX_GROUPS_Y && s.l < (int64_t{1} << 30) &&
+         s.s < (int64_t{1} << 30);
+}
+
+bool attention_tensor_cores_take(const AttentionSpec& s, KernelDialect d) {
+  AttentionSpec tc = s;
+  tc.tensor_cores = true;
+  return attention_kernel_takes(tc, d);
 }
 
 TemplateSource render_attention(const AttentionSpec& s, KernelDialect d) {
@@ -312,6 +454,13 @@ TemplateSource render_attention(const AttentionSpec& s, KernelDialect d) {
   LinearKernel& k = out.kernel;
   k.name = kernel_name(s);
   k.params = params_of(s);
+  if (s.tensor_cores) {  // Note [tensor-core attention]
+    k.global_size = {(s.l + TC_ROWS - 1) / TC_ROWS * TC_THREADS, s.bh};
+    k.local_size = {TC_THREADS, 1};
+    out.source = size_macros(s) + define("TG_NAME", k.name) +
+                 define("TG_MMA_T", s.dtype == DType::BFloat16 ? "\"bf16\"" : "\"f16\"") + FORWARD_TENSOR_CORES;
+    return out;
+  }
   int64_t groups = (rows_of(s) + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
   k.global_size = {groups * ROWS_PER_GROUP, s.bh};
   k.local_size = {ROWS_PER_GROUP, 1};
