@@ -91,7 +91,7 @@ IntKnob ROWFUSE("ROWFUSE", 1,
                 KnobKind::Codegen);
 IntKnob FLASH_ATTENTION("FLASH_ATTENTION", 1,
                         "1: scaled_dot_product_attention on CUDA and OpenCL runs as fused kernels that never write "
-                        "the scores, where they take its shapes and dtype; 2: as 1, with the forward pass of bfloat16/float16 on "
+                        "the scores, where they take its shapes and dtype; 2: as 1, with the kernels of bfloat16/float16 on "
                         "CUDA's tensor cores; 0: always the composition of primitives",
                         KnobKind::Runtime);
 IntKnob SPLIT_REDUCE("SPLIT_REDUCE", 1,

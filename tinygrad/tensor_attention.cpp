@@ -19,7 +19,7 @@
 // in codegen/attention_kernel.cpp): q, k and v as contiguous [B*H, rows, dim] buffers in, one
 // float32 [B*H, L, Ev + 1] buffer out, each row the output followed by its logsumexp (one
 // buffer, so the node keeps the lazy graph's one output per node; the scheduler keeps it for the
-// backward pass like a convolution's output). FLASH_ATTENTION=2 runs the forward pass of
+// backward pass like a convolution's output). FLASH_ATTENTION=2 runs the kernels of
 // bfloat16/float16 inputs on CUDA's tensor cores (Note [tensor-core attention] there). The result is a view of the first Ev columns cast
 // back to the inputs' dtype. Its gradient rule (template_kernel_gradient) computes D =
 // rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV kernels (Note [fused
@@ -122,7 +122,6 @@ std::vector<UOpPtr> template_kernel_gradient(const UOpPtr& node, const UOpPtr& g
   AttentionSpec dq_spec = spec, dkv_spec = spec;
   dq_spec.kernel = TemplateKernel::AttentionBackwardQ;
   dkv_spec.kernel = TemplateKernel::AttentionBackwardKV;
-  dq_spec.tensor_cores = dkv_spec.tensor_cores = false;  // Note [tensor-core attention]: the forward only
   UOpPtr dq = template_node(dq_spec, srcs), dkv = template_node(dkv_spec, srcs);
   return {cast(dq, spec.dtype), cast(columns(dkv, 0, spec.e), spec.dtype),
           cast(columns(dkv, spec.e, spec.ev), spec.dtype)};

@@ -24,7 +24,7 @@ struct AttentionSpec {
   DType dtype = DType::Float32;  // of q, k and v
   bool causal = false;
   double scale = 1.0;
-  bool tensor_cores = false;  // Note [tensor-core attention]: the forward pass with mma.sync (CUDA, half inputs)
+  bool tensor_cores = false;  // Note [tensor-core attention]: the products on mma.sync (CUDA, half inputs)
 
   // The TEMPLATE_KERNEL arg, and back.
   std::vector<int64_t> encode() const;
@@ -41,8 +41,8 @@ std::optional<KernelDialect> kernel_dialect(const Renderer& renderer);
 // Whether the templates take these sizes and dtype in `dialect` (head dims up to 128, float32
 // and bfloat16 everywhere, float16 on CUDA).
 bool attention_kernel_takes(const AttentionSpec& spec, KernelDialect dialect);
-// Whether the tensor-core form takes spec (Note [tensor-core attention]): a CUDA forward pass of
-// bfloat16/float16 inputs with head dims that are multiples of 16.
+// Whether the tensor-core form takes spec (Note [tensor-core attention]): CUDA, bfloat16/float16
+// inputs, head dims that are multiples of 16.
 bool attention_tensor_cores_take(const AttentionSpec& spec, KernelDialect dialect);
 
 // A rendered template kernel: its name, parameters and launch sizes (no uops), and its source.
