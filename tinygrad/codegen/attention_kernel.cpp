@@ -93,9 +93,10 @@ std::string input_macros(DType t, KernelDialect d) {
   }
 }
 
+// A float literal of v in C, CUDA and OpenCL ("1.250000000e-01f": an exponent, so never "1f").
 std::string float_literal(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9gf", v);
+  std::snprintf(buf, sizeof buf, "%.9ef", v);
   return buf;
 }
 
