@@ -52,6 +52,11 @@ struct TemplateSource {
 };
 TemplateSource render_attention(const AttentionSpec& spec, KernelDialect dialect);
 
+// What a TEMPLATE_KERNEL node computes, in double precision, from its sources' values in order
+// (each dense, row-major): the reference interpreter's definition of it (runtime/reference.cpp).
+std::vector<double> template_kernel_reference(const std::vector<int64_t>& arg,
+                                              const std::vector<const std::vector<double>*>& inputs);
+
 // The pipeline's entry (Note [template kernels]): the source of a TEMPLATE_KERNEL schedule item
 // for the device whose renderer is `renderer`.
 TemplateSource render_template_kernel(const UOp& kernel, const Renderer& renderer);
