@@ -12,6 +12,9 @@ namespace tg {
 // output gradient. Defined next to their composition.
 enum class CustomGrad : int64_t { CONV2D = 0 };
 std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad);  // tensor_nn.cpp
+// The gradient rule of a TEMPLATE_KERNEL node (Note [template kernels] in
+// codegen/attention_kernel.cpp): fused attention's backward kernels (tensor_attention.cpp).
+std::vector<UOpPtr> template_kernel_gradient(const UOpPtr& node, const UOpPtr& grad);
 
 // d(root)/d(t) for every t in `targets`, with d(root)/d(root) = seed. Traversal stops at DETACH.
 std::unordered_map<const UOp*, UOpPtr> compute_gradients(const UOpPtr& root, const UOpPtr& seed,

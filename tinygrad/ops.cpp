@@ -48,7 +48,7 @@ const char* op_name(Op op) {
       "CONTIGUOUS", "DETACH", "CUSTOM_GRAD", "MULTI", "ALLREDUCE", "REDUCE_SCATTER", "ALLGATHER",
       "GATHER", "SCATTER_ADD",
       "DEFINE_GLOBAL", "RANGE", "ENDRANGE", "SPECIAL", "LOAD",
-      "STORE", "REDUCE", "DEFINE_ACC", "ASSIGN", "SINK", "WMMA"};
+      "STORE", "REDUCE", "DEFINE_ACC", "ASSIGN", "SINK", "WMMA", "TEMPLATE_KERNEL"};
   return names[static_cast<int>(op)];
 }
 

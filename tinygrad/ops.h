@@ -53,6 +53,11 @@ enum class Op : uint8_t {
   // one result (arg: 0..3) of a warp's tensor-core product (Note [tensor-core contractions] in
   // codegen/tensor_core.cpp): src is the thread's four A values, two B values and four accumulators
   WMMA,
+  // a kernel written from a template rather than generated from a graph (Note [template
+  // kernels] in codegen/attention_kernel.cpp). Lazy graph: src are the tensors it reads (each a
+  // buffer of its own), arg {TemplateKernel id, parameters...}, shape its one output's. The
+  // schedule item's graph is the same op without sources or shape: the template and its parameters
+  TEMPLATE_KERNEL,
 };
 const char* op_name(Op op);
 

@@ -12,9 +12,27 @@
 // comes out NaN, as in PyTorch. Dropout drops attention weights after the softmax and scales the
 // kept ones by 1/(1-p). The [..., L, S] scores exist as an intermediate here; only a fused kernel
 // avoids them.
+//
+// Note [fused attention in the graph]: on a device with a template dialect (CUDA, OpenCL), with
+// FLASH_ATTENTION=1 (the default), no mask and no dropout, q, k and v of one dtype the kernels
+// take and the same leading dims, attention is one TEMPLATE_KERNEL node (Note [template kernels]
+// in codegen/attention_kernel.cpp): q, k and v as contiguous [B*H, rows, dim] buffers in, one
+// float32 [B*H, L, Ev + 1] buffer out, each row the output followed by its logsumexp (one
+// buffer, so the node keeps the lazy graph's one output per node; the scheduler keeps it for the
+// backward pass like a convolution's output). FLASH_ATTENTION=2 runs the kernels of
+// bfloat16/float16 inputs on CUDA's tensor cores (Note [tensor-core attention] there). The result is a view of the first Ev columns cast
+// back to the inputs' dtype. Its gradient rule (template_kernel_gradient) computes D =
+// rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV kernels (Note [fused
+// attention] there), whose float32 results are cast back. Everything else runs the composition,
+// which stays the reference the fused kernels are tested against. A model opts in by nothing:
+// the GPT's attention calls this function, so on CUDA it is fused.
 #include <cmath>
 #include <limits>
 
+#include "tinygrad/codegen/attention_kernel.h"
+#include "tinygrad/device.h"
+#include "tinygrad/gradient.h"
+#include "tinygrad/knobs.h"
 #include "tinygrad/tensor_internal.h"
 
 namespace tg {
@@ -48,7 +66,66 @@ Tensor causal_mask(int64_t l, int64_t s, const std::string& device) {
   return cols.le(rows);
 }
 
+// Note [fused attention in the graph]: the fused kernels' spec for these inputs, or none where
+// the composition must run.
+std::optional<AttentionSpec> fused_attention_spec(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                                  double dropout_p, const std::optional<Tensor>& mask, double scale) {
+  if (!knobs::FLASH_ATTENTION.get() || mask || dropout_p > 0 || q.devices().size() != 1) return std::nullopt;
+  if (k.ndim() != q.ndim() || v.ndim() != q.ndim()) return std::nullopt;
+  size_t n = q.shape().size();
+  for (size_t i = 0; i + 2 < n; i++)
+    if (k.shape()[i] != q.shape()[i] || v.shape()[i] != q.shape()[i]) return std::nullopt;
+  Device& dev = get_device(q.device());
+  std::optional<KernelDialect> dialect = kernel_dialect(dev.renderer());
+  if (!dialect) return std::nullopt;
+  Shape lead(q.shape().begin(), q.shape().end() - 2);
+  AttentionSpec spec{TemplateKernel::AttentionForward, prod(lead), q.shape()[n - 2], k.shape()[n - 2],
+                     q.shape()[n - 1], v.shape()[n - 1], q.dtype(), causal, scale};
+  if (spec.bh == 0 || !attention_kernel_takes(spec, *dialect)) return std::nullopt;
+  spec.tensor_cores = knobs::FLASH_ATTENTION.get() >= 2 && dev.supports(Feature::TensorCores) &&
+                      attention_tensor_cores_take(spec, *dialect);
+  return spec;
+}
+
+UOpPtr template_node(const AttentionSpec& spec, std::vector<UOpPtr> srcs) {
+  std::string device = srcs[0]->device;
+  return make_uop(Op::TEMPLATE_KERNEL, DType::Float32, std::move(srcs), spec.encode(), spec.output_shape(), device);
+}
+
+// The first `cols` columns of a [bh, rows, *] node from column `from`.
+UOpPtr columns(const UOpPtr& x, int64_t from, int64_t cols) {
+  return lazy::shrink(x, {{0, x->shape[0]}, {0, x->shape[1]}, {from, from + cols}});
+}
+
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
+  Tensor q3 = q.reshape({spec.bh, spec.l, spec.e}).contiguous();
+  Tensor k3 = k.reshape({spec.bh, spec.s, spec.e}).contiguous();
+  Tensor v3 = v.reshape({spec.bh, spec.s, spec.ev}).contiguous();
+  Tensor fwd = result(template_node(spec, {q3.uop(), k3.uop(), v3.uop()}), {&q3, &k3, &v3});
+  Shape out = q.shape();
+  out.back() = spec.ev;
+  return fwd.shrink({{0, spec.bh}, {0, spec.l}, {0, spec.ev}}).cast(spec.dtype).reshape(out);
+}
+
 }  // namespace
+
+// Note [fused attention in the graph]: gradients of q, k and v from the forward node's output
+// gradient (the first Ev columns of each row; the logsumexp column is not a result).
+std::vector<UOpPtr> template_kernel_gradient(const UOpPtr& node, const UOpPtr& grad) {
+  using namespace lazy;
+  AttentionSpec spec = AttentionSpec::decode(node->arg_ints());
+  TG_ASSERT(spec.kernel == TemplateKernel::AttentionForward, "no gradient rule for template kernel ",
+            node->arg_ints().at(0));
+  UOpPtr dout = contiguous(columns(grad, 0, spec.ev));
+  UOpPtr delta = contiguous(reduce(alu(Op::MUL, dout, columns(node, 0, spec.ev)), Op::ADD, {2}));
+  std::vector<UOpPtr> srcs{node->src[0], node->src[1], node->src[2], node, dout, delta};
+  AttentionSpec dq_spec = spec, dkv_spec = spec;
+  dq_spec.kernel = TemplateKernel::AttentionBackwardQ;
+  dkv_spec.kernel = TemplateKernel::AttentionBackwardKV;
+  UOpPtr dq = template_node(dq_spec, srcs), dkv = template_node(dkv_spec, srcs);
+  return {cast(dq, spec.dtype), cast(columns(dkv, 0, spec.e), spec.dtype),
+          cast(columns(dkv, spec.e, spec.ev), spec.dtype)};
+}
 
 // Note [attention as a composition]
 Tensor Tensor::scaled_dot_product_attention(const Tensor& k, const Tensor& v, bool causal, double dropout_p,
@@ -58,6 +135,8 @@ Tensor Tensor::scaled_dot_product_attention(const Tensor& k, const Tensor& v, bo
            dropout_p);
   int64_t l = shape()[ndim() - 2], s = k.shape()[k.ndim() - 2];
   double sc = scale.value_or(1.0 / std::sqrt(static_cast<double>(shape().back())));
+  if (auto spec = fused_attention_spec(*this, k, v, causal, dropout_p, mask, sc))
+    return fused_attention(*this, k, v, *spec);  // Note [fused attention in the graph]
   DType dt = dtype(), acc = is_half(dt) ? DType::Float32 : dt;
   Tensor scores = matmul(k.transpose(-1, -2)).cast(acc) * sc;
   std::optional<Tensor> visible = mask;

@@ -16,7 +16,9 @@
 //               pool (Note [when to thread] in codegen/linearize.cpp)
 //   render      the device's source (codegen/render_*.h)
 // A tensor-core choice replaces optimize, map threads and linearize by its own layout
-// (codegen/tensor_core.h); a library choice stops after choose (the library runs the kernel).
+// (codegen/tensor_core.h); a library choice stops after choose (the library runs the kernel). A
+// TEMPLATE_KERNEL item skips them all: its template is rendered for the device (Note [template
+// kernels] in codegen/attention_kernel.cpp).
 // With DEBUG=5 every pass prints the kernel as it leaves it, under the pass's name.
 #include "tinygrad/codegen/pipeline.h"
 
@@ -24,6 +26,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "tinygrad/codegen/attention_kernel.h"
 #include "tinygrad/codegen/gpu_dims.h"
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt_gpu.h"
@@ -178,6 +181,7 @@ std::string KernelChoice::str() const {
     case Kind::Generated: return opts_str(opts);
     case Kind::TensorCores: return "tensor cores";
     case Kind::Library: return "library" + (matmul ? " " + matmul->key() : std::string());
+    case Kind::Template: return "template";
   }
   return "";
 }
@@ -231,6 +235,14 @@ std::vector<KernelChoice> alternative_choices(const ScheduleItem& item, Device& 
 }
 
 LoweredKernel lower_kernel_item(const ScheduleItem& item, Device& dev) {
+  if (item.ast->op == Op::TEMPLATE_KERNEL) {  // Note [template kernels] in codegen/attention_kernel.cpp
+    TemplateSource t = render_template_kernel(*item.ast, dev.renderer());
+    PassLog(t.kernel.name).source(t.kernel, t.source);
+    if (knobs::DEBUG >= 3) std::fprintf(stderr, "opts %-40s template\n", t.kernel.name.c_str());
+    if (knobs::DEBUG >= 4) std::fprintf(stderr, "%s\n", t.source.c_str());
+    return LoweredKernel{KernelChoice{KernelChoice::Kind::Template, {}, std::nullopt}, std::move(t.kernel),
+                         std::move(t.source)};
+  }
   bool search = knobs::BEAM.get() > 0 && !knobs::NOOPT.get();
   KernelChoice choice = search ? beam_search(item, knobs::BEAM.get()) : heuristic_choice(item, dev);
   if (choice.kind == KernelChoice::Kind::Library) {

@@ -24,14 +24,15 @@ struct CodegenTarget {
 };
 
 // The optimizer's choice for one kernel: a generated kernel with opts (codegen/opt.h), the
-// tensor-core layout (codegen/tensor_core.h), or the device's matmul library (Note [library
-// matmuls] in device.h).
+// tensor-core layout (codegen/tensor_core.h), the device's matmul library (Note [library
+// matmuls] in device.h), or, for a TEMPLATE_KERNEL item, its template (Note [template kernels]
+// in codegen/attention_kernel.cpp; never a choice among others).
 struct KernelChoice {
-  enum class Kind { Generated, TensorCores, Library };
+  enum class Kind { Generated, TensorCores, Library, Template };
   Kind kind = Kind::Generated;
   std::vector<Opt> opts;            // Generated
   std::optional<MatmulSpec> matmul;  // Library
-  std::string str() const;          // "UPCAST(0,4) UNROLL(1,4)", "tensor cores", "library <spec>"
+  std::string str() const;          // "UPCAST(0,4) UNROLL(1,4)", "tensor cores", "library <spec>", "template"
   static KernelChoice generated(std::vector<Opt> opts) { return {Kind::Generated, std::move(opts), std::nullopt}; }
 };
 // Inverse of KernelChoice::str for the generated and tensor-core kinds (BEAM's disk cache).

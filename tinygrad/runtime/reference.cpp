@@ -8,6 +8,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "tinygrad/codegen/attention_kernel.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 
@@ -248,6 +249,7 @@ class Interpreter {
       }
       case Op::REDUCE_AXIS: return reduce(u);
       case Op::GATHER: return gather(u);
+      case Op::TEMPLATE_KERNEL: return template_kernel(u);
       case Op::SCATTER_ADD: return scatter_add(u);
       case Op::WHERE: {
         const RefArray &c = in(u, 0), &a = in(u, 1), &b = in(u, 2);
@@ -272,6 +274,15 @@ class Interpreter {
       return r;
     }
     TG_FAIL("reference: cannot evaluate ", op_name(u.op), " (", u.str(0), ")");
+  }
+
+  // Note [template kernels] in codegen/attention_kernel.cpp: the template's definition
+  RefArray template_kernel(const UOp& u) const {
+    std::vector<const std::vector<double>*> inputs;
+    for (size_t i = 0; i < u.src.size(); i++) inputs.push_back(&in(u, i).data);
+    RefArray r = blank(u);
+    r.data = template_kernel_reference(u.arg_ints(), inputs);
+    return r;
   }
 
   // out[i] = x[i with i[axis] = index[i]], 0 where the index is outside x

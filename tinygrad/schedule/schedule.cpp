@@ -5,7 +5,8 @@
 // its lazy subgraph (in two stages where Note [split reductions] in split_reduce.cpp says so).
 //
 // Note [where kernels end]: a node is computed into its own buffer ("realize point") when it is
-// an output, a REDUCE_AXIS, CONTIGUOUS, COPY (and its source) or a collective. Everything else is
+// an output, a REDUCE_AXIS, CONTIGUOUS, COPY (and its source), a collective or a template kernel
+// (and its sources: Note [template kernels] in codegen/attention_kernel.cpp). Everything else is
 // recomputed inline by each kernel that reads it, so elementwise chains and movement ops never
 // cost a kernel or a copy. One exception joins a reduce to the kernel above it: an output or
 // CONTIGUOUS node that reaches a REDUCE_AXIS through elementwise ops alone, every node on the way
@@ -48,7 +49,8 @@
 // (layernorm's mean). GPU-style devices without a library keep recomputing them.
 //
 // Note [kept convolution outputs]: a CUSTOM_GRAD node (a convolution) is a realize point too, and
-// its buffer stays with the node after the schedule has run, like an output's. A training step
+// its buffer stays with the node after the schedule has run, like an output's; so does a template
+// kernel's (fused attention's forward output, which its backward kernels read). A training step
 // runs several schedules over one graph (a BatchNorm realizes its statistics in the middle of the
 // forward pass, then the backward pass reads the pre-activations again); without this each of
 // them would recompute every convolution it reaches. The cost is one extra pass over the output
@@ -209,18 +211,21 @@ Graph graph_to_compute(const std::vector<UOpPtr>& outputs) {
   return g;
 }
 
-// The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY and collectives
-// (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]), SCATTER_ADD (Note
-// [accumulating stores] in lower.cpp).
+// The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY, collectives and
+// template kernels (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]),
+// SCATTER_ADD (Note [accumulating stores] in lower.cpp).
 NodeSet kernel_ends(const Graph& g) {
   NodeSet realize;
   for (auto& u : g.order) {
     if (existing_buffer(u.get())) continue;
     if (g.output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
-        is_collective(*u) || u->op == Op::CUSTOM_GRAD || u->op == Op::SCATTER_ADD)
+        is_collective(*u) || u->op == Op::CUSTOM_GRAD || u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
       realize.insert(u.get());
     if (u->op == Op::COPY || is_collective(*u))
       if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
+    if (u->op == Op::TEMPLATE_KERNEL)
+      for (auto& src : u->src)
+        if (!existing_buffer(src.get())) realize.insert(src.get());
   }
   return realize;
 }
@@ -262,7 +267,7 @@ void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
   auto readers = count_readers(g);
   for (auto& u : g.order) {
     if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || is_collective(*u) ||
-        u->op == Op::SCATTER_ADD)
+        u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
       continue;
     std::vector<const UOp*> stack;
     auto push_value_srcs = [&](const UOp& n) {
@@ -400,6 +405,8 @@ class ItemMaker {
     }
     if (u->op == Op::COPY || is_collective(*u))
       add_transfer(u, out);
+    else if (u->op == Op::TEMPLATE_KERNEL)
+      add_template_kernel(u, out);
     else if (auto it = joined_.find(u.get()); it != joined_.end())
       add_kernel_with_outputs(u, out, it->second);
     else if (prod(u->shape) > 0)
@@ -449,6 +456,21 @@ class ItemMaker {
     lower(root, out);
   }
 
+  // Note [template kernels] in codegen/attention_kernel.cpp: the item's graph is the template and
+  // its parameters alone; the kernel writes `out` and reads its sources' buffers, in order.
+  void add_template_kernel(const UOpPtr& u, const std::shared_ptr<Buffer>& out) {
+    ScheduleItem item;
+    item.kind = ScheduleItem::Kind::Kernel;
+    item.device = u->device;
+    item.ast = make_uop(Op::TEMPLATE_KERNEL, u->dtype, {}, u->arg);
+    item.buffers = {out};
+    for (auto& src : u->src) {
+      item.buffers.push_back(input_of(src.get()));
+      TG_ASSERT(item.buffers.back(), "template kernel source not realized");
+    }
+    items_.push_back(std::move(item));
+  }
+
   // Note [kernels with several outputs]
   void add_kernel_with_outputs(const UOpPtr& u, const std::shared_ptr<Buffer>& out, const std::vector<UOpPtr>& others) {
     ScheduleItem item;
@@ -489,7 +511,8 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
   for (auto& u : g.order) {
     if (!realize.count(u.get()) || existing_buffer(u.get())) continue;
     auto out = maker.add(u);
-    if (kept && u->op == Op::CUSTOM_GRAD && !g.output_set.count(u.get()) && prod(u->shape) > 0) {
+    bool keeps = u->op == Op::CUSTOM_GRAD || u->op == Op::TEMPLATE_KERNEL;
+    if (kept && keeps && !g.output_set.count(u.get()) && prod(u->shape) > 0) {
       auto it = g.original_of.find(u.get());
       kept->push_back({it == g.original_of.end() ? u : it->second, out});  // Note [kept convolution outputs]
     }
