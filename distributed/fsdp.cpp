@@ -301,18 +301,8 @@ nn::Metadata Fsdp::layout_metadata() const {
   return {{"fsdp_ranks", std::to_string(pg_.size())}, {"fsdp_layout", layout}};
 }
 
-void Fsdp::load_full_state(const nn::StateDict& model_sd, const nn::StateDict& optim_sd) {
+void Fsdp::load_full_optimizer_state(const nn::StateDict& optim_sd) {
   NoGradGuard no_grad;
-  Tensors values;
-  for (auto& p : params_) {
-    auto it = model_sd.find(p.name);
-    TG_CHECK(it != model_sd.end(), "fsdp: the state dict has no parameter '", p.name, "'");
-    TG_CHECK(it->second.shape() == p.shape, "fsdp: parameter '", p.name, "' is ", it->second.describe(),
-             " in the state dict, the model has ", shape_str(p.shape));
-    values.push_back(slice_shard(p, it->second.cast(DType::Float32)));
-  }
-  Tensor::realize_all(values);
-  for (size_t i = 0; i < params_.size(); i++) shards_[i]->assign(values[i]);
   nn::StateDict mine;
   for (auto& [k, v] : optim_sd) {
     int64_t i = state_param_index(k);

@@ -83,8 +83,9 @@ class Fsdp {
   // metadata file records.
   nn::StateDict shard_state_dict() const;
   nn::Metadata layout_metadata() const;
-  // Loads this rank's part from full (unsharded) model and optimizer state dicts.
-  void load_full_state(const nn::StateDict& model_sd, const nn::StateDict& optim_sd);
+  // Loads this rank's part of a full (unsharded) optimizer state dict (the parameters come
+  // through the model and reload_parameters()).
+  void load_full_optimizer_state(const nn::StateDict& optim_sd);
 
  private:
   Tensor gathered_unit(const FsdpUnit& u);           // the unit's ALLGATHER output [world * shard_numel]
