@@ -95,7 +95,8 @@ std::string incomplete_because(const std::string& path, int64_t step, bool verif
       int64_t ranks = metadata_int(meta, strategy + "_ranks", path);
       for (int64_t r = 0; r < ranks; r++) {
         std::string shard = shard_path(path, static_cast<int>(r), strategy);
-        TG_CHECK(fs::is_regular_file(shard), "the ", strategy, " shard of rank ", r, " of ", ranks, " ('", shard, "') is missing");
+        TG_CHECK(fs::is_regular_file(shard), "the ", strategy == "zero1" ? "optimizer" : "fsdp", " shard of rank ", r, " of ", ranks,
+                 " ('", shard, "') is missing");
         if (verify_data) nn::safe_verify(shard);
         else nn::safe_header(shard);
       }

@@ -3,7 +3,8 @@
 // metadata file (world size, layout; no parameters in it). With 2 ranks (test_fsdp_resume_np2,
 // after np4): the step-3 checkpoint of the 4-rank fsdp run resumes under 2-rank ddp, and on one
 // process, and both end at step 6 with the 4-rank run's parameters within 1e-5; the same
-// checkpoint loaded without training gives back the parameters the shards hold.
+// checkpoint loaded without training gives back the parameters the shards hold; with one rank's
+// file missing it is passed over as incomplete.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,6 +118,14 @@ TEST(FsdpTrain, CheckpointOfFourFsdpRanksResumesUnderTwoDdpRanksAndOneProcess) {
   double err = max_rel_diff(model_of(s.last_checkpoint), want);
   std::printf("fsdp 4 ranks to step 3, then ddp 2 ranks to step 6, vs fsdp 4 ranks throughout: %.3g\n", err);
   EXPECT_LT(err, 1e-5);
+  // a checkpoint with a rank's file missing is not complete
+  const std::string damaged = BASE + "_damaged";
+  copy_until_step3(FSDP4, damaged);
+  fs::remove(damaged + "/checkpoints/step_3.fsdp-rank2.safetensors");
+  std::vector<std::string> passed_over;
+  EXPECT_EQ(latest_checkpoint(damaged, &passed_over), "");
+  ASSERT_EQ(passed_over.size(), 1u);
+  EXPECT_NE(passed_over[0].find("the fsdp shard of rank 2 of 4"), std::string::npos) << passed_over[0];
   // one process: the Trainer itself (run_train refuses strategy none in a rank of a job)
   copy_until_step3(FSDP4, one);
   {
