@@ -1,7 +1,8 @@
 // Fully sharded data parallelism under mpirun (2 and 4 ranks): N steps of fsdp end with ddp's
 // parameters within 1e-5 relative (SGD with momentum, Adam with clipping, AdamW, an uneven dim 0);
 // one ALLGATHER per unit before the forward pass and one REDUCE_SCATTER per unit after backward;
-// steps replayed by TinyJit equal steps run without it; the memory held between steps for
+// steps replayed by TinyJit equal steps run without it, a NaN on one rank skipped everywhere;
+// LAMB refused; the memory held between steps for
 // parameters, gradients and optimizer state (the device pool's bytes in use) is about 1/world of
 // ddp's. Sharded checkpoints are tested through tg train (test_fsdp_train.cpp).
 #include <gtest/gtest.h>
@@ -72,12 +73,15 @@ struct RunSpec {
   double max_norm = 0;
   bool jit = false;
   int64_t in = 12, hidden = 30;
+  int nan_step = -1;  // this step's batch is NaN on rank 1 (every rank must skip it)
 };
 
 struct Trained {
   std::vector<std::vector<float>> params;
   std::vector<uint64_t> collectives_per_step;
   size_t resident_bytes = 0;  // the device pool's bytes in use after the last step, less those before the model
+  int64_t optimizer_steps = 0;
+  int64_t skipped = 0;
 };
 
 size_t pool_in_use() { return get_device(default_device()).pool().stats().bytes_in_use; }
@@ -122,9 +126,10 @@ Trained train(bool fsdp, const RunSpec& r) {
     TinyJit jit(step, "fsdp_test_step");
     for (int s = 0; s < r.steps; s++) {
       auto [x, y] = global_batch(s, global, r.in);
+      if (s == r.nan_step && world().rank() == 1) x = x.full_like(NAN).realize();
       uint64_t c0 = GlobalCounters::get().collectives;
       Tensors outs = r.jit ? jit({x, y}) : step({x, y});
-      if (outs.size() == 3) settle_step(sharded ? sharded->shard_optimizer() : *opt, {outs[1], outs[2]});
+      if (outs.size() == 3) out.skipped += settle_step(sharded ? sharded->shard_optimizer() : *opt, {outs[1], outs[2]}).skipped;
       out.collectives_per_step.push_back(GlobalCounters::get().collectives - c0);
     }
     if (r.jit) {
@@ -134,6 +139,7 @@ Trained train(bool fsdp, const RunSpec& r) {
     for (Tensor* t : sharded ? sharded->shards() : net->parameters())
       if (auto g = t->grad()) t->set_grad(Tensor::empty(g->shape()).assign(*g));
     out.resident_bytes = pool_in_use() - before;
+    out.optimizer_steps = (sharded ? sharded->shard_optimizer() : *opt).step_count();
     if (sharded) sharded->materialize();
     for (Tensor* p : net->parameters()) out.params.push_back(p->to_vector<float>());
   }
@@ -156,13 +162,31 @@ TEST(Fsdp, EqualsDataParallel) {
   }
 }
 
+// The 4th step (a replay) has a NaN gradient on rank 1: every rank skips it, under the JIT as
+// without it, and ddp skips it too.
 TEST(Fsdp, JitReplaysTheGathersAndEqualsJitOff) {
-  RunSpec r{.opt = OptName::Adam, .steps = 4, .max_norm = 0.5};
-  Trained eager = train(true, r);
+  RunSpec r{.opt = OptName::Adam, .steps = 5, .max_norm = 0.5, .nan_step = 3};
+  Trained eager = train(true, r), ddp = train(false, r);
   r.jit = true;
   Trained replayed = train(true, r);
   EXPECT_EQ(max_rel_diff(replayed.params, eager.params), 0.0);
+  EXPECT_LT(max_rel_diff(replayed.params, ddp.params), 1e-5);
+  for (const Trained* t : {&eager, &replayed, &ddp}) {
+    EXPECT_EQ(t->skipped, 1);
+    EXPECT_EQ(t->optimizer_steps, 4);
+  }
   for (uint64_t c : replayed.collectives_per_step) EXPECT_EQ(c, 7u);
+}
+
+// LAMB's trust ratio needs each parameter's whole norm, which no shard has.
+TEST(Fsdp, RefusesLamb) {
+  auto net = make_mlp();
+  try {
+    Fsdp f(world(), *net, [](std::vector<Tensor*> ps) { return std::make_unique<nn::LAMB>(std::move(ps), 1e-3); });
+    ADD_FAILURE() << "LAMB was accepted";
+  } catch (const Error& e) {
+    EXPECT_HAS(e.what(), "fsdp: LAMB needs per-parameter norms; use sgd, adam or adamw");
+  }
 }
 
 // Between steps ddp holds the parameters, their gradients (the buckets' all-reduce outputs) and
