@@ -2,9 +2,9 @@
 // parameters within 1e-5 relative (SGD with momentum, Adam with clipping, AdamW, an uneven dim 0);
 // one ALLGATHER per unit before the forward pass and one REDUCE_SCATTER per unit after backward;
 // steps replayed by TinyJit equal steps run without it, a NaN on one rank skipped everywhere;
-// LAMB refused; the memory held between steps for
-// parameters, gradients and optimizer state (the device pool's bytes in use) is about 1/world of
-// ddp's. Sharded checkpoints are tested through tg train (test_fsdp_train.cpp).
+// LAMB refused; the memory held between steps for parameters, gradients and optimizer state (the
+// device pool's bytes in use) is about 1/world of ddp's. Sharded checkpoints are tested through
+// tg train (test_fsdp_train.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
