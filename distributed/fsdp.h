@@ -75,8 +75,6 @@ class Fsdp {
   const std::vector<FsdpUnit>& units() const { return units_; }
   // This rank's shards, in the model's parameter order.
   std::vector<Tensor*> shards();
-  // Bytes of device memory held by the shards, their gradients and the optimizer state.
-  int64_t resident_bytes() const;
 
   // A sharded checkpoint (Note [fsdp checkpoints]): this rank's part (model shards under
   // "model.<name>", optimizer shard state under "optim.<key>"), and the layout that the
