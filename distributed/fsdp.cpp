@@ -51,6 +51,14 @@ Shape parse_csv(const std::string& s) {
   return out;
 }
 
+// t ([d0, ...]) with zero rows appended up to `rows` rows.
+Tensor pad_rows(const Tensor& t, int64_t rows) {
+  if (rows == t.shape(0)) return t;
+  std::vector<std::pair<int64_t, int64_t>> pads(static_cast<size_t>(t.ndim()), {0, 0});
+  pads[0] = {0, rows - t.shape(0)};
+  return t.pad(pads);
+}
+
 // "<i>.<state>" -> i; -1 for other keys ("step").
 int64_t state_param_index(const std::string& key) {
   auto dot = key.find('.');
@@ -66,24 +74,28 @@ Fsdp::Fsdp(ProcessGroup& pg, nn::Module& model, const OptimizerFactory& make_opt
     : pg_(pg), opt_(opt) {
   TG_CHECK(opt_.grad_dtype == DType::Float32 || opt_.grad_dtype == DType::BFloat16, "fsdp: gradients travel in ",
            "float32 or bfloat16, not ", dtype_name(opt_.grad_dtype));
-  const int64_t n = pg_.size();
-  for (auto& [name, p] : model.named_parameters()) {
-    TG_CHECK(p->dtype() == DType::Float32, "fsdp: parameter '", name, "' is ", p->describe(),
-             " (the sharded parameters are float32)");
-    FsdpParam fp{name, p, p->shape(), 0, 0};
-    fp.rows = (rows_first(fp.shape)[0] + n - 1) / n;
-    std::string owner = owner_of(name);
-    if (units_.empty() || units_.back().module != owner) units_.push_back(FsdpUnit{owner, {}, 0});
-    fp.offset = units_.back().shard_numel;
-    units_.back().shard_numel += fp.numel();
-    units_.back().params.push_back(params_.size());
-    params_.push_back(std::move(fp));
-  }
+  for (auto& [name, p] : model.named_parameters()) add_parameter(name, p);
   TG_CHECK(!params_.empty(), "fsdp: the model has no parameters");
   for (auto& p : params_) shards_.push_back(std::make_unique<Tensor>(Tensor::zeros(p.shard_shape(), {.device = p.param->device()})));
   reload_parameters();
   optim_ = make_optimizer(shards());
   TG_CHECK(optim_->type_name() != "LAMB", "fsdp: LAMB needs per-parameter norms; use sgd, adam or adamw");
+}
+
+// A parameter joins the unit of the module before it when they have the same owner (a module's
+// own parameters are listed together, before its children's).
+void Fsdp::add_parameter(const std::string& name, Tensor* p) {
+  TG_CHECK(p->dtype() == DType::Float32, "fsdp: parameter '", name, "' is ", p->describe(),
+           " (the sharded parameters are float32)");
+  const int64_t n = pg_.size();
+  FsdpParam fp{name, p, p->shape(), 0, 0};
+  fp.rows = (rows_first(fp.shape)[0] + n - 1) / n;  // Note [fsdp shards]
+  std::string owner = owner_of(name);
+  if (units_.empty() || units_.back().module != owner) units_.push_back(FsdpUnit{owner, {}, 0});
+  fp.offset = units_.back().shard_numel;
+  units_.back().shard_numel += fp.numel();
+  units_.back().params.push_back(params_.size());
+  params_.push_back(std::move(fp));
 }
 
 std::vector<Tensor*> Fsdp::shards() {
@@ -98,11 +110,7 @@ Tensor Fsdp::placeholder(const FsdpParam& p) const {
 
 Tensor Fsdp::slice_shard(const FsdpParam& p, const Tensor& full) const {
   const int64_t n = pg_.size(), r = pg_.rank();
-  Tensor t = full.detach().reshape(rows_first(p.shape));
-  const int64_t d0 = t.shape(0);
-  std::vector<std::pair<int64_t, int64_t>> pads(static_cast<size_t>(t.ndim()), {0, 0});
-  pads[0] = {0, p.rows * n - d0};
-  if (p.rows * n > d0) t = t.pad(pads);
+  Tensor t = pad_rows(full.detach().reshape(rows_first(p.shape)), p.rows * n);
   std::vector<std::pair<int64_t, int64_t>> bounds;
   for (int64_t d = 0; d < t.ndim(); d++) bounds.push_back({0, t.shape(d)});
   bounds[0] = {p.rows * r, p.rows * (r + 1)};
@@ -187,11 +195,7 @@ Tensor Fsdp::reduced_unit(const FsdpUnit& u) {
     const FsdpParam& p = params_[i];
     auto g = p.param->grad();
     Tensor t = (g ? g->detach().cast(DType::Float32) : placeholder(p)).reshape(rows_first(p.shape));
-    if (p.rows * n > t.shape(0)) {
-      std::vector<std::pair<int64_t, int64_t>> pads(static_cast<size_t>(t.ndim()), {0, 0});
-      pads[0] = {0, p.rows * n - t.shape(0)};
-      t = t.pad(pads);
-    }
+    t = pad_rows(t, p.rows * n);
     cols.push_back(t.reshape({n, p.numel()}));
   }
   Tensor grad = (cols.size() == 1 ? cols[0] : Tensor::cat(cols, 1)).reshape({n * u.shard_numel});
@@ -223,20 +227,39 @@ LazyStepOutcome Fsdp::step_lazy(const Tensors& also_realize, const StepOptions& 
   Tensors values = gathered_;
   for (size_t k = units_.size(); k-- > 0;) values.push_back(reduced[k]);
   values.insert(values.end(), also_realize.begin(), also_realize.end());
+  Tensors grads = shard_gradients(reduced);
+  LazyStepOutcome out = decide(grads, opt, values);
+  for (size_t i = 0; i < params_.size(); i++) shards_[i]->set_grad(grads[i]);
+  if (out.ok) optim_->step_if(*out.ok, values);
+  else optim_->step(values);
+  for (auto& g : gathered_) g.uop()->realized.reset();  // Note [fsdp placeholders]: nothing full stays
+  gathered_.clear();
+  if (!jit_capturing()) keep_gradients(reduced);
+  for (auto& p : params_) p.param->set_grad(std::nullopt);
+  release();
+  return out;
+}
+
+Tensors Fsdp::shard_gradients(const Tensors& reduced) const {
   Tensors grads(params_.size());
-  std::optional<Tensor> sq;
   for (size_t k = 0; k < units_.size(); k++)
     for (size_t i : units_[k].params) {
       const FsdpParam& p = params_[i];
       grads[i] = reduced[k].shrink({{p.offset, p.offset + p.numel()}}).reshape(p.shard_shape());
-      Tensor s = grads[i].square().sum();
-      sq = sq ? *sq + s : s;
     }
+  return grads;
+}
+
+// The decision of Note [an fsdp step on the graph]; clips `grads` in place and appends the 0-d
+// outcome to `values`.
+LazyStepOutcome Fsdp::decide(Tensors& grads, const StepOptions& opt, Tensors& values) {
+  Tensor sq = grads[0].square().sum();
+  for (size_t i = 1; i < grads.size(); i++) sq = sq + grads[i].square().sum();
   LazyStepOutcome out;
   if (opt.max_norm > 0 || opt.skip_nonfinite) {
-    Tensor zero = sq->zeros_like(), one = sq->ones_like();
-    Tensor finite = sq->isnan().logical_or(sq->isinf()).logical_not();
-    Tensor stats = all_reduce_node(pg_, Tensor::stack({finite.where(zero, one), finite.where(*sq, zero)}));
+    Tensor zero = sq.zeros_like(), one = sq.ones_like();
+    Tensor finite = sq.isnan().logical_or(sq.isinf()).logical_not();
+    Tensor stats = all_reduce_node(pg_, Tensor::stack({finite.where(zero, one), finite.where(sq, zero)}));
     Tensor ok = stats[0].eq(zero);
     Tensor norm = stats[1].sqrt();
     if (opt.max_norm > 0) {
@@ -248,17 +271,9 @@ LazyStepOutcome Fsdp::step_lazy(const Tensors& also_realize, const StepOptions& 
     values.push_back(*out.ok);
     values.push_back(*out.grad_norm);
   } else if (opt.report_norm) {
-    out.grad_norm = all_reduce_node(pg_, *sq).sqrt();
+    out.grad_norm = all_reduce_node(pg_, sq).sqrt();
     values.push_back(*out.grad_norm);
   }
-  for (size_t i = 0; i < params_.size(); i++) shards_[i]->set_grad(grads[i]);
-  if (out.ok) optim_->step_if(*out.ok, values);
-  else optim_->step(values);
-  for (auto& g : gathered_) g.uop()->realized.reset();  // Note [fsdp placeholders]: nothing full stays
-  gathered_.clear();
-  if (!jit_capturing()) keep_gradients(reduced);
-  for (auto& p : params_) p.param->set_grad(std::nullopt);
-  release();
   return out;
 }
 

@@ -86,10 +86,13 @@ class Fsdp {
   void load_full_optimizer_state(const nn::StateDict& optim_sd);
 
  private:
+  void add_parameter(const std::string& name, Tensor* p);
   Tensor gathered_unit(const FsdpUnit& u);           // the unit's ALLGATHER output [world * shard_numel]
   Tensor reduced_unit(const FsdpUnit& u);            // the unit's averaged gradient shard [shard_numel]
   Tensor slice_shard(const FsdpParam& p, const Tensor& full) const;  // this rank's rows of a full tensor
   Tensor placeholder(const FsdpParam& p) const;
+  Tensors shard_gradients(const Tensors& reduced) const;  // each shard's slice of its unit's reduced gradient
+  LazyStepOutcome decide(Tensors& grads, const StepOptions& opt, Tensors& values);  // skip check, clipping
   void keep_gradients(const Tensors& reduced);      // the shards' gradients as views of plain buffers
 
   ProcessGroup& pg_;
