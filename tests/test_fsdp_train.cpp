@@ -143,5 +143,6 @@ TEST(FsdpTrain, CheckpointOfFourFsdpRanksResumesUnderTwoDdpRanksAndOneProcess) {
     std::printf("fsdp 4 ranks to step 3, then one process to step 6, vs fsdp 4 ranks throughout: %.3g\n", err1);
     EXPECT_LT(err1, 1e-5);
   }
+  for (const std::string& dir : {FSDP4, BASE + "_ddp4", ddp2, one, damaged}) fs::remove_all(dir);
   group->barrier()->wait();
 }
