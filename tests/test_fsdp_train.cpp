@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string BASE = "/tmp/tg_test_fsdp_train";
+// Shared by the 4-rank test and the 2-rank one that resumes its checkpoint.
+const std::string BASE = std::string(TG_TEST_RUN_DIR) + "/run";
 
 Config config(const std::string& dir, std::vector<std::string> extra) {
   std::vector<std::string> o{"model.hidden=[30]",  "data.batch_size=32",     "train.steps=6",
