@@ -87,7 +87,7 @@ std::vector<ConfigField>& schema_storage() {
       {"train.resume", ValueType::Bool, false, "continue from the latest checkpoint in train.run_dir"},
       {"train.init_weights", ValueType::String, std::string(""), "safetensors file to load model weights from"},
       {"train.overwrite", ValueType::Bool, false, "replace an existing run directory"},
-      {"distributed.strategy", ValueType::String, std::string("none"), "none | ddp (data parallel over the ranks of mpirun, tg launch or srun) | zero1 (ddp with sharded optimizer state)"},
+      {"distributed.strategy", ValueType::String, std::string("none"), "none | ddp (data parallel over the ranks of mpirun, tg launch or srun) | zero1 (ddp with sharded optimizer state) | fsdp (parameters, gradients and optimizer state sharded)"},
       {"distributed.backend", ValueType::String, std::string("auto"), "auto (nccl when train.device is CUDA, else mpi under mpirun and gloo otherwise) | mpi | nccl | gloo: the process group's backend"},
       {"distributed.grad_dtype", ValueType::String, std::string("fp32"), "fp32 | bf16: the dtype gradients are all-reduced in (averaged and applied in float32)"},
       {"distributed.bucket_mb", ValueType::Float, 25.0, "ddp: gradient bucket size in MB (one all-reduce per bucket)"},
@@ -413,7 +413,7 @@ void Config::validate() const {
   oneof("data.name", dataset_registry().names());
   oneof("optim.name", {"sgd", "adam", "adamw", "lamb"});
   oneof("schedule.name", {"constant", "step", "cosine"});
-  oneof("distributed.strategy", {"none", "ddp", "zero1"});
+  oneof("distributed.strategy", {"none", "ddp", "zero1", "fsdp"});
   oneof("distributed.backend", {"auto", "mpi", "nccl", "gloo"});
   oneof("distributed.grad_dtype", {"fp32", "bf16"});
   oneof("train.precision", {"fp32", "bf16"});

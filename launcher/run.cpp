@@ -236,8 +236,9 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
     RunRecord record{.command_line = opt.command_line, .config_name = cfg.name, .world_size = trainer.world_size()};
     record.devices = group ? all_strings(*group, default_device()) : std::vector<std::string>{default_device()};
     if (!lead) {
-      // zero1: every rank writes its optimizer shard whenever rank 0 writes a checkpoint
-      if (cfg.get_string("distributed.strategy") == "zero1") trainer.add_observer(std::make_shared<CheckpointWriter>());
+      // zero1, fsdp: every rank writes its shard whenever rank 0 writes a checkpoint
+      const std::string& strategy = cfg.get_string("distributed.strategy");
+      if (strategy == "zero1" || strategy == "fsdp") trainer.add_observer(std::make_shared<CheckpointWriter>());
       return trainer.fit();
     }
     Config named = cfg;

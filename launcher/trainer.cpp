@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <set>
 
 #include "distributed/coordinated_step.h"
 #include "distributed/host_exchange.h"
@@ -89,11 +90,13 @@ std::string incomplete_because(const std::string& path, int64_t step, bool verif
     TG_CHECK(meta.count("format") && meta.at("format") == CHECKPOINT_FORMAT, "it has no trainer metadata (not written by tg train)");
     int64_t saved = metadata_int(meta, "step", path);
     TG_CHECK(saved == step, "its metadata says step ", saved);
-    if (meta.count("zero1_ranks")) {
-      int64_t ranks = metadata_int(meta, "zero1_ranks", path);
+    for (const std::string strategy : {"zero1", "fsdp"}) {
+      if (!meta.count(strategy + "_ranks")) continue;
+      int64_t ranks = metadata_int(meta, strategy + "_ranks", path);
       for (int64_t r = 0; r < ranks; r++) {
-        std::string shard = shard_path(path, static_cast<int>(r));
-        TG_CHECK(fs::is_regular_file(shard), "the optimizer shard of rank ", r, " of ", ranks, " ('", shard, "') is missing");
+        std::string shard = shard_path(path, static_cast<int>(r), strategy);
+        TG_CHECK(fs::is_regular_file(shard), "the ", strategy == "zero1" ? "optimizer" : "fsdp", " shard of rank ", r, " of ", ranks,
+                 " ('", shard, "') is missing");
         if (verify_data) nn::safe_verify(shard);
         else nn::safe_header(shard);
       }
@@ -116,7 +119,7 @@ void delete_checkpoint(const fs::path& path) {
   const std::string stem = path.filename().string().substr(0, path.filename().string().size() - std::string(".safetensors").size());
   for (const auto& e : fs::directory_iterator(path.parent_path(), ec)) {
     std::string n = e.path().filename().string();
-    if (n.rfind(stem + ".zero1-rank", 0) == 0) fs::remove(e.path(), ec);
+    if (n.rfind(stem + ".zero1-rank", 0) == 0 || n.rfind(stem + ".fsdp-rank", 0) == 0) fs::remove(e.path(), ec);
   }
 }
 
@@ -268,7 +271,8 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   if (devices_.size() > 1)
     for (Tensor* p : model_->parameters()) p->shard_(devices_);  // Note [data parallel over devices]
   const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
-  if (!zero1) optim_ = make_optimizer(cfg_, model_->parameters());
+  const bool fsdp = cfg_.get_string("distributed.strategy") == "fsdp";
+  if (!zero1 && !fsdp) optim_ = make_optimizer(cfg_, model_->parameters());
   schedule_ = make_schedule(cfg_, total_steps_);
   jit_ = std::make_unique<TinyJit>([this](const Tensors& batch) { return train_step(batch); }, "train_step");
   if (group_) {
@@ -287,6 +291,10 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
           *group_, model_->parameters(),
           [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps), /*flat_shards=*/true); },
           grad_dtype);
+    if (fsdp)  // the shards keep their parameters' ranks, so adamw still decays matrices only
+      fsdp_ = std::make_unique<dist::Fsdp>(
+          *group_, *model_, [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps)); },
+          dist::FsdpOptions{.grad_dtype = grad_dtype});
   }
 }
 
@@ -312,6 +320,7 @@ Tensors Trainer::train_step(const Tensors& batch) {
     x = dist::shard_batch(x, rank(), world_size());
     y = dist::shard_batch(y, rank(), world_size());
   }
+  if (fsdp_) fsdp_->unshard();  // Note [an fsdp step on the graph] in distributed/fsdp.cpp
   for (Tensor* p : model_->parameters()) p->zero_grad();
   Tensor loss = accumulated_backward(x, y);
   const double clip = cfg_.get_float("optim.clip_grad_norm");
@@ -320,6 +329,8 @@ Tensors Trainer::train_step(const Tensors& batch) {
     dist::LazyStepOutcome lazy;
     if (zero_) {
       lazy = zero_->step_lazy({loss}, so);
+    } else if (fsdp_) {
+      lazy = fsdp_->step_lazy({loss}, so);
     } else {
       Tensors first = dp_->reduce_gradients();
       first.push_back(loss);
@@ -417,6 +428,16 @@ TrainSummary Trainer::fit() {
     emit([&](TrainObserver& o) { o.on_eval(*this, ev); });
   };
 
+  // Rank 0 evaluates for everyone; every rank decides alike, since fsdp's gathers need them all
+  // (Note [fsdp placeholders] in distributed/fsdp.cpp).
+  auto eval_on_rank0 = [&]() {
+    if (last_eval_step_ == step_) return;
+    if (fsdp_) fsdp_->materialize();
+    if (rank() == 0) run_eval();
+    last_eval_step_ = step_;
+    if (fsdp_) fsdp_->release();
+  };
+
   auto next_batch = [&]() {
     trace::Span span("data", "next batch");
     return train_loader_->next();
@@ -470,14 +491,14 @@ TrainSummary Trainer::fit() {
       }
       bool epoch_end = b->index == bpe - 1;
       if ((eval_every > 0 && step_ % eval_every == 0) || (eval_every == 0 && epoch_end) || last) {
-        if (last_eval_step_ != step_ && rank() == 0) run_eval();  // rank 0 evaluates for everyone
+        eval_on_rank0();
         t_window = std::chrono::steady_clock::now();  // evaluation time is not training throughput
         window_examples = 0;
       }
       emit([&](TrainObserver& o) { o.on_step(*this, step_); });  // after the step's records (checkpoints)
     }
   }
-  if (last_eval_step_ != step_ && step_ > 0 && rank() == 0) run_eval();
+  if (step_ > 0) eval_on_rank0();
   TrainSummary sum{step_, skipped_, last_eval_.accuracy, last_eval_.loss, seconds_since(t_fit), run_dir_, last_checkpoint_};
   emit([&](TrainObserver& o) { o.on_train_end(*this, sum); });
   sum.last_checkpoint = last_checkpoint_;  // an observer may have written the final checkpoint
@@ -489,8 +510,12 @@ std::string Trainer::save_checkpoint() {
   fs::path dir = fs::path(run_dir_) / "checkpoints";
   fs::create_directories(dir);
   nn::StateDict sd;
-  for (auto& [k, v] : model_->state_dict()) sd.emplace("model." + k, v);
-  if (!zero_)
+  std::set<std::string> sharded;  // fsdp: the parameters are in the ranks' files
+  if (fsdp_)
+    for (const auto& p : fsdp_->params()) sharded.insert(p.name);
+  for (auto& [k, v] : model_->state_dict())
+    if (!sharded.count(k)) sd.emplace("model." + k, v);
+  if (optim_)
     for (auto& [k, v] : optim_->state_dict()) sd.emplace("optim." + k, v);
   nn::Metadata meta{{"format", CHECKPOINT_FORMAT},
                     {"step", std::to_string(step_)},
@@ -506,6 +531,12 @@ std::string Trainer::save_checkpoint() {
     for (auto& [k, v] : zero_->shard_optimizer().state_dict()) shard.emplace("optim." + k, v);
     nn::safe_save(shard, shard_path(path, rank()), {{"format", CHECKPOINT_FORMAT}, {"step", std::to_string(step_)}});
     group_->barrier()->wait();  // every shard is on disk before the main file names the step complete
+  }
+  if (fsdp_) {  // Note [fsdp checkpoints] in distributed/fsdp.cpp
+    meta.merge(fsdp_->layout_metadata());
+    nn::safe_save(fsdp_->shard_state_dict(), shard_path(path, rank(), "fsdp"),
+                  {{"format", CHECKPOINT_FORMAT}, {"step", std::to_string(step_)}});
+    group_->barrier()->wait();
   }
   if (rank() == 0) {
     nn::safe_save(sd, path, meta);
@@ -529,8 +560,20 @@ void Trainer::load_checkpoint(const std::string& path) {
     if (k.rfind("model.", 0) == 0) model_sd.emplace(k.substr(6), v);
     else if (k.rfind("optim.", 0) == 0) optim_sd.emplace(k.substr(6), v);
   }
+  if (meta.count("fsdp_ranks")) {  // Note [fsdp checkpoints]: full tensors from every rank's shards
+    TG_CHECK(!zero_, "checkpoint '", path, "' was written by fsdp; resume it with distributed.strategy=fsdp, ddp or none");
+    std::vector<nn::StateDict> parts;
+    for (int64_t r = 0; r < metadata_int(meta, "fsdp_ranks", path); r++) parts.push_back(nn::safe_load(shard_path(path, static_cast<int>(r), "fsdp")));
+    auto [params, state] = dist::unshard_checkpoint(parts, meta);
+    model_sd.merge(params);
+    optim_sd = std::move(state);
+  }
   model_->load_state_dict(model_sd);
-  if (zero_) {
+  if (fsdp_) {
+    TG_CHECK(!meta.count("zero1_ranks"), "checkpoint '", path, "' holds sharded (zero1) optimizer state; resume it with distributed.strategy=zero1");
+    fsdp_->reload_parameters();
+    fsdp_->load_full_optimizer_state(optim_sd);
+  } else if (zero_) {
     TG_CHECK(meta.count("zero1_ranks") && metadata_int(meta, "zero1_ranks", path) == world_size(), "checkpoint '", path,
              "' was not written by a zero1 run of ", world_size(), " ranks (its optimizer state is sharded differently)");
     optim_sd.clear();
@@ -539,7 +582,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   } else {
     TG_CHECK(!meta.count("zero1_ranks"), "checkpoint '", path, "' holds sharded (zero1) optimizer state; resume it with distributed.strategy=zero1");
   }
-  optimizer().load_state_dict(optim_sd);
+  if (!fsdp_) optimizer().load_state_dict(optim_sd);
   if (zero_) zero_->reload_parameters();
   step_ = metadata_int(meta, "step", path);
   TG_CHECK(step_ >= 0 && step_ <= total_steps_, "checkpoint '", path, "' is at step ", step_,
@@ -558,11 +601,12 @@ void Trainer::load_weights(const std::string& path) {
   }
   model_->load_state_dict(sd);
   if (zero_) zero_->reload_parameters();
+  if (fsdp_) fsdp_->reload_parameters();
 }
 
-std::string shard_path(const std::string& checkpoint, int rank) {
+std::string shard_path(const std::string& checkpoint, int rank, const std::string& strategy) {
   std::string base = checkpoint.substr(0, checkpoint.size() - std::string(".safetensors").size());
-  return base + ".zero1-rank" + std::to_string(rank) + ".safetensors";
+  return base + "." + strategy + "-rank" + std::to_string(rank) + ".safetensors";
 }
 
 std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over) {

@@ -13,6 +13,7 @@
 #include "launcher/config.h"
 #include "distributed/collective_runner.h"
 #include "distributed/data_parallel.h"
+#include "distributed/fsdp.h"
 #include "distributed/process_group.h"
 #include "distributed/zero.h"
 #include "launcher/registry.h"
@@ -106,6 +107,8 @@ class Trainer {
 
   // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint. With
   // zero1 every rank r also writes its optimizer shard to step_<N>.zero1-rank<r>.safetensors
+  // (with fsdp its parameter shards and their optimizer state to step_<N>.fsdp-rank<r>.safetensors,
+  // and the main file holds the layout and the model's buffers: Note [fsdp checkpoints])
   // (so every rank calls this), and the main file holds the model and metadata only.
   std::string save_checkpoint();
   // Restores model, optimizer and step from a checkpoint written by save_checkpoint.
@@ -124,7 +127,8 @@ class Trainer {
   const std::string& run_dir() const { return run_dir_; }
   nn::Module& model() { return *model_; }
   // zero1: the optimizer of this rank's block of the flat parameters (see distributed/zero.h)
-  nn::Optimizer& optimizer() { return zero_ ? zero_->shard_optimizer() : *optim_; }
+  // fsdp: the optimizer of this rank's shards (see distributed/fsdp.h)
+  nn::Optimizer& optimizer() { return zero_ ? zero_->shard_optimizer() : fsdp_ ? fsdp_->shard_optimizer() : *optim_; }
   const nn::LRSchedule& schedule() const { return *schedule_; }
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   int rank() const { return group_ ? group_->rank() : 0; }
@@ -160,6 +164,7 @@ class Trainer {
   std::unique_ptr<dist::CollectiveEngine> engine_;
   std::unique_ptr<dist::DataParallel> dp_;
   std::unique_ptr<dist::Zero1> zero_;
+  std::unique_ptr<dist::Fsdp> fsdp_;
   std::unique_ptr<TinyJit> jit_;
   // train.devices (Note [data parallel over devices] in trainer.cpp); empty: one device.
   std::vector<std::string> devices_;
@@ -173,13 +178,14 @@ class Trainer {
 };
 
 // The newest complete checkpoint in run_dir/checkpoints (a step_<N>.safetensors with trainer
-// metadata whose tensors all match their checksums and, for zero1, every rank's shard file, as
+// metadata whose tensors all match their checksums and, for zero1 and fsdp, every rank's shard file, as
 // sound); empty when none. Leftover .tmp files are ignored; damaged or incomplete checkpoints
 // and names that are no valid step are passed over, each noted in `passed_over` as
 // "<path>: <why>".
 std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over = nullptr);
-// The optimizer shard file of `rank` next to a zero1 checkpoint.
-std::string shard_path(const std::string& checkpoint, int rank);
+// The shard file of `rank` next to a zero1 checkpoint (its optimizer block) or an fsdp one
+// (its parameter shards and their optimizer state): step_<N>.<strategy>-rank<r>.safetensors.
+std::string shard_path(const std::string& checkpoint, int rank, const std::string& strategy = "zero1");
 
 // Builders from the config, also used on their own.
 // adamw decays matrices only (nn::decay_matrices_only: no weight decay for biases and norms)

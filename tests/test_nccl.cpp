@@ -1,8 +1,8 @@
 // The nccl process group under mpirun, one GPU per rank (label gpu): skipped with the reason where
 // CUDA or NCCL is unavailable or the machine has fewer GPUs than ranks. Collectives on device
 // buffers in float32, bfloat16 and float16, as graph nodes on the communication stream; a data-
-// parallel and a ZeRO-1 step replayed as one CUDA graph with the NCCL work inside, ending with the
-// parameters of one process on the whole batch; a stopped rank ends in an error naming the
+// parallel, a ZeRO-1 and a fully sharded (fsdp) step replayed as one CUDA graph with the NCCL work
+// inside, ending with the parameters of one process on the whole batch; a stopped rank ends in an error naming the
 // collective (2 GPUs and more).
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include "distributed/collective_runner.h"
 #include "distributed/coordinated_step.h"
 #include "distributed/data_parallel.h"
+#include "distributed/fsdp.h"
 #include "distributed/host_exchange.h"
 #include "distributed/mpi_backend.h"
 #include "distributed/nccl_backend.h"
@@ -156,7 +157,7 @@ TEST_F(Nccl, CollectiveNodesRunOnTheCommunicationStream) {
 
 namespace {
 
-enum class Mode { One, Ddp, Zero1 };
+enum class Mode { One, Ddp, Zero1, Fsdp };
 
 // 6 steps of SGD with momentum through a TinyJit (captured on the 2nd, replayed after), on a
 // global batch of 8 per rank; returns the parameters and how the JIT ran.
@@ -174,6 +175,7 @@ Trained train(Mode mode) {
   std::unique_ptr<CollectiveEngine> engine;
   std::unique_ptr<DataParallel> dp;
   std::unique_ptr<Zero1> zero;
+  std::unique_ptr<Fsdp> fsdp;
   std::unique_ptr<nn::Optimizer> opt;
   auto sgd = [](std::vector<Tensor*> ps) -> std::unique_ptr<nn::Optimizer> {
     return std::make_unique<nn::SGD>(std::move(ps), 0.05, 0.9);
@@ -184,6 +186,7 @@ Trained train(Mode mode) {
     dp->broadcast_parameters();
   }
   if (mode == Mode::Zero1) zero = std::make_unique<Zero1>(pg, net->parameters(), sgd);
+  else if (mode == Mode::Fsdp) fsdp = std::make_unique<Fsdp>(pg, *net, sgd);
   else opt = sgd(net->parameters());
   StepOptions so{.max_norm = 1.0, .skip_nonfinite = true};
   TinyJit jit([&](const Tensors& batch) -> Tensors {
@@ -192,6 +195,7 @@ Trained train(Mode mode) {
       x = shard_batch(x, pg.rank(), pg.size());
       y = shard_batch(y, pg.rank(), pg.size());
     }
+    if (fsdp) fsdp->unshard();
     Tensor loss = (*net)(x).sparse_categorical_crossentropy(y);
     for (Tensor* p : net->parameters()) p->zero_grad();
     loss.backward();
@@ -202,15 +206,19 @@ Trained train(Mode mode) {
     }
     Tensors first = mode == Mode::Ddp ? dp->reduce_gradients() : Tensors{};
     first.push_back(loss);
-    auto [ok, norm] = mode == Mode::Zero1 ? zero->step_lazy(first, so) : coordinated_step_lazy(pg, *opt, first, so);
+    auto [ok, norm] = mode == Mode::Zero1 ? zero->step_lazy(first, so)
+                      : mode == Mode::Fsdp ? fsdp->step_lazy(first, so)
+                                           : coordinated_step_lazy(pg, *opt, first, so);
     return {loss, ok.value(), norm.value()};
   }, "nccl_step");
   for (int s = 0; s < 6; s++) {
     Tensor::manual_seed(100 + s);
     Tensor x = Tensor::randn({global, 12}), y = Tensor::randint({global}, 0, 5);
     Tensors outs = jit({x, y});
-    if (outs.size() == 3) settle_step(mode == Mode::Zero1 ? zero->shard_optimizer() : *opt, {outs[1], outs[2]});
+    if (outs.size() == 3)
+      settle_step(zero ? zero->shard_optimizer() : fsdp ? fsdp->shard_optimizer() : *opt, {outs[1], outs[2]});
   }
+  if (fsdp) fsdp->materialize();
   Trained t;
   for (Tensor* p : net->parameters()) t.params.push_back(p->to_vector<float>());
   t.replays = jit.replays();
@@ -230,16 +238,16 @@ double max_rel(const std::vector<std::vector<float>>& a, const std::vector<std::
 
 // With clipping and the skip check the steps decide on the device, so the JIT replays them, on
 // CUDA as one graph per step with the NCCL calls inside; the result equals one process's.
-TEST_F(Nccl, ReplayedDdpAndZero1StepsEqualOneProcess) {
+TEST_F(Nccl, ReplayedDdpZero1AndFsdpStepsEqualOneProcess) {
   Trained one = train(Mode::One);
-  for (Mode m : {Mode::Ddp, Mode::Zero1}) {
-    SCOPED_TRACE(m == Mode::Ddp ? "ddp" : "zero1");
+  for (Mode m : {Mode::Ddp, Mode::Zero1, Mode::Fsdp}) {
+    const char* name = m == Mode::Ddp ? "ddp" : m == Mode::Zero1 ? "zero1" : "fsdp";
+    SCOPED_TRACE(name);
     Trained t = train(m);
     EXPECT_EQ(t.disabled, "");
     EXPECT_EQ(t.replays, 4);
     double err = max_rel(t.params, one.params);
-    if (nccl().rank() == 0) std::printf("%s over nccl, %d GPU(s): max relative difference %.3g\n",
-                                        m == Mode::Ddp ? "ddp" : "zero1", nccl().size(), err);
+    if (nccl().rank() == 0) std::printf("%s over nccl, %d GPU(s): max relative difference %.3g\n", name, nccl().size(), err);
     // ddp at one GPU is the same arithmetic (0 on an H200); zero1 updates flat shards, whose
     // gradient norm sums in another order (1.2e-6 on an H200 at one GPU)
     EXPECT_LT(err, m == Mode::Ddp && nccl().size() == 1 ? 1e-6 : 1e-5);
