@@ -66,14 +66,15 @@ void expect_within_float32_bound(const Tensor& a, const Tensor& b, const Tensor&
 
 }  // namespace
 
-// Products of several shapes, K odd and even, as the dot tiles compute them (where the host has
-// them) and as the float32 kernels do.
+// Products of several shapes, K odd and even, one row and several, a B larger than half an L2 of
+// up to 2 MB (Note [column groups]), as the dot tiles compute them (where the host has them) and
+// as the float32 kernels do.
 TEST(Bf16Dot, ProductsAgreeWithFloat32OfTheRoundedOperands) {
   struct Shape3 {
     int64_t n, k, m;
   };
   for (Shape3 s : {Shape3{16, 64, 32}, Shape3{24, 37, 64}, Shape3{5, 130, 96}, Shape3{40, 3, 32}, Shape3{9, 1, 32},
-                   Shape3{64, 200, 160}}) {
+                   Shape3{64, 200, 160}, Shape3{16, 600, 1024} /* B of 1.2 MB: column groups */}) {
     Tensor a = rnd({s.n, s.k}, 1, -2, 2, BF16).realize(), b = rnd({s.k, s.m}, 2, -2, 2, BF16).realize();
     Tensor r = float32_sum_of_products(a, b);
     if (dot_tiles_here() && s.k > 1) {

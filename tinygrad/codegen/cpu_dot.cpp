@@ -23,9 +23,9 @@
 //   - K: the innermost reduce loop of even length (else the innermost one) is taken in pairs,
 //     inside the other reduce loops; an odd length ends with one step whose second values are
 //     zero (A's half of the word and B's row), so no element past the loop is read.
-//   - the accumulators' lanes are extracted after the loops and the store's expression (the
-//     rounding to bfloat16, a bias, ...) is computed per element with the kernel graph's own
-//     arithmetic, lane c of the tile's columns at its permuted place.
+//   - after the loops the two accumulators of a row are shuffled back into column order, and
+//     the store's expression (the rounding to bfloat16, a bias, ...) is computed per element
+//     with the kernel graph's own arithmetic on their lanes, which LLVM packs into vectors again.
 // The products of vdpbf16ps are exact (8-bit significands), each sum is rounded to float32 as
 // in the float32 kernel, only in another order (pairs first), and denormal bfloat16 inputs and
 // results are flushed to zero; the results agree with a float32 reference within the
@@ -189,19 +189,20 @@ UOpPtr wmma(DType dtype, std::vector<UOpPtr> src, DotPart part, int64_t value = 
 
 class TileEmitter {
  public:
-  TileEmitter(const DotProduct& d, LinearKernel& k) : d_(d), out_(k) {}
+  TileEmitter(const DotProduct& d, LinearKernel& k, int64_t l2_bytes) : d_(d), out_(k), l2_bytes_(l2_bytes) {
+    for (auto& u : toposort({d_.store}))
+      if (u->op == Op::RANGE) next_id_ = std::max(next_id_, u->arg_int() + 1);
+  }
 
   void run() {
-    int64_t next_id = 0;
-    for (auto& u : toposort({d_.store}))
-      if (u->op == Op::RANGE) next_id = std::max(next_id, u->arg_int() + 1);
     std::vector<UOpPtr> outputs;
-    for (auto& o : d_.outputs) outputs.push_back(o == d_.col ? col_outer() : o == d_.row ? row_outer() : o);
+    for (auto& o : d_.outputs) outputs.push_back(o == d_.col ? col_strip() : o == d_.row ? row_outer() : o);
+    if (col_group()) outputs.insert(outputs.begin(), col_group());  // Note [column groups]
     for (auto& o : outputs) out_.open(o);
     declare_accumulators();
     for (auto& r : d_.reduces)
       if (r != d_.pair) out_.open(r);
-    UOpPtr step = make_uop(Op::RANGE, dtypes::index, {kint(trip(d_.pair) / 2)}, Arg{next_id});
+    UOpPtr step = make_uop(Op::RANGE, dtypes::index, {kint(trip(d_.pair) / 2)}, Arg{next_id_++});
     out_.open(step);
     emit_step(kalu(Op::MUL, step, kint(2)), true);
     out_.close(step);
@@ -213,10 +214,33 @@ class TileEmitter {
   }
 
  private:
-  UOpPtr col_outer() {
-    if (!col_outer_)
-      col_outer_ = make_uop(Op::RANGE, dtypes::index, {kint(trip(d_.col) / DOT_TILE_COLUMNS)}, Arg{d_.col->arg_int()});
-    return col_outer_;
+  // The column loop as groups (null: one group) of strips of DOT_TILE_COLUMNS columns.
+  UOpPtr col_group() {
+    if (!col_strip_) col_strip();
+    return col_group_;
+  }
+  UOpPtr col_strip() {
+    if (col_strip_) return col_strip_;
+    int64_t strips = trip(d_.col) / DOT_TILE_COLUMNS, per_group = strips_per_group(strips);
+    if (per_group < strips)
+      col_group_ = make_uop(Op::RANGE, dtypes::index, {kint(strips / per_group)}, Arg{next_id_++});
+    col_strip_ = make_uop(Op::RANGE, dtypes::index, {kint(per_group)}, Arg{d_.col->arg_int()});
+    return col_strip_;
+  }
+  // Note [column groups]: the strips of a B that does not fit in half the L2 are grouped, the
+  // most strips whose panels (all of K x 32 columns) fit there, and the groups are the
+  // outermost loop: a group's panels then stay in the L2 while every row tile of A passes over
+  // them, and a row tile stays in the L1 while it passes over the group's strips. Without groups
+  // each row tile read all of B again from the L3 (8 MB per row tile in a 2048 product).
+  int64_t strips_per_group(int64_t strips) const {
+    int64_t k = 1;
+    for (auto& r : d_.reduces) k *= trip(r);
+    const int64_t panel = k * DOT_TILE_COLUMNS * 2, budget = l2_bytes_ / 2;
+    if (panel * strips <= budget) return strips;
+    int64_t best = 1;
+    for (int64_t g = 1; g <= strips; g++)
+      if (strips % g == 0 && g * panel <= budget) best = g;
+    return best;
   }
   UOpPtr row_outer() {
     if (!row_outer_) row_outer_ = make_uop(Op::RANGE, dtypes::index, {kint(trip(d_.row) / d_.rows)}, Arg{d_.row->arg_int()});
@@ -224,7 +248,9 @@ class TileEmitter {
   }
   // The loops' values at column c and row r of the tile.
   Sub at(int64_t row, int64_t col) {
-    Sub s{{d_.col.get(), kalu(Op::ADD, kalu(Op::MUL, col_outer(), kint(DOT_TILE_COLUMNS)), kint(col))}};
+    UOpPtr strip = col_group() ? kalu(Op::ADD, kalu(Op::MUL, col_group(), kint(trip(col_strip()))), col_strip())
+                               : col_strip();
+    Sub s{{d_.col.get(), kalu(Op::ADD, kalu(Op::MUL, strip, kint(DOT_TILE_COLUMNS)), kint(col))}};
     if (d_.row) s[d_.row.get()] = kalu(Op::ADD, kalu(Op::MUL, row_outer(), kint(d_.rows)), kint(row));
     return s;
   }
@@ -277,22 +303,29 @@ class TileEmitter {
     }
   }
 
-  // Column c of the tile is lane 4 (c / 8) + c % 4 of the row's accumulator (c / 4) % 2.
+  // The row's columns in order (one shuffle of its two accumulators per 16), then each element's
+  // store: neighbouring lanes of one vector, which LLVM's SLP vectorizer packs back into vectors.
   void emit_stores() {
-    for (int64_t r = 0; r < d_.rows; r++)
+    for (int64_t r = 0; r < d_.rows; r++) {
+      const auto& acc = acc_[static_cast<size_t>(r)];
+      UOpPtr columns[2];
+      for (int h = 0; h < 2; h++) {
+        columns[h] = wmma(DType::Float32, {acc[0], acc[1]}, DotPart::Columns, h);
+        out_.push(columns[h]);
+      }
       for (int64_t c = 0; c < DOT_TILE_COLUMNS; c++) {
-        const UOpPtr& acc = acc_[static_cast<size_t>(r)][static_cast<size_t>((c / 4) % 2)];
-        UOpPtr lane = wmma(DType::Float32, {acc}, DotPart::Lane, 4 * (c / 8) + c % 4);
         Sub s = at(r, c);
-        s[d_.reduce.get()] = lane;
+        s[d_.reduce.get()] = wmma(DType::Float32, {columns[c / 16]}, DotPart::Lane, c % 16);
         out_.emit(placed(d_.store, s));
       }
+    }
   }
 
   const DotProduct& d_;
   ScopedEmitter out_;
   RewriteMemo memo_;
-  UOpPtr col_outer_, row_outer_;
+  int64_t l2_bytes_, next_id_ = 0;
+  UOpPtr col_group_, col_strip_, row_outer_;
   std::vector<std::vector<UOpPtr>> acc_;  // [row][half]
 };
 
@@ -305,12 +338,13 @@ std::string sizes(const std::vector<UOpPtr>& loops) {
 }  // namespace
 
 // Note [bf16 dot tiles]
-std::optional<LinearKernel> bf16_dot_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes) {
+std::optional<LinearKernel> bf16_dot_kernel(const UOpPtr& ast, const std::vector<DType>& param_dtypes,
+                                            int64_t l2_bytes) {
   auto d = match(ast);
   if (!d) return std::nullopt;
   LinearKernel k;
   for (size_t i = 0; i < param_dtypes.size(); i++) k.params.push_back({param_dtypes[i], i == 0});
-  TileEmitter(*d, k).run();
+  TileEmitter(*d, k, l2_bytes).run();
   k.name = "r_bf16dot_" + sizes(d->outputs) + "__" + sizes(d->reduces);
   k.global_size = {trip(k.uops.front())};
   return k;

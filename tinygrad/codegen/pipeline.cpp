@@ -138,7 +138,7 @@ LoweredKernel bf16_dot_passes(const UOpPtr& ast, const std::vector<DType>& dtype
                               const KernelChoice& choice, const PassLog& log) {
   UOpPtr g = decompose(ast, target);
   log.graph("decompose", g, ast);
-  std::optional<LinearKernel> k = bf16_dot_kernel(g, dtypes);
+  std::optional<LinearKernel> k = bf16_dot_kernel(g, dtypes, target.policy.cpu.l2_bytes);
   TG_ASSERT(k, "bf16 dot tiles chosen for a kernel they do not take");
   log.linear("bf16 dot tiles", *k);
   k->global_size = launch_size(*k);
@@ -173,7 +173,8 @@ std::optional<KernelChoice> tensor_core_choice(const ScheduleItem& item, Device&
 std::optional<KernelChoice> bf16_dot_choice(const ScheduleItem& item, Device& dev) {
   const DevicePolicy& policy = dev.policy();
   if (knobs::NOOPT.get() || policy.gpu || !policy.cpu.bf16_dot) return std::nullopt;
-  if (!bf16_dot_kernel(decompose(item.ast, CodegenTarget::of(dev)), param_dtypes(item))) return std::nullopt;
+  if (!bf16_dot_kernel(decompose(item.ast, CodegenTarget::of(dev)), param_dtypes(item), policy.cpu.l2_bytes))
+    return std::nullopt;
   return KernelChoice{KernelChoice::Kind::Bf16Dot, {}, std::nullopt};
 }
 

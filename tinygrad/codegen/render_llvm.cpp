@@ -374,7 +374,7 @@ void Writer::render_store(const UOp& u, size_t n) {
 
 // Note [bf16 dot parts in IR]: the WMMA uops of a bf16 dot tile (codegen/cpu_dot.h) are vector
 // values: 32 bfloat16 as <32 x i16> (Rows, Interleave; Rows is one unaligned 64-byte load), 16
-// float32 as <16 x float> (Zero, Dot, the accumulators that hold them). Pair is a scalar i32,
+// float32 as <16 x float> (Zero, Dot, Columns, the accumulators that hold them). Pair is a scalar i32,
 // broadcast where a Dot uses it. Dot calls llvm.x86.avx512bf16.dpbf16ps.512 in its LLVM 16 form
 // (<16 x i32> operands), which LLVM 17 and later upgrade to their <32 x bfloat> form when they
 // parse the text. Interleave's shuffle is vpunpcklwd / vpunpckhwd: within each 128-bit lane,
@@ -427,6 +427,16 @@ void Writer::render_dot_part(const UOp& u, const std::string& name) {
       declares_.insert("declare " + F16 + " " + callee + "(" + F16 + ", " + I16 + ", " + I16 + ")");
       emit(name + " = call " + F16 + " " + callee + "(" + F16 + " " + acc + ", " + I16 + " " + a + ", " + I16 + " " + b +
            ")");
+      vector_type_[&u] = F16;
+      break;
+    }
+    case DotPart::Columns: {
+      // column c of the row is lane 4 (c / 8) + c % 4 of accumulator (c / 4) % 2
+      std::string mask;
+      for (int c = 16 * static_cast<int>(arg.at(1)); c < 16 * static_cast<int>(arg.at(1)) + 16; c++)
+        mask += (mask.empty() ? "" : ", ") + std::string("i32 ") + std::to_string(16 * ((c / 4) % 2) + 4 * (c / 8) + c % 4);
+      emit(name + " = shufflevector " + F16 + " " + operand(u.src[0]) + ", " + F16 + " " + operand(u.src[1]) +
+           ", <16 x i32> <" + mask + ">");
       vector_type_[&u] = F16;
       break;
     }
