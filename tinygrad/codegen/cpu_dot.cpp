@@ -94,12 +94,12 @@ UOpPtr column_loop(const UOpPtr& b, const UOpPtr& a, const std::vector<UOpPtr>& 
 }
 
 // The tile's rows: the innermost output loop that moves A and not B, and the most rows up to
-// DOT_TILE_ROWS that divide it.
+// DOT_TILE_ROWS that divide it (5 of a convolution's rows of 10 or 20 pixels).
 void choose_rows(DotProduct& d) {
   auto in_a = ranges_in(d.a), in_b = ranges_in(d.b);
   for (auto it = d.outputs.rbegin(); it != d.outputs.rend(); ++it) {
     if (!in_a.count(it->get()) || in_b.count(it->get())) continue;
-    for (int64_t r : {DOT_TILE_ROWS, int64_t{6}, int64_t{4}, int64_t{3}, int64_t{2}})
+    for (int64_t r = DOT_TILE_ROWS; r >= 2; r--)
       if (trip(*it) % r == 0) {
         d.row = *it, d.rows = r;
         return;
