@@ -99,6 +99,27 @@ TEST(Bf16Dot, LinearLayersAndBatchedProducts) {
   EXPECT_TRUE(match(batched, Tol{1e-5, 1e-5}));
 }
 
+// A Linear layer's three products (forward, input gradient, weight gradient) all take the dot
+// tiles: the scheduler gives them their bfloat16 operands in buffers (Note [bfloat16 operands in
+// buffers] in schedule/padded_rows.cpp), W for the input gradient included.
+TEST(Bf16Dot, LinearGradientsTakeTheTiles) {
+  if (!dot_tiles_here()) GTEST_SKIP() << why_no_dot_tiles();
+  Tensor x = rnd({64, 96}, 12, -1, 1).realize();
+  x.requires_grad_();
+  Linear layer(96, 64);
+  layer.set_compute_dtype(BF16);
+  Tensor y = layer(x);
+  (y * y).sum().backward();
+  Device& cpu = get_device("CPU");
+  int dots = 0;
+  for (auto& item : create_schedule({y.uop(), x.grad()->uop(), layer.weight.grad()->uop()}))
+    if (item.kind == ScheduleItem::Kind::Kernel && heuristic_choice(item, cpu).kind == KernelChoice::Kind::Bf16Dot)
+      dots++;
+  EXPECT_EQ(dots, 3);
+  // against the float64 reference of the same roundings; a bfloat16 ulp of y moves g = 2y
+  EXPECT_TRUE(match_all({y, *x.grad(), *layer.weight.grad()}, Tol{1.0 / 32, 1e-2}));
+}
+
 #ifdef TG_WITH_LLVM
 // The product's IR calls vdpbf16ps where the host has AVX512-BF16, and not under CPU_ISA=avx2,
 // whose kernel is the optimizer's float32 one.
@@ -178,8 +199,10 @@ void expect_near_losses(const std::vector<float>& bf16, const std::vector<float>
 
 }  // namespace
 
-// A few training steps with bfloat16 products end near the float32 run: losses within 2%.
+// A few training steps with bfloat16 products (in dot tiles) end near the float32 run: losses
+// within 2%.
 TEST(Bf16Dot, MlpAndCnnStepsNearFloat32) {
+  if (!dot_tiles_here()) GTEST_SKIP() << why_no_dot_tiles() << " (the float32 kernels' steps: test_nn)";
   Tensor::manual_seed(12);
   Tensor x = Tensor::uniform({64, 64}, -1, 1).realize(), y = Tensor::randint({64}, 0, 10).realize();
   std::vector<float> mlp[2];

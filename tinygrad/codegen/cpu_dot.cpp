@@ -29,9 +29,13 @@
 // The products of vdpbf16ps are exact (8-bit significands), each sum is rounded to float32 as
 // in the float32 kernel, only in another order (pairs first), and denormal bfloat16 inputs and
 // results are flushed to zero; the results agree with a float32 reference within the
-// float32-accumulation bound, not bit for bit. Kernels whose column loop is not a multiple of 32,
-// or whose B is computed rather than loaded, keep the optimizer's float32 kernels; so do hosts
-// without AVX512-BF16 and CPU_ISA=avx2, bit for bit as before.
+// float32-accumulation bound, not bit for bit. The scheduler gives such products their bfloat16
+// operands in buffers of their own (Note [bfloat16 operands in buffers] in
+// schedule/padded_rows.cpp). Kernels whose column loop is not a multiple of 32, or whose B is
+// computed rather than loaded, keep the optimizer's float32 kernels; so do hosts without
+// AVX512-BF16 and CPU_ISA=avx2, bit for bit as before. On the 2-core EPYC (Zen 4, loaded by other
+// builds) a 1024 matmul ran at 97 GFLOP/s against 46 in float32 in the same run, the MLP step in
+// 29 ms against 63 (docs/PERFORMANCE.md).
 #include "tinygrad/codegen/cpu_dot.h"
 
 #include <algorithm>

@@ -211,24 +211,32 @@ UOpPtr padded_product(const UOp& product, const ProductForm& form, const DeviceP
 // a weight's cast) would be rounded inside the product's kernel, once for every tile of the
 // other operand, and B's 32 columns could not be one load. So the bfloat16 node below the
 // product's widening cast and its views is realized into a buffer of its own first (one pass
-// that rounds each element once), for products of every form (weight gradients too). Other
-// devices and hosts keep the rounding inside the product, as before.
+// that rounds each element once), for products of every form (weight gradients too), and the
+// widening cast is moved above the views: a copy the product's B then gets (Note [transposed B])
+// is made in bfloat16 instead of float32 (an input gradient's W read through W^T^T was copied
+// in float32). Other devices and hosts keep the rounding inside the product, as before.
 UOpPtr with_bf16_buffer(const UOpPtr& side) {
-  std::vector<UOpPtr> chain;
-  UOpPtr n = side;
+  std::vector<UOpPtr> views;  // outermost first
+  size_t above_cast = 0;
   bool widened = false;
-  while (!n->realized && (op_group(n->op) == OpGroup::Movement || (!widened && n->op == Op::CAST))) {
-    if (n->op == Op::CAST) {
-      if (n->dtype != DType::Float32 || n->src[0]->dtype != DType::BFloat16) return nullptr;
+  UOpPtr n = side;
+  for (; !n->realized; n = n->src[0]) {
+    if (op_group(n->op) == OpGroup::Movement) {
+      views.push_back(n);
+    } else if (n->op == Op::CAST && !widened && n->dtype == DType::Float32 && n->src[0]->dtype == DType::BFloat16) {
       widened = true;
+      above_cast = views.size();
+    } else {
+      break;
     }
-    chain.push_back(n);
-    n = n->src[0];
   }
-  if (!widened || n->realized || n->dtype != DType::BFloat16 || !is_alu(n->op)) return nullptr;
-  UOpPtr v = lazy::contiguous(n);
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) v = with_src(**it, {v});
-  return v;
+  if (!widened || n->dtype != DType::BFloat16) return nullptr;
+  bool computed = !n->realized && is_alu(n->op);
+  if (!computed && above_cast == 0) return nullptr;  // loaded, and widened where it is read
+  UOpPtr v = computed ? lazy::contiguous(n) : n;
+  for (auto it = views.rbegin(); it != views.rend(); ++it)
+    v = make_uop((*it)->op, DType::BFloat16, {v}, (*it)->arg, (*it)->shape, (*it)->device);
+  return lazy::cast(v, DType::Float32);
 }
 
 // `product` (a MUL) with its computed bfloat16 operands in buffers, or null where it has none.
@@ -277,10 +285,10 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
     for (auto& s : src)
       if (auto it = replaced.find(s.get()); it != replaced.end()) s = it->second, changed = true;
     UOpPtr now = changed ? with_src(*u, std::move(src)) : u;
-    if (auto p = products.find(u.get()); p != products.end())
-      if (auto padded = padded_product(*now, p->second.first, *p->second.second)) now = padded;
     if (bf16_products.count(u.get()))
       if (auto buffered = with_bf16_buffers(*now)) now = buffered;
+    if (auto p = products.find(u.get()); p != products.end())
+      if (auto padded = padded_product(*now, p->second.first, *p->second.second)) now = padded;
     if (now == u) continue;
     r.original_of[now.get()] = u;
     replaced[u.get()] = now;
