@@ -34,8 +34,8 @@
 // schedule/padded_rows.cpp). Kernels whose column loop is not a multiple of 32, or whose B is
 // computed rather than loaded, keep the optimizer's float32 kernels; so do hosts without
 // AVX512-BF16 and CPU_ISA=avx2, bit for bit as before. On the 2-core EPYC (Zen 4, loaded by other
-// builds) a 1024 matmul ran at 97 GFLOP/s against 46 in float32 in the same run, the MLP step in
-// 29 ms against 63 (docs/PERFORMANCE.md).
+// builds) a 2048 matmul ran at 88 GFLOP/s against 40 in float32 in the same run, the MLP step in
+// 26 ms against 61 (docs/PERFORMANCE.md).
 #include "tinygrad/codegen/cpu_dot.h"
 
 #include <algorithm>
