@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "ops_util.h"
 #include "tests/test_util.h"
@@ -150,6 +151,23 @@ TEST(Bf16Dot, Avx2KeepsTheFloat32Kernels) {
   ASSERT_EQ(items.size(), 2u);  // W^T's copy, the product (x's rounding inside it)
   Device& cpu = get_device("CPU");
   EXPECT_EQ(heuristic_choice(items.back(), cpu).str(), opts_str(hand_coded_opts(items.back().ast, cpu.policy().cpu)));
+}
+
+// Without the tiles (CPU_ISA=avx2 on an AVX-512 host) a bfloat16 product large enough for cache
+// blocks gets them without K blocks, whose float32 partial sums a bfloat16 output cannot carry
+// (the heuristics' opts used to be refused there).
+TEST(Bf16Dot, LargeProductsWithoutTilesKeepWholeKLoops) {
+  std::optional<KnobScope<decltype(knobs::CPU_ISA)>> isa;
+  if (cpu_host().native_isa == "avx512") isa.emplace(knobs::CPU_ISA, "avx2");
+  Tensor a = rnd({64, 512}, 13, -1, 1, BF16).realize(), b = rnd({512, 512}, 14, -1, 1, BF16).realize();
+  Tensor r = a.matmul(b);
+  ScheduleItem item = kernels_of(r).back();
+  std::string opts = heuristic_choice(item, get_device("CPU")).str();
+  if (!get_device("CPU").policy().cpu.bf16_dot) {
+    EXPECT_HAS(opts, "BLOCK");
+    EXPECT_EQ(opts.find("KBLOCK"), std::string::npos) << opts;
+  }
+  EXPECT_TRUE(match(r, Tol{1.0 / 128, 1e-5}));  // one bfloat16 ulp: the sums' order differs from the reference's
 }
 
 namespace {
