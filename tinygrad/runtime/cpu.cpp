@@ -162,13 +162,14 @@ class CpuDevice : public Device {
     std::lock_guard<std::mutex> lock(mu);
     CpuLimits limits = host.limits();
     limits.bf16_dot = limits.bf16_dot && llvm;
-    auto [it, fresh] = policies.try_emplace(host.isa + (llvm ? "/llvm" : "/cc"), DevicePolicy{.gpu = std::nullopt,
-                                                                   .cpu = limits,
-                                                                   .channels_last_convolutions = true,
-                                                                   .pad_aliasing_rows = true,
-                                                                   .copy_transposed_b = true,
-                                                                   .split_reductions = false,
-                                                                   .realize_product_operands = true});
+    DevicePolicy policy{.gpu = std::nullopt,
+                        .cpu = limits,
+                        .channels_last_convolutions = true,
+                        .pad_aliasing_rows = true,
+                        .copy_transposed_b = true,
+                        .split_reductions = false,
+                        .realize_product_operands = true};
+    auto [it, fresh] = policies.try_emplace(host.isa + (llvm ? "/llvm" : "/cc"), policy);
     if (fresh && knobs::DEBUG >= 3)
       std::fprintf(stderr, "cpu host: %s\ncpu tiles: %s\n", host.str().c_str(),
                    cpu_tiles_str(host.limits()).c_str());
