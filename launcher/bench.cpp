@@ -174,11 +174,34 @@ const std::map<std::string, Workload>& workloads() {
          nn::Adam opt(model->parameters(), 1e-3);
          return train_step("cnn_step", reps, *model, opt, {512, 1, 28, 28});
        }},
+      // the MLP and CNN steps under train.precision: bf16 (bfloat16 products, float32 weights);
+      // scripts/bench/cpu.sh's bf16 section names them
+      {"mlp_step_bf16",
+       {[](int reps) {
+          Tensor::manual_seed(0);
+          auto model = make_mlp({512, 512});
+          model->set_compute_dtype(DType::BFloat16);
+          nn::SGD opt(model->parameters(), 0.01, 0.9);
+          return train_step("mlp_step_bf16", reps, *model, opt, {512, 1, 28, 28});
+        },
+        false}},
+      {"cnn_step_bf16",
+       {[](int reps) {
+          Tensor::manual_seed(0);
+          auto model = make_mnist_cnn();
+          model->set_compute_dtype(DType::BFloat16);
+          nn::Adam opt(model->parameters(), 1e-3);
+          return train_step("cnn_step_bf16", reps, *model, opt, {512, 1, 28, 28});
+        },
+        false}},
       {"gpt_char_step", gpt_char_step},
       {"gpt2_step", {[](int reps) { return gpt2_step("gpt2_step", reps, 16, 1024); }, false}},
       {"gpt2_step_t4096", {[](int reps) { return gpt2_step("gpt2_step_t4096", reps, 4, 4096); }, false}},
       {"matmul_1024", [](int reps) { return matmul("matmul_1024", 1024, reps); }},
       {"matmul_2048", [](int reps) { return matmul("matmul_2048", 2048, std::max(1, reps / 2)); }},
+      {"matmul_1024_bf16", {[](int reps) { return matmul("matmul_1024_bf16", 1024, reps, DType::BFloat16); }, false}},
+      {"matmul_2048_bf16",
+       {[](int reps) { return matmul("matmul_2048_bf16", 2048, std::max(1, reps / 2), DType::BFloat16); }, false}},
       {"matmul_8192_bf16", {[](int reps) { return matmul("matmul_8192_bf16", 8192, reps, DType::BFloat16); }, false}},
       {"matmul_8192_fp16", {[](int reps) { return matmul("matmul_8192_fp16", 8192, reps, DType::Float16); }, false}},
       {"elementwise", [](int reps) { return elementwise("elementwise", {STREAM_N}, reps); }},

@@ -55,6 +55,9 @@ struct CpuLimits {
   int vector_registers = 16;
   int64_t l1d_bytes = int64_t{32} << 10;
   int64_t l2_bytes = int64_t{1} << 20;
+  // bfloat16 products through AVX512-BF16 (Note [bf16 dot tiles] in codegen/cpu_dot.cpp): the
+  // host has it, CPU_ISA allows AVX-512 and kernels are compiled by LLVM
+  bool bf16_dot = false;
   bool operator==(const CpuLimits&) const = default;
 };
 

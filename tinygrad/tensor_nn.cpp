@@ -61,6 +61,13 @@ int64_t batch_block(int64_t n, int64_t pixels) {
   return best;
 }
 
+// The dtype a convolution's channel-last copy of operand t is made in: the product's `acc`, or
+// t's own bfloat16 where the CPU multiplies bfloat16 in dot tiles (Note [bf16 dot tiles] in
+// codegen/cpu_dot.cpp), whose kernels load it as it is stored.
+DType copy_dtype(const Tensor& t, DType acc) {
+  return t.dtype() == DType::BFloat16 && get_device(t.device()).policy().cpu.bf16_dot ? t.dtype() : acc;
+}
+
 // Note [half products in float32]: a matmul or convolution of float16/bfloat16 operands casts
 // them to float32 (arith_dtype) before multiplying, so it multiplies and sums in float32 and
 // rounds only the result, as tensor cores do (a product of two half values is exact in float32).
@@ -194,9 +201,11 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
     Tensor xw = win.reshape({n, groups, cg, oy, ox, kh, kw})
                     .permute({0, 3, 4, 1, 2, 5, 6})
                     .reshape({n, oy, ox, groups, 1, cg, kh, kw});
-    Tensor ww = wa.reshape({groups, cog, cg, kh, kw})
+    Tensor ww = weight.reshape({groups, cog, cg, kh, kw})
                     .permute({0, 2, 3, 4, 1})
+                    .cast(copy_dtype(weight, acc))
                     .contiguous()  // [G, cg, kh, kw, cog]
+                    .cast(acc)
                     .permute({0, 4, 1, 2, 3})
                     .reshape({1, 1, 1, groups, cog, cg, kh, kw});
     out = (xw * ww).sum({5, 6, 7}).contiguous().reshape({n, oy, ox, cout}).permute({0, 3, 1, 2});
@@ -253,7 +262,7 @@ std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
   Tensor dw;
   if (channels_last(x.device())) {
     // Note [channel-last convolutions]: partial sums over blocks of images, [blocks, G, kh, kw, cg, cog]
-    Tensor gt = ga.permute({0, 2, 3, 1}).contiguous();  // [N, oy, ox, Cout]
+    Tensor gt = g.permute({0, 2, 3, 1}).cast(copy_dtype(g, acc)).contiguous().cast(acc);  // [N, oy, ox, Cout]
     int64_t nb = batch_block(n, oy * ox), blocks = n / nb;
     Tensor wv = wa.reshape({blocks, nb, groups, cg, oy, ox, kh, kw})
                     .permute({0, 1, 4, 5, 2, 6, 7, 3})

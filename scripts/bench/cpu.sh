@@ -2,10 +2,12 @@
 # scripts/bench/cpu.sh: the CPU benchmark, the project beside PyTorch in one run on this machine.
 # Installs PyTorch from Debian (python3-torch, with libopenblas0-pthread so it uses OpenBLAS),
 # builds the project when build/ has no tg yet, runs `tg bench` and torch_cpu.py on the same
-# workloads, prints the ratios and writes them into docs/PERFORMANCE.md.
+# workloads, prints the ratios and writes them into docs/PERFORMANCE.md; then, when no workload
+# is named, the bfloat16 section (scripts/bench/cpu_bf16.sh).
 #
 #   bash scripts/bench/cpu.sh [--reps=N] [WORKLOAD ...]
 #   TG_SKIP_APT=1   skip the apt step
+#   TG_SKIP_BF16=1  skip the bfloat16 section
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -24,3 +26,9 @@ isa="$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cp
 machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $isa${CPU_ISA:+, CPU_ISA=$CPU_ISA}), $(date -u +%Y-%m-%d)"
 /usr/bin/python3 scripts/bench/report.py "$out/tg.jsonl" "$out/torch.jsonl" docs/PERFORMANCE.md \
   "bash scripts/bench/cpu.sh $*" "$machine"
+# the bfloat16 section, with the same repetitions, when no workload was named
+named=0
+for a in "$@"; do [[ "$a" == --* ]] || named=1; done
+if [[ -z "${TG_SKIP_BF16:-}" && "$named" == 0 ]]; then
+  bash scripts/bench/cpu_bf16.sh "$@"
+fi

@@ -4,7 +4,10 @@ same shapes, optimizers and timing rule (median of the timed repetitions after t
 Prints one JSON object per line, as `tg bench` does. TORCH_DEVICE=cuda runs them on the GPU
 (scripts/bench/gpu.sh), synchronizing after every step. TORCH_COMPILE=1 runs the training steps
 (mlp_step, cnn_step) with the model and loss through torch.compile with CUDA graphs
-(mode="reduce-overhead": forward and backward compiled and graphed), the optimizer step eager."""
+(mode="reduce-overhead": forward and backward compiled and graphed), the optimizer step eager.
+The *_bf16 workloads (scripts/bench/cpu_bf16.sh) multiply in bfloat16: matmuls of bfloat16
+tensors, and training steps under torch.autocast (bfloat16 products, float32 weights), as
+train.precision: bf16 does."""
 import json
 import os
 import statistics
@@ -18,6 +21,7 @@ import torch.nn.functional as F
 STREAM_N = 1 << 24
 GPU_SIZED = {"matmul_8192_bf16", "matmul_8192_fp16", "copy_8192", "elementwise_8192", "softmax_8192",
              "layernorm_8192"}  # run only when named, as in `tg bench`
+BF16 = {"matmul_1024_bf16", "matmul_2048_bf16", "mlp_step_bf16", "cnn_step_bf16"}  # run only when named, too
 DEV = torch.device(os.environ.get("TORCH_DEVICE", "cpu"))
 
 
@@ -43,7 +47,7 @@ def measure(name, reps, step_fn):
     return {"name": name, "ms": times[len(times) // 2], "first_ms": first}
 
 
-def train_step(name, reps, model, opt):
+def train_step(name, reps, model, opt, autocast=False):
     if DEV.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     x = torch.randn(512, 1, 28, 28, device=DEV)
@@ -57,7 +61,8 @@ def train_step(name, reps, model, opt):
     def step():
         if compiled:
             torch.compiler.cudagraph_mark_step_begin()
-        loss = loss_of(x, y)
+        with torch.autocast(DEV.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_of(x, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -68,21 +73,22 @@ def train_step(name, reps, model, opt):
     return r
 
 
-def mlp(reps):
+def mlp(reps, name="mlp_step"):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
     model.to(DEV)
-    return train_step("mlp_step", reps, model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+    return train_step(name, reps, model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                      name.endswith("_bf16"))
 
 
-def cnn(reps):
+def cnn(reps, name="cnn_step"):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32),
                           nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(),
                           nn.BatchNorm2d(64), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(576, 10))
     model.to(DEV)
-    return train_step("cnn_step", reps, model, torch.optim.Adam(model.parameters(), lr=1e-3))
+    return train_step(name, reps, model, torch.optim.Adam(model.parameters(), lr=1e-3), name.endswith("_bf16"))
 
 
 class Block(nn.Module):
@@ -195,6 +201,7 @@ def main():
     layernorm = lambda s: F.layer_norm(s, s.shape[-1:])
     workloads = {
         "cnn_step": lambda: cnn(reps),
+        "cnn_step_bf16": lambda: cnn(reps, "cnn_step_bf16"),
         "conv2d": lambda: conv2d(reps),
         "copy": lambda: copy("copy", STREAM_N),
         "copy_8192": lambda: copy("copy_8192", 8192, 8192),
@@ -205,14 +212,18 @@ def main():
         "layernorm_8192": lambda: rows("layernorm_8192", layernorm, 8192, 8192),
         "matmul_1024": lambda: matmul("matmul_1024", 1024, reps),
         "matmul_2048": lambda: matmul("matmul_2048", 2048, max(1, reps // 2)),
+        "matmul_1024_bf16": lambda: matmul("matmul_1024_bf16", 1024, reps, torch.bfloat16),
+        "matmul_2048_bf16": lambda: matmul("matmul_2048_bf16", 2048, max(1, reps // 2), torch.bfloat16),
         "matmul_8192_bf16": lambda: matmul("matmul_8192_bf16", 8192, reps, torch.bfloat16),
         "matmul_8192_fp16": lambda: matmul("matmul_8192_fp16", 8192, reps, torch.float16),
         "mlp_step": lambda: mlp(reps),
+        "mlp_step_bf16": lambda: mlp(reps, "mlp_step_bf16"),
         "softmax": lambda: rows("softmax", softmax, 4096, 1024),
         "softmax_8192": lambda: rows("softmax_8192", softmax, 8192, 8192),
     }
-    for n in names or sorted(set(workloads) - GPU_SIZED):
-        with torch.no_grad() if n not in ("mlp_step", "cnn_step", "conv2d", "gpt_char_step") else torch.enable_grad():
+    training = ("mlp_step", "cnn_step", "conv2d", "gpt_char_step", "mlp_step_bf16", "cnn_step_bf16")
+    for n in names or sorted(set(workloads) - GPU_SIZED - BF16):
+        with torch.no_grad() if n not in training else torch.enable_grad():
             print(json.dumps(workloads[n]()), flush=True)
 
 

@@ -126,7 +126,8 @@ std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, i
   const int64_t next = next_range_id(ast);
   const int64_t wide_inner = next, rows_inner = next + 1;  // the ids BLOCK gives the inner loops
   std::vector<Opt> opts{{OptOp::BLOCK, wide.id, wide.size}, {OptOp::BLOCK, rows.id, mb}};
-  if (kb) opts.push_back({OptOp::KBLOCK, red.id, kb});
+  // a bfloat16 output cannot carry float32 partial sums: its product keeps whole K loops
+  if (kb && why_not_block(ast, red, {OptOp::KBLOCK, red.id, kb}).empty()) opts.push_back({OptOp::KBLOCK, red.id, kb});
   opts.push_back({OptOp::UPCAST, rows_inner, row_lanes});
   opts.push_back({OptOp::UPCAST, wide_inner, wide_lanes});
   return opts;

@@ -16,9 +16,10 @@
 //               pool (Note [when to thread] in codegen/linearize.cpp)
 //   render      the device's source (codegen/render_*.h)
 // A tensor-core choice replaces optimize, map threads and linearize by its own layout
-// (codegen/tensor_core.h); a library choice stops after choose (the library runs the kernel). A
-// TEMPLATE_KERNEL item skips them all: its template is rendered for the device (Note [template
-// kernels] in codegen/attention_kernel.cpp).
+// (codegen/tensor_core.h), and a bf16 dot choice optimize and linearize (codegen/cpu_dot.h); a
+// library choice stops after choose (the library runs the kernel). A TEMPLATE_KERNEL item skips
+// them all: its template is rendered for the device (Note [template kernels] in
+// codegen/attention_kernel.cpp).
 // With DEBUG=5 every pass prints the kernel as it leaves it, under the pass's name.
 #include "tinygrad/codegen/pipeline.h"
 
@@ -27,6 +28,7 @@
 #include <unordered_map>
 
 #include "tinygrad/codegen/attention_kernel.h"
+#include "tinygrad/codegen/cpu_dot.h"
 #include "tinygrad/codegen/gpu_dims.h"
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt_gpu.h"
@@ -135,6 +137,18 @@ LoweredKernel tensor_core_passes(const UOpPtr& ast, const std::vector<DType>& dt
   return rendered(choice, std::move(*k), target, log);
 }
 
+LoweredKernel bf16_dot_passes(const UOpPtr& ast, const std::vector<DType>& dtypes, const CodegenTarget& target,
+                              const KernelChoice& choice, const PassLog& log) {
+  UOpPtr g = decompose(ast, target);
+  log.graph("decompose", g, ast);
+  std::optional<LinearKernel> k = bf16_dot_kernel(g, dtypes, target.policy.cpu.l2_bytes);
+  TG_ASSERT(k, "bf16 dot tiles chosen for a kernel they do not take");
+  log.linear("bf16 dot tiles", *k);
+  k->global_size = launch_size(*k);
+  log.linear("host threads", *k);
+  return rendered(choice, std::move(*k), target, log);
+}
+
 // ---- the choice ----
 
 // The library's choice when it runs item's kernel (a matrix product, MATMUL_LIB=1).
@@ -156,6 +170,15 @@ std::optional<KernelChoice> tensor_core_choice(const ScheduleItem& item, Device&
   if (!tf32_for(matmul ? Float32Product::Matmul : Float32Product::Convolution)) return std::nullopt;
   if (!tensor_core_kernel(decompose(item.ast, CodegenTarget::of(dev)), dtypes)) return std::nullopt;
   return KernelChoice{KernelChoice::Kind::TensorCores, {}, std::nullopt};
+}
+
+// The bf16 dot tiles where the CPU has them (CpuLimits::bf16_dot) and they take the kernel.
+std::optional<KernelChoice> bf16_dot_choice(const ScheduleItem& item, Device& dev) {
+  const DevicePolicy& policy = dev.policy();
+  if (knobs::NOOPT.get() || policy.gpu || !policy.cpu.bf16_dot) return std::nullopt;
+  if (!bf16_dot_kernel(decompose(item.ast, CodegenTarget::of(dev)), param_dtypes(item), policy.cpu.l2_bytes))
+    return std::nullopt;
+  return KernelChoice{KernelChoice::Kind::Bf16Dot, {}, std::nullopt};
 }
 
 std::vector<Opt> hand_coded_for(const UOpPtr& ast, const DevicePolicy& policy) {
@@ -182,6 +205,7 @@ std::string KernelChoice::str() const {
     case Kind::TensorCores: return "tensor cores";
     case Kind::Library: return "library" + (matmul ? " " + matmul->key() : std::string());
     case Kind::Template: return "template";
+    case Kind::Bf16Dot: return "bf16 dot";
   }
   return "";
 }
@@ -190,6 +214,7 @@ KernelChoice parse_choice(const std::string& text) {
   std::string t = text;
   while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
   if (t == "tensor cores") return KernelChoice{KernelChoice::Kind::TensorCores, {}, std::nullopt};
+  if (t == "bf16 dot") return KernelChoice{KernelChoice::Kind::Bf16Dot, {}, std::nullopt};
   if (t.rfind("library", 0) == 0) return KernelChoice{KernelChoice::Kind::Library, {}, std::nullopt};
   return KernelChoice::generated(parse_opts(t));
 }
@@ -200,6 +225,7 @@ LoweredKernel lower_with_choice(const UOpPtr& ast, const std::vector<DType>& par
   PassLog log(op_name(ast->op));
   log.graph("scheduled kernel", ast);
   if (choice.kind == KernelChoice::Kind::TensorCores) return tensor_core_passes(ast, param_dtypes, target, choice, log);
+  if (choice.kind == KernelChoice::Kind::Bf16Dot) return bf16_dot_passes(ast, param_dtypes, target, choice, log);
   UOpPtr g = choice.opts.empty() ? ast : apply_opts(ast, choice.opts);
   log.graph("optimize", g, ast);
   std::optional<ThreadMappedKernel> mapped;
@@ -224,12 +250,14 @@ LoweredKernel lower_with_choice(const UOpPtr& ast, const std::vector<DType>& par
 KernelChoice heuristic_choice(const ScheduleItem& item, Device& dev) {
   if (auto lib = library_choice(item, dev)) return *lib;
   if (auto tc = tensor_core_choice(item, dev)) return *tc;
+  if (auto dot = bf16_dot_choice(item, dev)) return *dot;
   return KernelChoice::generated(hand_coded_for(item.ast, dev.policy()));
 }
 
 std::vector<KernelChoice> alternative_choices(const ScheduleItem& item, Device& dev) {
   std::vector<KernelChoice> out;
   if (auto tc = tensor_core_choice(item, dev)) out.push_back(*tc);
+  if (auto dot = bf16_dot_choice(item, dev)) out.push_back(*dot);
   if (auto lib = library_choice(item, dev)) out.push_back(*lib);
   return out;
 }

@@ -24,18 +24,19 @@ struct CodegenTarget {
 };
 
 // The optimizer's choice for one kernel: a generated kernel with opts (codegen/opt.h), the
-// tensor-core layout (codegen/tensor_core.h), the device's matmul library (Note [library
-// matmuls] in device.h), or, for a TEMPLATE_KERNEL item, its template (Note [template kernels]
-// in codegen/attention_kernel.cpp; never a choice among others).
+// tensor-core layout (codegen/tensor_core.h), the CPU's bf16 dot tiles (codegen/cpu_dot.h), the
+// device's matmul library (Note [library matmuls] in device.h), or, for a TEMPLATE_KERNEL item,
+// its template (Note [template kernels] in codegen/attention_kernel.cpp; never a choice among
+// others).
 struct KernelChoice {
-  enum class Kind { Generated, TensorCores, Library, Template };
+  enum class Kind { Generated, TensorCores, Library, Bf16Dot, Template };
   Kind kind = Kind::Generated;
   std::vector<Opt> opts;            // Generated
   std::optional<MatmulSpec> matmul;  // Library
-  std::string str() const;          // "UPCAST(0,4) UNROLL(1,4)", "tensor cores", "library <spec>", "template"
+  std::string str() const;  // "UPCAST(0,4) UNROLL(1,4)", "tensor cores", "library <spec>", "bf16 dot", "template"
   static KernelChoice generated(std::vector<Opt> opts) { return {Kind::Generated, std::move(opts), std::nullopt}; }
 };
-// Inverse of KernelChoice::str for the generated and tensor-core kinds (BEAM's disk cache).
+// Inverse of KernelChoice::str for the generated, tensor-core and bf16 dot kinds (BEAM's disk cache).
 KernelChoice parse_choice(const std::string& text);
 
 // The kernel as the pipeline leaves it: rendered source and its launch (kernel.global_size and
@@ -59,11 +60,12 @@ LoweredKernel lower_with_choice(const UOpPtr& ast, const std::vector<DType>& par
 
 // The heuristics' choice (no search): the library for a matrix product it takes, the tensor
 // cores for a contraction that the float32 precision policy lets them run (Note [float32
-// precision policy] in knobs.h), else the hand-coded opts for the device's kind.
+// precision policy] in knobs.h), the bf16 dot tiles for a bfloat16 product on a CPU with
+// AVX512-BF16 (Note [bf16 dot tiles] in cpu_dot.cpp), else the hand-coded opts for the device's kind.
 KernelChoice heuristic_choice(const ScheduleItem& item, Device& dev);
 
-// The choices BEAM compares with generated kernels: the tensor-core layout and the library, each
-// where it applies to item's kernel and the precision policy allows it.
+// The choices BEAM compares with generated kernels: the tensor-core layout, the bf16 dot tiles and
+// the library, each where it applies to item's kernel and the precision policy allows it.
 std::vector<KernelChoice> alternative_choices(const ScheduleItem& item, Device& dev);
 
 }  // namespace tg

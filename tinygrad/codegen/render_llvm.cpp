@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "tinygrad/codegen/cpu_dot.h"
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/error.h"
 
@@ -112,6 +113,7 @@ class Writer {
   std::ostringstream allocas_, body_;
   std::unordered_map<const UOp*, std::string> val_;             // SSA value of each rendered uop
   std::unordered_map<const UOp*, std::string> acc_;             // alloca of each DEFINE_ACC
+  std::unordered_map<const UOp*, std::string> vector_type_;     // the bf16 dot tiles' vector values
   std::vector<std::pair<const UOp*, std::string>> open_;        // open RANGEs, innermost last
   std::set<std::string> declares_;
   std::vector<bool> written_;
@@ -137,6 +139,12 @@ class Writer {
     block_ = l;
   }
   std::string operand(const UOpPtr& u);
+  // The IR type of u's value: a vector for the parts of a bf16 dot tile, else reg_type.
+  std::string type_of(const UOp& u) const {
+    auto it = vector_type_.find(&u);
+    return it == vector_type_.end() ? reg_type(u.dtype) : it->second;
+  }
+  std::string align_of_value(const UOp& u) const { return vector_type_.count(&u) ? "64" : align_of(u.dtype); }
   std::string global(const UOp& u) const;
   std::string operand_as(const UOpPtr& u, DType t) { return convert(operand(u), u->dtype, t); }
   std::string convert_rhs(const std::string& v, DType from, DType to);
@@ -150,13 +158,14 @@ class Writer {
   void render(const UOpPtr& u, size_t n);
   void render_load(const UOp& u, const std::string& name);
   void render_store(const UOp& u, size_t n);
+  void render_dot_part(const UOp& u, const std::string& name);
 };
 
 std::string Writer::operand(const UOpPtr& u) {
   if (u->op == Op::CONST) return const_literal(*u);
   if (u->op == Op::DEFINE_GLOBAL) return global(*u);
   if (auto it = acc_.find(u.get()); it != acc_.end())
-    return emit_tmp(std::string("load ") + reg_type(u->dtype) + ", ptr " + it->second + ", align " + align_of(u->dtype));
+    return emit_tmp("load " + type_of(*u) + ", ptr " + it->second + ", align " + align_of_value(*u));
   auto it = val_.find(u.get());
   check(it != val_.end(), "source ", u->str(1), " is used before it is defined (or is not listed)");
   return it->second;
@@ -363,6 +372,83 @@ void Writer::render_store(const UOp& u, size_t n) {
   }
 }
 
+// Note [bf16 dot parts in IR]: the WMMA uops of a bf16 dot tile (codegen/cpu_dot.h) are vector
+// values: 32 bfloat16 as <32 x i16> (Rows, Interleave; Rows is one unaligned 64-byte load), 16
+// float32 as <16 x float> (Zero, Dot, Columns, the accumulators that hold them). Pair is a scalar i32,
+// broadcast where a Dot uses it. Dot calls llvm.x86.avx512bf16.dpbf16ps.512 in its LLVM 16 form
+// (<16 x i32> operands), which LLVM 17 and later upgrade to their <32 x bfloat> form when they
+// parse the text. Interleave's shuffle is vpunpcklwd / vpunpckhwd: within each 128-bit lane,
+// words 0-3 (4-7) of the two rows alternate.
+void Writer::render_dot_part(const UOp& u, const std::string& name) {
+  check(std::holds_alternative<std::vector<int64_t>>(u.arg), "a tensor-core WMMA has no CPU form");
+  static const std::string F16 = "<16 x float>", W32 = "<32 x i16>", I16 = "<16 x i32>";
+  const auto& arg = u.arg_ints();
+  switch (dot_part(arg)) {
+    case DotPart::Zero:
+      val_[&u] = "zeroinitializer";
+      vector_type_[&u] = F16;
+      return;
+    case DotPart::Rows: {
+      check(u.src.size() == 2 && u.src[0]->op == Op::DEFINE_GLOBAL && u.src[0]->dtype == DType::BFloat16,
+            "Rows needs (bfloat16 buffer, index)");
+      std::string p = emit_tmp("getelementptr inbounds i16, ptr " + operand(u.src[0]) + ", i64 " +
+                               operand_as(u.src[1], DType::Int64));
+      emit(name + " = load " + W32 + ", ptr " + p + ", align 2");
+      vector_type_[&u] = W32;
+      break;
+    }
+    case DotPart::Interleave: {
+      std::string mask;
+      for (int lane = 0; lane < 4; lane++)
+        for (int j = 0; j < 4; j++) {
+          int i = 8 * lane + 4 * static_cast<int>(arg.at(1)) + j;
+          mask += (mask.empty() ? "" : ", ") + std::string("i32 ") + std::to_string(i) + ", i32 " + std::to_string(32 + i);
+        }
+      std::string second = u.src.size() > 1 ? operand(u.src[1]) : "zeroinitializer";
+      emit(name + " = shufflevector " + W32 + " " + operand(u.src[0]) + ", " + W32 + " " + second + ", <32 x i32> <" +
+           mask + ">");
+      vector_type_[&u] = W32;
+      break;
+    }
+    case DotPart::Pair: {
+      std::string lo = emit_tmp("zext i16 " + operand(u.src[0]) + " to i32");
+      std::string up = "0";  // an odd loop's last step: the second value is zero
+      if (u.src.size() > 1) up = emit_tmp("shl i32 " + emit_tmp("zext i16 " + operand(u.src[1]) + " to i32") + ", 16");
+      emit(name + " = or i32 " + lo + ", " + up);
+      break;
+    }
+    case DotPart::Dot: {
+      check(u.src.size() == 3, "Dot needs (accumulator, pair, interleaved rows)");
+      std::string acc = operand(u.src[0]);
+      std::string one = emit_tmp("insertelement " + I16 + " poison, i32 " + operand(u.src[1]) + ", i64 0");
+      std::string a = emit_tmp("shufflevector " + I16 + " " + one + ", " + I16 + " poison, " + I16 + " zeroinitializer");
+      std::string b = emit_tmp("bitcast " + W32 + " " + operand(u.src[2]) + " to " + I16);
+      const std::string callee = "@llvm.x86.avx512bf16.dpbf16ps.512";
+      declares_.insert("declare " + F16 + " " + callee + "(" + F16 + ", " + I16 + ", " + I16 + ")");
+      emit(name + " = call " + F16 + " " + callee + "(" + F16 + " " + acc + ", " + I16 + " " + a + ", " + I16 + " " + b +
+           ")");
+      vector_type_[&u] = F16;
+      break;
+    }
+    case DotPart::Columns: {
+      // column c of the row is lane 4 (c / 8) + c % 4 of accumulator (c / 4) % 2
+      std::string mask;
+      for (int c = 16 * static_cast<int>(arg.at(1)); c < 16 * static_cast<int>(arg.at(1)) + 16; c++)
+        mask += (mask.empty() ? "" : ", ") + std::string("i32 ") + std::to_string(16 * ((c / 4) % 2) + 4 * (c / 8) + c % 4);
+      emit(name + " = shufflevector " + F16 + " " + operand(u.src[0]) + ", " + F16 + " " + operand(u.src[1]) +
+           ", <16 x i32> <" + mask + ">");
+      vector_type_[&u] = F16;
+      break;
+    }
+    case DotPart::Lane:
+      emit(name + " = extractelement " + F16 + " " + operand(u.src[0]) + ", i64 " + std::to_string(arg.at(1)));
+      break;
+    default:
+      check(false, "unknown part ", arg.at(0), " of a bf16 dot tile");
+  }
+  val_[&u] = name;
+}
+
 void Writer::render(const UOpPtr& up, size_t n) {
   const UOp& u = *up;
   cur_ = &u;
@@ -407,22 +493,25 @@ void Writer::render(const UOpPtr& up, size_t n) {
     }
     case Op::DEFINE_ACC: {
       check(!u.src.empty(), "DEFINE_ACC needs its initial value as src[0]");
-      const std::string T = reg_type(u.dtype);
-      allocas_ << "  " << name << " = alloca " << T << ", align " << align_of(u.dtype) << "\n";
-      emit("store " + T + " " + operand_as(u.src[0], u.dtype) + ", ptr " + name + ", align " + align_of(u.dtype));
+      if (vector_type_.count(u.src[0].get())) vector_type_[&u] = vector_type_[u.src[0].get()];
+      const std::string T = type_of(u), A = align_of_value(u);
+      std::string init = vector_type_.count(&u) ? operand(u.src[0]) : operand_as(u.src[0], u.dtype);
+      allocas_ << "  " << name << " = alloca " << T << ", align " << A << "\n";
+      emit("store " + T + " " + init + ", ptr " + name + ", align " + A);
       acc_[&u] = name;
       return;
     }
     case Op::ASSIGN: {
       check(u.src.size() == 2 && acc_.count(u.src[0].get()), "ASSIGN needs (DEFINE_ACC, value)");
-      const DType t = u.src[0]->dtype;
-      std::string v = operand_as(u.src[1], t);
-      emit(std::string("store ") + reg_type(t) + " " + v + ", ptr " + acc_[u.src[0].get()] + ", align " + align_of(t));
+      const UOp& acc = *u.src[0];
+      std::string v = vector_type_.count(&acc) ? operand(u.src[1]) : operand_as(u.src[1], acc.dtype);
+      emit("store " + type_of(acc) + " " + v + ", ptr " + acc_[&acc] + ", align " + align_of_value(acc));
       val_[&u] = v;
       return;
     }
     case Op::LOAD: render_load(u, name); val_[&u] = name; return;
     case Op::STORE: render_store(u, n); return;
+    case Op::WMMA: render_dot_part(u, name); return;
     default: break;
   }
   check(is_alu(u.op), op_name(u.op), " cannot be rendered by the LLVM renderer (CPU kernels have no ",

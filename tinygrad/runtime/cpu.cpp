@@ -126,6 +126,7 @@ class CpuDevice : public Device {
     if (knobs::CPU_LLVM.get()) {
       renderer_ = std::make_unique<LLVMRenderer>();
       compiler_ = make_llvm_compiler();
+      compiles_with_llvm_ = true;
       return;
     }
 #endif
@@ -139,7 +140,9 @@ class CpuDevice : public Device {
     return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 ||
            f == Feature::AddressableMemory;
   }
-  const DevicePolicy& policy() const override { return name_is_virtual() ? cpu().policy() : policy_for(cpu_host()); }
+  const DevicePolicy& policy() const override {
+    return name_is_virtual() ? cpu().policy() : policy_for(cpu_host(), compiles_with_llvm_);
+  }
   std::string description() const override {
     return name() + " (" + const_cast<CpuDevice*>(this)->compiler().cache_key() + "; " + cpu_host().str() + ")";
   }
@@ -151,18 +154,22 @@ class CpuDevice : public Device {
  private:
   // Kernels keep their loops (vector tiles and cache blocks sized for the host, Note [tiles from
   // the host] in codegen/opt.cpp); convolutions reduce channel-last, large matmuls read B through
-  // padded rows, and product operands get buffers of their own. One policy per CPU_ISA.
-  static const DevicePolicy& policy_for(const CpuHost& host) {
+  // padded rows, and product operands get buffers of their own. One policy per CPU_ISA and
+  // compiler: only LLVM's kernels take bf16 dot tiles (Note [bf16 dot tiles] in codegen/cpu_dot.cpp).
+  static const DevicePolicy& policy_for(const CpuHost& host, bool llvm) {
     static std::mutex mu;
-    static std::map<std::string, DevicePolicy> policies;  // by the host's ISA; entries never move
+    static std::map<std::string, DevicePolicy> policies;  // by the host's ISA and the compiler; entries never move
     std::lock_guard<std::mutex> lock(mu);
-    auto [it, fresh] = policies.try_emplace(host.isa, DevicePolicy{.gpu = std::nullopt,
-                                                                   .cpu = host.limits(),
-                                                                   .channels_last_convolutions = true,
-                                                                   .pad_aliasing_rows = true,
-                                                                   .copy_transposed_b = true,
-                                                                   .split_reductions = false,
-                                                                   .realize_product_operands = true});
+    CpuLimits limits = host.limits();
+    limits.bf16_dot = limits.bf16_dot && llvm;
+    DevicePolicy policy{.gpu = std::nullopt,
+                        .cpu = limits,
+                        .channels_last_convolutions = true,
+                        .pad_aliasing_rows = true,
+                        .copy_transposed_b = true,
+                        .split_reductions = false,
+                        .realize_product_operands = true};
+    auto [it, fresh] = policies.try_emplace(host.isa + (llvm ? "/llvm" : "/cc"), policy);
     if (fresh && knobs::DEBUG >= 3)
       std::fprintf(stderr, "cpu host: %s\ncpu tiles: %s\n", host.str().c_str(),
                    cpu_tiles_str(host.limits()).c_str());
@@ -180,6 +187,7 @@ class CpuDevice : public Device {
   HostAllocator allocator_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;
+  bool compiles_with_llvm_ = false;
 };
 
 }  // namespace

@@ -20,7 +20,9 @@
 //     AVX-512 there, as before. Intel's AVX-512 cores and Zen 5 get the AVX-512 tiles.
 //   - the model name, which with the ISA keys the compiled-kernel and BEAM caches (CpuHost::key),
 //     so a choice timed on one machine never serves another.
-// bfloat16 dot products (AVX512-BF16) and AMX tiles are described, not used yet.
+//   - AVX512-BF16 (the avx512_bf16 flag, under an avx512 ISA): bfloat16 products are laid out
+//     around vdpbf16ps (Note [bf16 dot tiles] in codegen/cpu_dot.cpp). AMX tiles are described,
+//     not used yet.
 #include "tinygrad/runtime/cpu_host.h"
 
 #include <algorithm>
@@ -145,8 +147,10 @@ CpuHost describe_cpu(const CpuInfo& info, const CacheSizes& caches, const std::s
 }
 
 CpuLimits CpuHost::limits() const {
-  if (split_512) return CpuLimits{256, 16, cache.l1d_bytes, cache.l2_bytes};  // Note [the host's description]
-  return CpuLimits{vector_bits, vector_registers, cache.l1d_bytes, cache.l2_bytes};
+  CpuLimits l{vector_bits, vector_registers, cache.l1d_bytes, cache.l2_bytes};
+  if (split_512) l.vector_bits = 256, l.vector_registers = 16;  // Note [the host's description]
+  l.bf16_dot = avx512_bf16;
+  return l;
 }
 
 std::string CpuHost::str() const {

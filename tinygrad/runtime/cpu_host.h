@@ -33,7 +33,7 @@ struct CpuHost {
   int vector_bits = 128;
   int vector_registers = 16;
   bool fma = false;
-  bool avx512_bf16 = false;  // bfloat16 dot products (vdpbf16ps); not used by kernels yet
+  bool avx512_bf16 = false;  // bfloat16 dot products (vdpbf16ps): Note [bf16 dot tiles] in codegen/cpu_dot.cpp
   bool amx = false;          // AMX tiles (amx_tile and amx_bf16); not used by kernels yet
   // 512-bit operations run as two 256-bit halves (AMD Zen 4): FMAs at AVX2's rate, so the
   // kernels are tiled as for AVX2 (Note [the host's description])

@@ -41,6 +41,7 @@
 #include "tinygrad/schedule/padded_rows.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "tinygrad/device.h"
 #include "tinygrad/lazy.h"
@@ -204,19 +205,72 @@ UOpPtr padded_product(const UOp& product, const ProductForm& form, const DeviceP
   return nullptr;
 }
 
+// Note [bfloat16 operands in buffers]: on a CPU with bf16 dot tiles (CpuLimits::bf16_dot, Note
+// [bf16 dot tiles] in codegen/cpu_dot.cpp) a product's kernel takes the tiles only where it loads
+// its bfloat16 operands. An operand computed in bfloat16 (an activation or a gradient cast to it,
+// a weight's cast) would be rounded inside the product's kernel, once for every tile of the
+// other operand, and B's 32 columns could not be one load. So the bfloat16 node below the
+// product's widening cast and its views is realized into a buffer of its own first (one pass
+// that rounds each element once), for products of every form (weight gradients too), and the
+// widening cast is moved above the views: a copy the product's B then gets (Note [transposed B])
+// is made in bfloat16 instead of float32 (an input gradient's W read through W^T^T was copied
+// in float32). Other devices and hosts keep the rounding inside the product, as before.
+UOpPtr with_bf16_buffer(const UOpPtr& side) {
+  std::vector<UOpPtr> views;  // outermost first
+  size_t above_cast = 0;
+  bool widened = false;
+  UOpPtr n = side;
+  for (; !n->realized; n = n->src[0]) {
+    if (op_group(n->op) == OpGroup::Movement) {
+      views.push_back(n);
+    } else if (n->op == Op::CAST && !widened && n->dtype == DType::Float32 && n->src[0]->dtype == DType::BFloat16) {
+      widened = true;
+      above_cast = views.size();
+    } else {
+      break;
+    }
+  }
+  if (!widened || n->dtype != DType::BFloat16) return nullptr;
+  bool computed = !n->realized && is_alu(n->op);
+  if (!computed && above_cast == 0) return nullptr;  // loaded, and widened where it is read
+  UOpPtr v = computed ? lazy::contiguous(n) : n;
+  for (auto it = views.rbegin(); it != views.rend(); ++it)
+    v = make_uop((*it)->op, DType::BFloat16, {v}, (*it)->arg, (*it)->shape, (*it)->device);
+  return lazy::cast(v, DType::Float32);
+}
+
+// `product` (a MUL) with its computed bfloat16 operands in buffers, or null where it has none.
+UOpPtr with_bf16_buffers(const UOp& product) {
+  std::vector<UOpPtr> src = product.src;
+  bool changed = false;
+  for (auto& s : src)
+    if (UOpPtr v = with_bf16_buffer(s)) s = v, changed = true;
+  return changed ? with_src(product, std::move(src)) : nullptr;
+}
+
+// The MUL that a sum of products (through casts) reduces, or null.
+const UOp* summed_product(const UOp& reduce) {
+  if (reduce.arg_reduce().op != Op::ADD) return nullptr;
+  const UOp* product = reduce.src[0].get();
+  while (product->op == Op::CAST && !product->realized) product = product->src[0].get();
+  return product->op == Op::MUL && !product->realized ? product : nullptr;
+}
+
 }  // namespace
 
 std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, const std::vector<UOpPtr>& order,
                                             const std::function<bool(const UOp*)>& is_input) {
   // the products to relay out, with their form and their device's policy
   std::unordered_map<const UOp*, std::pair<ProductForm, const DevicePolicy*>> products;
+  std::unordered_set<const UOp*> bf16_products;  // Note [bfloat16 operands in buffers]
   for (auto& u : order) {
     if (u->op != Op::REDUCE_AXIS || is_input(u.get())) continue;
     auto form = product_of(*u);
     const DevicePolicy& policy = get_device(u->device).policy();
     if (form && (policy.pad_aliasing_rows || policy.copy_transposed_b)) products.emplace(form->mul, std::make_pair(*form, &policy));
+    if (const UOp* mul = summed_product(*u); mul && policy.cpu.bf16_dot) bf16_products.insert(mul);
   }
-  if (products.empty()) return std::nullopt;
+  if (products.empty() && bf16_products.empty()) return std::nullopt;
   // Note [products above products]: rebuild every node, sources first, and relay a product out
   // after its own sources were rebuilt: an MLP's second product reads the first one's rebuilt
   // output. (Relaying each product out of the original graph left the second product reading
@@ -231,6 +285,8 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
     for (auto& s : src)
       if (auto it = replaced.find(s.get()); it != replaced.end()) s = it->second, changed = true;
     UOpPtr now = changed ? with_src(*u, std::move(src)) : u;
+    if (bf16_products.count(u.get()))
+      if (auto buffered = with_bf16_buffers(*now)) now = buffered;
     if (auto p = products.find(u.get()); p != products.end())
       if (auto padded = padded_product(*now, p->second.first, *p->second.second)) now = padded;
     if (now == u) continue;
