@@ -293,16 +293,20 @@ std::set<const UOp*> kernels_of(const Tensor& out, const std::string& device) {
 }  // namespace
 
 // A column-parallel Linear and its activation on one device are the one-device kernels of a
-// Linear of a quarter of the outputs.
+// Linear of a quarter of the outputs, also where its input is computed (Note [cutting an expand]
+// in multi.cpp: the input is computed once, not for every column).
 TEST(TensorParallel, OneDevicesKernelsAreTheSingleDeviceKernelsOnItsShare) {
   Tensor x = Tensor::from_vector(iota(8 * 12, 0.1f), {8, 12});
-  nn::Linear quarter(12, 4);
-  auto single = kernels_of(quarter(x).relu(), "CPU");
-  nn::Linear split(12, 16);
+  nn::Linear quarter(12, 16);
+  nn::Linear split(12, 64);
   split.shard_columns(kFour, "split");
-  auto multi = kernels_of(split(x.to(kFour)).relu(), "CPU:1");
-  EXPECT_FALSE(single.empty());
-  EXPECT_EQ(multi, single);
+  for (bool computed : {false, true}) {
+    auto input = [&](const Tensor& t) { return computed ? (t * 2 + 1).relu() : t; };
+    auto single = kernels_of(quarter(input(x)).relu(), "CPU");
+    auto multi = kernels_of(split(input(x.to(kFour))).relu(), "CPU:1");
+    EXPECT_EQ(single.size(), computed ? 2u : 1u);
+    EXPECT_EQ(multi, single) << (computed ? "computed input" : "input in a buffer");
+  }
 }
 
 // ---- on two GPUs ----

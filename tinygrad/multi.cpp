@@ -133,6 +133,19 @@ UOpPtr part_of(const UOpPtr& whole, SplitLayout split, size_t k, size_t n) {
   return reshape(part, part_shape(whole->shape, split.axis, n));
 }
 
+// Part k of n of a replicated operand of a split op. Note [cutting an expand]: a broadcast operand
+// (a matmul's A, expanded over the columns that the other operand splits) is cut below its
+// EXPAND: the part is the source (cut itself where the split axis is not broadcast) expanded to
+// the part's shape, the graph the single-device op on the smaller shapes has. A shrink above the
+// EXPAND would hide the broadcast from the scheduler, which then recomputes a computed operand
+// for every column (Note [product operands] in schedule/schedule.cpp).
+UOpPtr cut(const UOpPtr& whole, SplitLayout split, size_t k, size_t n) {
+  if (whole->op != Op::EXPAND || whole->realized) return part_of(whole, split, k, n);
+  const UOpPtr& src = whole->src[0];
+  bool broadcast = src->shape[static_cast<size_t>(split.axis)] == 1;
+  return expand(broadcast ? src : part_of(src, split, k, n), part_shape(whole->shape, split.axis, n));
+}
+
 UOpPtr combine(Op op, const UOpPtr& a, const UOpPtr& b) {
   return alu(a->dtype == DType::Bool && op == Op::ADD ? Op::OR : op, a, b);
 }
@@ -380,7 +393,7 @@ class MultiRewriter {
     for (size_t k = 0; k < n; k++)
       for (auto& s : u->src) {
         const Lowered& l = of(s);
-        out.parts.push_back(l.axis == split.axis ? l.parts[k] : part_of(l.parts[k], split, k, n));
+        out.parts.push_back(l.axis == split.axis ? l.parts[k] : cut(l.parts[k], split, k, n));
       }
     return out;
   }
