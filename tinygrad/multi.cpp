@@ -25,13 +25,15 @@ namespace tg {
 //  - MULTI nodes (Tensor::shard, host data, realized results) name their parts and axis;
 //  - a CONST is a CONST on each device; a COPY from one device to a tuple is a copy to each;
 //  - elementwise ops run on each device's parts; a replicated operand of a sharded op is cut to
-//    the device's slice where it lies (no copy). Operands split along different axes are refused;
+//    the device's slice where it lies (no copy; below its EXPAND: Note [cutting an expand]).
+//    Operands split along different axes are refused;
 //  - a reduction runs on each device; when it reduces over the split axis, its partial results
 //    are all-reduced (every device adds all parts, in the same order, so the copies stay equal);
 //  - reshape, permute and expand keep the split axis when it stays one dimension of the result
-//    with the same elements before it; pad, shrink and flip that leave the split axis alone run
-//    per device. When they touch the split axis, they first all-gather their operand (each device
-//    assembles the whole from every part), then run replicated;
+//    with the same elements before it (a reshape may also regroup it: Note [grouped splits]);
+//    pad, shrink and flip that leave the split axis alone run per device. When they touch the
+//    split axis, they first all-gather their operand (each device assembles the whole from every
+//    part), then run replicated;
 //  - GATHER (embeddings) reads the whole table at each device's part of the index, so its result
 //    is split as the index is; SCATTER_ADD, its gradient, adds each device's part, and when the
 //    split axis is the scatter axis the partial sums are all-reduced;
@@ -258,7 +260,7 @@ SplitLayout reshaped_split(const Shape& in, const Shape& out, SplitLayout split,
   for (int64_t i = 0; i < split.axis; i++) outer *= in[static_cast<size_t>(i)];
   const auto devices = static_cast<int64_t>(n);
   int64_t before = 1;
-  for (size_t j = 0; j < out.size() && before <= outer; j++) {
+  for (size_t j = 0; j < out.size() && before > 0 && before <= outer; j++) {
     if (outer % before == 0 && out[j] % (outer / before * devices) == 0)
       return {static_cast<int64_t>(j), outer / before};
     before *= out[j];
