@@ -33,6 +33,7 @@
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/multi.h"
 #include "tinygrad/nn/state.h"
+#include "tinygrad/nn/tokens.h"
 #include "tests/run_util.h"
 #include "tests/synth_images.h"
 
@@ -245,6 +246,26 @@ TEST(LauncherTrainer, TensorParallelMatchesOneDevice) {
             std::string::npos);
   EXPECT_NE(refusal({"model.tensor_parallel=2", "train.devices=2"}, "trainer_tp_mesh").find("model.tensor_parallel=2 with train.devices"),
             std::string::npos);
+}
+
+// `tg train configs/gpt_char.yaml model.tensor_parallel=2` (made small) runs end to end, attention
+// split by heads over two virtual CPU devices, with the one-device run's losses.
+TEST(LauncherTrainer, CharGptTensorParallelRunsEndToEnd) {
+  if (!fs::exists(nn::DEFAULT_TEXT_FILE)) GTEST_SKIP() << nn::DEFAULT_TEXT_FILE << " not found (install jargon-text)";
+  fs::path one = temp_dir("trainer_gpt_one"), two = temp_dir("trainer_gpt_tp");
+  auto run = [](const fs::path& dir, const std::string& tp) {
+    return testutil::tg_run({"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/gpt_char.yaml", "model.n_layer=1",
+                   "model.n_embd=32", "data.seq_len=16", "data.batch_size=8", "train.steps=2", "train.log_every=1",
+                   "train.eval_batches=1", "train.progress=off", "model.tensor_parallel=" + tp,
+                   "train.run_dir=" + dir.string()});
+  };
+  ASSERT_EQ(run(one, "1").rc, 0);
+  testutil::CliRun tp = run(two, "2");
+  ASSERT_EQ(tp.rc, 0) << tp.err;
+  auto a = train_losses(one), b = train_losses(two);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(b[i].second, a[i].second, 1e-5 * std::abs(a[i].second));
 }
 
 // The language-model configs resolve: GPT-2 small's sizes, the char model on the text dataset,
