@@ -217,7 +217,13 @@ std::vector<std::string> parse_train_devices(const std::string& spec) {
 }
 }  // namespace
 
+// Note [tensor parallel over devices]: model.tensor_parallel=N splits the model's layers over N
+// devices of the default device's backend (Note [tensor parallel] in tinygrad/nn/module.cpp)
+// once it is built, before the optimizer, whose state then follows each parameter's layout. Each
+// step replicates its batch over them. Like train.devices, such steps run without TinyJit; and
+// combining it with train.devices (a two-dimensional mesh) or with ranks is refused.
 Tensor Trainer::place_batch(const Tensor& t) const {
+  if (tp_devices_.size() > 1) return t.to(tp_devices_);
   if (devices_.size() < 2) return t;
   bool even = t.ndim() > 0 && t.shape(0) % static_cast<int64_t>(devices_.size()) == 0;
   return even ? t.shard(devices_, 0) : t.to(devices_);
@@ -261,6 +267,13 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
     TG_CHECK(cfg_.get_int("data.batch_size") % static_cast<int64_t>(devices_.size()) == 0, "config: data.batch_size ",
              cfg_.get_int("data.batch_size"), " does not split over the ", devices_.size(), " devices of train.devices");
   }
+  if (const int64_t tp = cfg_.get_int("model.tensor_parallel"); tp > 1) {  // Note [tensor parallel over devices]
+    TG_CHECK(devices_.size() < 2, "config: model.tensor_parallel=", tp, " with train.devices='",
+             cfg_.get_string("train.devices"), "' is not supported yet (use one of them)");
+    TG_CHECK(!group_, "config: model.tensor_parallel=", tp, " with distributed.strategy='",
+             cfg_.get_string("distributed.strategy"), "' is not supported yet (use one of them)");
+    tp_devices_ = parse_train_devices(std::to_string(tp));
+  }
   fill_sizes_from_data(cfg_, data_);
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
   model_ = make_model(cfg_);
@@ -270,6 +283,7 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   if (cfg_.get_string("train.precision") == "bf16") model_->set_compute_dtype(DType::BFloat16);
   if (devices_.size() > 1)
     for (Tensor* p : model_->parameters()) p->shard_(devices_);  // Note [data parallel over devices]
+  model_->tensor_parallel(tp_devices_);  // Note [tensor parallel over devices]
   const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
   const bool fsdp = cfg_.get_string("distributed.strategy") == "fsdp";
   if (!zero1 && !fsdp) optim_ = make_optimizer(cfg_, model_->parameters());
@@ -458,7 +472,7 @@ TrainSummary Trainer::fit() {
       {
         trace::Span span("step", "train step");
         span.arg("step", static_cast<double>(step_ + 1));
-        outs = devices_.size() > 1 ? train_step({b->x, b->y}) : (*jit_)({b->x, b->y});
+        outs = devices_.size() > 1 || tp_devices_.size() > 1 ? train_step({b->x, b->y}) : (*jit_)({b->x, b->y});
         if (outs.size() == 3) step_outcome_ = dist::settle_step(optimizer(), {outs[1], outs[2]});  // ok, norm
       }
       Tensor loss = outs[0];

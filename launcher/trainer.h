@@ -168,6 +168,8 @@ class Trainer {
   std::unique_ptr<TinyJit> jit_;
   // train.devices (Note [data parallel over devices] in trainer.cpp); empty: one device.
   std::vector<std::string> devices_;
+  // model.tensor_parallel (Note [tensor parallel over devices] in trainer.cpp); empty: none.
+  std::vector<std::string> tp_devices_;
   Tensor place_batch(const Tensor& t) const;
   dist::StepOutcome step_outcome_;  // of the last step (ddp: settled from its outputs, so replays too)
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;

@@ -32,6 +32,7 @@
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/multi.h"
 #include "tinygrad/nn/state.h"
+#include "tinygrad/nn/tokens.h"
 #include "tests/run_util.h"
 #include "tests/launcher_models.h"
 
@@ -193,6 +194,65 @@ TEST(LauncherConfig, LoadsTheShippedConfigs) {
     EXPECT_EQ(c.get_string("optim.name"), "adam");
     EXPECT_EQ(c.get_int("data.batch_size"), 128);
   }
+}
+
+// model.tensor_parallel (Note [tensor parallel over devices] in launcher/trainer.cpp): the MLP split
+// over four virtual CPU devices gives the one-device run's losses and weights; what does not split
+// or combine is refused, naming it.
+TEST(LauncherTrainer, TensorParallelMatchesOneDevice) {
+  fs::path one = temp_dir("trainer_tp_one"), four = temp_dir("trainer_tp_four");
+  std::vector<std::string> o = {"model.name=test_mlp", "data.name=test_synth", "data.batch_size=8", "train.steps=3",
+                                "train.log_every=1", "optim.lr=0.05"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto all = o;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + one.string()})), {.progress = false});
+  uint64_t allreduces = multi_stats().allreduces;
+  run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + four.string(), "model.tensor_parallel=4"})),
+            {.progress = false});
+  EXPECT_GE(multi_stats().allreduces - allreduces, 3u);  // at least the pair's forward sum of each step
+  auto a = train_losses(one), b = train_losses(four);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(b[i].second, a[i].second, 1e-5 * std::abs(a[i].second));
+  auto wa = nn::safe_load((one / "checkpoints" / "step_3.safetensors").string());
+  auto wb = nn::safe_load((four / "checkpoints" / "step_3.safetensors").string());
+  for (const char* name : {"model.1.weight", "model.3.weight"}) {
+    auto va = wa.at(name).to_vector<float>(), vb = wb.at(name).to_vector<float>();
+    ASSERT_EQ(va.size(), vb.size());
+    for (size_t i = 0; i < va.size(); i++) EXPECT_NEAR(vb[i], va[i], 1e-5 * std::max(1.0f, std::abs(va[i]))) << name;
+  }
+  auto refusal = [&](std::vector<std::string> extra, const char* dir) {
+    extra.push_back("train.run_dir=" + temp_dir(dir).string());
+    return error_of([&] { run_train(parse_config("", "synth.yaml", with(extra)), {.progress = false}); });
+  };
+  EXPECT_NE(refusal({"model.tensor_parallel=4", "model.name=test_wide", "model.test_width=10"}, "trainer_tp_uneven")
+                .find("out_features=10"),
+            std::string::npos);
+  EXPECT_NE(refusal({"model.tensor_parallel=2", "train.devices=2"}, "trainer_tp_mesh").find("model.tensor_parallel=2 with train.devices"),
+            std::string::npos);
+}
+
+// `tg train configs/gpt_char.yaml model.tensor_parallel=2` (made small) runs end to end, attention
+// split by heads over two virtual CPU devices, with the one-device run's losses.
+TEST(LauncherTrainer, CharGptTensorParallelRunsEndToEnd) {
+  if (!fs::exists(nn::DEFAULT_TEXT_FILE)) GTEST_SKIP() << nn::DEFAULT_TEXT_FILE << " not found (install jargon-text)";
+  fs::path one = temp_dir("trainer_gpt_one"), two = temp_dir("trainer_gpt_tp");
+  auto run = [](const fs::path& dir, const std::string& tp) {
+    return testutil::tg_run({"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/gpt_char.yaml", "model.n_layer=1",
+                   "model.n_embd=32", "data.seq_len=16", "data.batch_size=8", "train.steps=2", "train.log_every=1",
+                   "train.eval_batches=1", "train.progress=off", "model.tensor_parallel=" + tp,
+                   "train.run_dir=" + dir.string()});
+  };
+  ASSERT_EQ(run(one, "1").rc, 0);
+  testutil::CliRun tp = run(two, "2");
+  ASSERT_EQ(tp.rc, 0) << tp.err;
+  auto a = train_losses(one), b = train_losses(two);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(b[i].second, a[i].second, 1e-5 * std::abs(a[i].second));
 }
 
 // The language-model configs resolve: GPT-2 small's sizes, the char model on the text dataset,

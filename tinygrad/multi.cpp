@@ -25,13 +25,15 @@ namespace tg {
 //  - MULTI nodes (Tensor::shard, host data, realized results) name their parts and axis;
 //  - a CONST is a CONST on each device; a COPY from one device to a tuple is a copy to each;
 //  - elementwise ops run on each device's parts; a replicated operand of a sharded op is cut to
-//    the device's slice where it lies (no copy). Operands split along different axes are refused;
+//    the device's slice where it lies (no copy; below its EXPAND: Note [cutting an expand]).
+//    Operands split along different axes are refused;
 //  - a reduction runs on each device; when it reduces over the split axis, its partial results
 //    are all-reduced (every device adds all parts, in the same order, so the copies stay equal);
 //  - reshape, permute and expand keep the split axis when it stays one dimension of the result
-//    with the same elements before it; pad, shrink and flip that leave the split axis alone run
-//    per device. When they touch the split axis, they first all-gather their operand (each device
-//    assembles the whole from every part), then run replicated;
+//    with the same elements before it (a reshape may also regroup it: Note [grouped splits]);
+//    pad, shrink and flip that leave the split axis alone run per device. When they touch the
+//    split axis, they first all-gather their operand (each device assembles the whole from every
+//    part), then run replicated;
 //  - GATHER (embeddings) reads the whole table at each device's part of the index, so its result
 //    is split as the index is; SCATTER_ADD, its gradient, adds each device's part, and when the
 //    split axis is the scatter axis the partial sums are all-reduced;
@@ -40,6 +42,19 @@ namespace tg {
 // new, and the kernels of one device's part are the single-device kernels on smaller shapes.
 // Uneven splits are refused (shard_uop names the sizes). "CPU" and "CPU:0" are one device
 // (canonical_device), so a tuple written either way is the same tuple.
+//
+// Note [grouped splits]: a split may also be grouped: the split axis, of size S, is viewed as
+// [g, S/g] and each device holds its n-th of every group (device k: [k S/(g n), (k+1) S/(g n))
+// of each). g = 1 is the plain split. Tensor parallel attention needs it: c_attn's output [.., 3D]
+// holds q, k and v side by side, and split by heads (g = 3) each device holds its heads of all
+// three. Over the flat elements, a split of g groups along axis a is the layout [outer, n, inner]
+// with outer = (elements before a) * g, device k holding [:, k, :]. A reshape keeps the flat
+// order, so its result is split along the dim j with P = (elements before j) dividing outer and
+// out[j] a multiple of (outer / P) * n, in outer / P groups: [B, T, 3D] in 3 groups becomes
+// [B, T, 3, H, hd] split along H (one group), and [B, T, H, hd] split along H becomes [B, T, D]
+// split along D. At most one dim qualifies (P * out[j] > outer); when none does, the operand is
+// gathered first. Slicing a replicated operand, assembling the whole and the gradient of a
+// grouped MULTI go through the [.., g, S/g, ..] view, where the split is a plain one.
 //
 // Note [collectives between the devices of a process]: a small all-reduce of n parts is a direct
 // exchange: every part is copied to every other device and added there (n*(n-1) copies of the
@@ -94,6 +109,15 @@ Shape part_shape(Shape s, int64_t axis, size_t n) {
   return s;
 }
 
+// The shape with the split axis viewed as [groups, size / groups] (Note [grouped splits]).
+Shape grouped_shape(const Shape& s, int64_t axis, int64_t groups) {
+  Shape out(s.begin(), s.begin() + axis);
+  out.push_back(groups);
+  out.push_back(s[static_cast<size_t>(axis)] / groups);
+  out.insert(out.end(), s.begin() + axis + 1, s.end());
+  return out;
+}
+
 // The bounds of part i of n along axis (every other dimension whole).
 Pads part_bounds(const Shape& s, int64_t axis, size_t i, size_t n) {
   Pads b;
@@ -103,12 +127,46 @@ Pads part_bounds(const Shape& s, int64_t axis, size_t i, size_t n) {
   return b;
 }
 
+// Part k of n of a whole node split along axis in groups (Note [grouped splits]).
+UOpPtr part_of(const UOpPtr& whole, SplitLayout split, size_t k, size_t n) {
+  if (split.groups == 1) return shrink(whole, part_bounds(whole->shape, split.axis, k, n));
+  Shape view = grouped_shape(whole->shape, split.axis, split.groups);
+  UOpPtr part = shrink(reshape(whole, view), part_bounds(view, split.axis + 1, k, n));
+  return reshape(part, part_shape(whole->shape, split.axis, n));
+}
+
+// Part k of n of a replicated operand of a split op. Note [cutting an expand]: a broadcast operand
+// (a matmul's A, expanded over the columns that the other operand splits) is cut below its
+// EXPAND: the part is the source (cut itself where the split axis is not broadcast) expanded to
+// the part's shape, the graph the single-device op on the smaller shapes has. A shrink above the
+// EXPAND would hide the broadcast from the scheduler, which then recomputes a computed operand
+// for every column (Note [product operands] in schedule/schedule.cpp).
+UOpPtr cut(const UOpPtr& whole, SplitLayout split, size_t k, size_t n) {
+  if (whole->op != Op::EXPAND || whole->realized) return part_of(whole, split, k, n);
+  const UOpPtr& src = whole->src[0];
+  bool broadcast = src->shape[static_cast<size_t>(split.axis)] == 1;
+  return expand(broadcast ? src : part_of(src, split, k, n), part_shape(whole->shape, split.axis, n));
+}
+
 UOpPtr combine(Op op, const UOpPtr& a, const UOpPtr& b) {
   return alu(a->dtype == DType::Bool && op == Op::ADD ? Op::OR : op, a, b);
 }
 
-// The whole of a node split along axis, assembled on `device` from its parts.
-UOpPtr assemble(const std::vector<UOpPtr>& parts, int64_t axis, const std::string& device) {
+UOpPtr assemble_plain(const std::vector<UOpPtr>& parts, int64_t axis, const std::string& device);
+
+// The whole of a node split as `split`, assembled on `device` from its parts.
+UOpPtr assemble(const std::vector<UOpPtr>& parts, SplitLayout split, const std::string& device) {
+  if (split.groups == 1) return assemble_plain(parts, split.axis, device);
+  const size_t n = parts.size();
+  Shape whole = parts[0]->shape;
+  whole[static_cast<size_t>(split.axis)] *= static_cast<int64_t>(n);
+  std::vector<UOpPtr> viewed;
+  for (auto& p : parts) viewed.push_back(reshape(p, grouped_shape(p->shape, split.axis, split.groups)));
+  return reshape(assemble_plain(viewed, split.axis + 1, device), whole);
+}
+
+// The whole of a node split along axis in one group, assembled on `device` from its parts.
+UOpPtr assemble_plain(const std::vector<UOpPtr>& parts, int64_t axis, const std::string& device) {
   size_t n = parts.size();
   UOpPtr whole;
   for (size_t j = 0; j < n; j++) {
@@ -138,7 +196,7 @@ Lowered all_gather(const Lowered& x) {
   if (x.axis < 0) return x;
   multi_stats().allgathers++;
   Lowered out;
-  for (auto& part : x.parts) out.parts.push_back(assemble(x.parts, x.axis, part->device));
+  for (auto& part : x.parts) out.parts.push_back(assemble(x.parts, x.layout(), part->device));
   return out;
 }
 
@@ -195,18 +253,19 @@ Lowered all_reduce(const std::vector<UOpPtr>& partials, Op op) {
   return out;
 }
 
-// The output axis that a reshape of `in` split along `axis` to `out` keeps split, or -1 when the
-// split axis does not survive as one dimension with the same elements before it.
-int64_t reshaped_axis(const Shape& in, const Shape& out, int64_t axis, size_t n) {
+// The split of a reshape of `in` split as `split` to `out` (Note [grouped splits]), or axis -1
+// when no dimension of `out` carries it.
+SplitLayout reshaped_split(const Shape& in, const Shape& out, SplitLayout split, size_t n) {
+  int64_t outer = split.groups;
+  for (int64_t i = 0; i < split.axis; i++) outer *= in[static_cast<size_t>(i)];
+  const auto devices = static_cast<int64_t>(n);
   int64_t before = 1;
-  for (int64_t i = 0; i < axis; i++) before *= in[static_cast<size_t>(i)];
-  int64_t acc = 1;
-  for (size_t j = 0; j < out.size(); j++) {
-    if (acc == before && out[j] != 1) return out[j] % static_cast<int64_t>(n) == 0 ? static_cast<int64_t>(j) : -1;
-    acc *= out[j];
-    if (acc > before) return -1;
+  for (size_t j = 0; j < out.size() && before > 0 && before <= outer; j++) {
+    if (outer % before == 0 && out[j] % (outer / before * devices) == 0)
+      return {static_cast<int64_t>(j), outer / before};
+    before *= out[j];
   }
-  return -1;
+  return {};
 }
 
 class MultiRewriter {
@@ -223,10 +282,17 @@ class MultiRewriter {
   std::unordered_map<const UOp*, Lowered> memo_;
 
   const Lowered& of(const UOpPtr& u) const { return memo_.at(u.get()); }
-  static Lowered one(UOpPtr u) { return Lowered{{std::move(u)}, -1}; }
+  static Lowered one(UOpPtr u) { return Lowered{{std::move(u)}, -1, 1}; }
+
+  Lowered multi_parts(const UOpPtr& multi) const {
+    const auto& a = multi->arg_ints();
+    Lowered out{{}, a[0], a[1]};
+    for (auto& s : multi->src) out.parts.push_back(memo_.count(s.get()) ? of(s).parts.at(0) : s);
+    return out;
+  }
 
   Lowered rewrite(const UOpPtr& u) {
-    if (u->realized_multi) return Lowered{u->realized_multi->src, u->realized_multi->arg_int()};
+    if (u->realized_multi) return multi_parts(u->realized_multi);
     if (u->realized) return one(u);
     if (!is_device_tuple(u->device)) return rewrite_single(u);
     return rewrite_tuple(u);
@@ -256,17 +322,13 @@ class MultiRewriter {
       return copy_to(x.parts[0], device);
     }
     multi_stats().allgathers++;
-    return assemble(x.parts, x.axis, device);
+    return assemble(x.parts, x.layout(), device);
   }
 
   Lowered rewrite_tuple(const UOpPtr& u) {
     const auto devices = split_devices(u->device);
     switch (u->op) {
-      case Op::MULTI: {
-        Lowered out{{}, u->arg_int()};
-        for (auto& s : u->src) out.parts.push_back(of(s).parts.at(0));
-        return out;
-      }
+      case Op::MULTI: return multi_parts(u);
       case Op::CONST: {
         Lowered out;
         for (auto& d : devices) out.parts.push_back(make_uop(Op::CONST, u->dtype, {}, u->arg, u->shape, d));
@@ -304,7 +366,7 @@ class MultiRewriter {
   Lowered elementwise(const UOpPtr& u, size_t n) {
     Lowered src = elementwise_sources(u, n);
     size_t m = u->src.size();
-    Lowered out{{}, src.axis};
+    Lowered out{{}, src.axis, src.groups};
     Shape shape = part_shape(u->shape, src.axis, n);
     for (size_t k = 0; k < n; k++) {
       std::vector<UOpPtr> own(src.parts.begin() + static_cast<std::ptrdiff_t>(k * m),
@@ -318,18 +380,22 @@ class MultiRewriter {
   // The sources of an op on one index space (elementwise, SCATTER_ADD), device by device (device
   // k's sources at [k * sources, (k + 1) * sources)), with the axis they are split along.
   Lowered elementwise_sources(const UOpPtr& u, size_t n) {
-    int64_t axis = -1;
+    SplitLayout split;
     for (auto& s : u->src) {
-      int64_t a = of(s).axis;
-      TG_CHECK(a < 0 || axis < 0 || a == axis, op_name(u->op), ": operands of shape ", shape_str(u->shape),
-               " are sharded along different axes (", axis, " and ", a, "); reshard one of them first");
-      if (a >= 0) axis = a;
+      SplitLayout a = of(s).layout();
+      TG_CHECK(a.axis < 0 || split.axis < 0 || a.axis == split.axis, op_name(u->op), ": operands of shape ",
+               shape_str(u->shape), " are sharded along different axes (", split.axis, " and ", a.axis,
+               "); reshard one of them first");
+      TG_CHECK(a.axis < 0 || split.axis < 0 || a.groups == split.groups, op_name(u->op), ": operands of shape ",
+               shape_str(u->shape), " are sharded along axis ", a.axis, " in different groups (", split.groups, " and ",
+               a.groups, "); reshard one of them first");
+      if (a.axis >= 0) split = a;
     }
-    Lowered out{{}, axis};
+    Lowered out{{}, split.axis, split.groups};
     for (size_t k = 0; k < n; k++)
       for (auto& s : u->src) {
         const Lowered& l = of(s);
-        out.parts.push_back(l.axis == axis ? l.parts[k] : shrink(l.parts[k], part_bounds(s->shape, axis, k, n)));
+        out.parts.push_back(l.axis == split.axis ? l.parts[k] : cut(l.parts[k], split, k, n));
       }
     return out;
   }
@@ -354,9 +420,9 @@ class MultiRewriter {
     Lowered x = all_gather(of(u->src[0]));
     const Lowered& index = of(u->src[1]);
     int64_t axis = u->arg_ints()[0], a = index.axis;
-    Lowered out{{}, a};
+    Lowered out{{}, a, index.groups};
     for (size_t k = 0; k < n; k++) {
-      UOpPtr whole = a < 0 || a == axis ? x.parts[k] : shrink(x.parts[k], part_bounds(u->src[0]->shape, a, k, n));
+      UOpPtr whole = a < 0 || a == axis ? x.parts[k] : part_of(x.parts[k], index.layout(), k, n);
       out.parts.push_back(gather(whole, index.parts[k], axis));
     }
     return out;
@@ -375,7 +441,7 @@ class MultiRewriter {
       out.push_back(make_uop(Op::SCATTER_ADD, u->dtype, {values, parts.parts[2 * k + 1]}, u->arg, shape, values->device));
     }
     if (parts.axis == axis) return all_reduce(out, Op::ADD);
-    return Lowered{out, parts.axis};
+    return Lowered{out, parts.axis, parts.groups};
   }
 
   Lowered reduce_parts(const UOpPtr& u) {
@@ -384,17 +450,17 @@ class MultiRewriter {
     std::vector<UOpPtr> partials;
     for (auto& p : x.parts) partials.push_back(reduce(p, ra.op, ra.axes));
     if (x.axis >= 0 && std::count(ra.axes.begin(), ra.axes.end(), x.axis)) return all_reduce(partials, ra.op);
-    return Lowered{partials, x.axis};
+    return Lowered{partials, x.axis, x.groups};
   }
 
   Lowered reshape_parts(const UOpPtr& u, size_t n) {
     const Lowered& x = of(u->src[0]);
     if (x.axis < 0) return per_part(x, [&](const UOpPtr& p) { return reshape(p, u->shape); });
-    int64_t axis = reshaped_axis(u->src[0]->shape, u->shape, x.axis, n);
-    if (axis < 0) return replicated_op(u);
-    Shape shape = part_shape(u->shape, axis, n);
+    SplitLayout split = reshaped_split(u->src[0]->shape, u->shape, x.layout(), n);
+    if (split.axis < 0) return replicated_op(u);
+    Shape shape = part_shape(u->shape, split.axis, n);
     Lowered out = per_part(x, [&](const UOpPtr& p) { return reshape(p, shape); });
-    out.axis = axis;
+    out.axis = split.axis, out.groups = split.groups;
     return out;
   }
 
@@ -442,7 +508,7 @@ class MultiRewriter {
 
   template <class F>
   static Lowered per_part(const Lowered& x, F f) {
-    Lowered out{{}, x.axis};
+    Lowered out{{}, x.axis, x.groups};
     for (auto& p : x.parts) out.parts.push_back(f(p));
     return out;
   }
@@ -462,15 +528,17 @@ bool has_multi(const std::vector<UOpPtr>& outputs) {
 
 std::vector<Lowered> lower_multi(const std::vector<UOpPtr>& outputs) { return MultiRewriter().run(outputs); }
 
-int64_t multi_axis(const UOpPtr& x) {
-  if (!is_device_tuple(x->device)) return -1;
+SplitLayout multi_layout(const UOpPtr& x) {
+  if (!is_device_tuple(x->device)) return {};
   MultiStats kept = multi_stats();  // an analysis, not a realization: nothing was inserted
-  int64_t axis = lower_multi({x})[0].axis;
+  SplitLayout split = lower_multi({x})[0].layout();
   multi_stats() = kept;
-  return axis;
+  return split;
 }
 
-UOpPtr make_multi(const std::vector<UOpPtr>& parts, int64_t axis) {
+int64_t multi_axis(const UOpPtr& x) { return multi_layout(x).axis; }
+
+UOpPtr make_multi(const std::vector<UOpPtr>& parts, int64_t axis, int64_t groups) {
   TG_ASSERT(!parts.empty(), "MULTI of no parts");
   std::vector<std::string> devices;
   for (auto& p : parts) {
@@ -480,7 +548,9 @@ UOpPtr make_multi(const std::vector<UOpPtr>& parts, int64_t axis) {
   }
   Shape shape = parts[0]->shape;
   if (axis >= 0) shape[static_cast<size_t>(axis)] *= static_cast<int64_t>(parts.size());
-  return make_uop(Op::MULTI, parts[0]->dtype, parts, Arg{axis}, shape, join_devices(devices));
+  TG_ASSERT(groups >= 1 && (axis >= 0 || groups == 1), "MULTI of ", groups, " groups along axis ", axis);
+  return make_uop(Op::MULTI, parts[0]->dtype, parts, Arg{std::vector<int64_t>{axis, groups}}, shape,
+                  join_devices(devices));
 }
 
 namespace {
@@ -499,37 +569,39 @@ std::vector<std::string> canonical_tuple(const std::vector<std::string>& devices
 }
 }  // namespace
 
-UOpPtr shard_uop(const UOpPtr& x, const std::vector<std::string>& devices, int64_t axis) {
+UOpPtr shard_uop(const UOpPtr& x, const std::vector<std::string>& devices, int64_t axis, int64_t groups) {
   auto devs = canonical_tuple(devices);
   std::string tuple = join_devices(devs);
   size_t n = devs.size();
+  TG_CHECK(groups >= 1, "shard: groups must be at least 1, got ", groups);
+  if (axis < 0) groups = 1;
   UOpPtr whole = x;
   if (is_device_tuple(x->device)) {
-    int64_t now = multi_axis(x);
-    if (x->device == tuple && now == axis) return x;
+    SplitLayout now = multi_layout(x);
+    if (x->device == tuple && now == SplitLayout{axis, groups}) return x;
     // a replicated tensor on the same tuple is cut where it lies; anything else is gathered first
-    if (!(x->device == tuple && now < 0)) whole = copy_to(x, split_devices(x->device)[0]);
+    if (!(x->device == tuple && now.axis < 0)) whole = copy_to(x, split_devices(x->device)[0]);
   }
   if (axis < 0) return n == 1 ? copy_to(whole, devs[0]) : copy_to(whole, tuple);
   TG_CHECK(axis < static_cast<int64_t>(x->shape.size()), "shard: axis ", axis, " is out of range for shape ",
            shape_str(x->shape));
-  int64_t size = x->shape[static_cast<size_t>(axis)];
-  TG_CHECK(size % static_cast<int64_t>(n) == 0, "shard: axis ", axis, " of size ", size, " (shape ",
-           shape_str(x->shape), ") does not split evenly over ", n, " devices (", size, " % ", n, " = ",
-           size % static_cast<int64_t>(n), ")");
+  int64_t size = x->shape[static_cast<size_t>(axis)], pieces = static_cast<int64_t>(n) * groups;
+  TG_CHECK(size % pieces == 0, "shard: axis ", axis, " of size ", size, " (shape ", shape_str(x->shape),
+           ") does not split evenly over ", n, " devices", groups > 1 ? " in " + std::to_string(groups) + " groups" : "",
+           " (", size, " % ", pieces, " = ", size % pieces, ")");
   if (n == 1) return copy_to(whole, devs[0]);
   std::vector<UOpPtr> parts;
-  for (size_t i = 0; i < n; i++) parts.push_back(copy_to(shrink(whole, part_bounds(x->shape, axis, i, n)), devs[i]));
-  return make_multi(parts, axis);
+  for (size_t i = 0; i < n; i++) parts.push_back(copy_to(part_of(whole, {axis, groups}, i, n), devs[i]));
+  return make_multi(parts, axis, groups);
 }
 
 std::vector<UOpPtr> multi_gradient(const UOpPtr& u, const UOpPtr& g) {
-  int64_t axis = u->arg_int();
+  SplitLayout split{u->arg_ints()[0], u->arg_ints()[1]};
   std::vector<UOpPtr> out;
   for (size_t i = 0; i < u->src.size(); i++) {
     const std::string& device = u->src[i]->device;
-    if (axis < 0) out.push_back(i == 0 ? copy_to(g, device) : nullptr);  // the parts are one value
-    else out.push_back(copy_to(shrink(g, part_bounds(u->shape, axis, i, u->src.size())), device));
+    if (split.axis < 0) out.push_back(i == 0 ? copy_to(g, device) : nullptr);  // the parts are one value
+    else out.push_back(copy_to(part_of(g, split, i, u->src.size()), device));
   }
   return out;
 }

@@ -20,11 +20,20 @@ std::vector<std::string> split_devices(const std::string& device);  // a single 
 std::string join_devices(const std::vector<std::string>& devices);
 bool device_tuples_made();
 
-// The part of a logical node on each device of its tuple, and the axis it is split along (-1:
-// every device holds the whole).
+// How a logical node is split over its devices: along `axis` (-1: every device holds the whole),
+// in `groups` (Note [grouped splits] in multi.cpp; 1: each device holds one contiguous slice).
+struct SplitLayout {
+  int64_t axis = -1;
+  int64_t groups = 1;
+  bool operator==(const SplitLayout&) const = default;
+};
+
+// The part of a logical node on each device of its tuple, and how it is split.
 struct Lowered {
   std::vector<UOpPtr> parts;
   int64_t axis = -1;
+  int64_t groups = 1;
+  SplitLayout layout() const { return {axis, groups}; }
 };
 
 // Rewrites the graphs of `outputs` into per-device graphs: for each output, its parts (one part,
@@ -32,14 +41,17 @@ struct Lowered {
 std::vector<Lowered> lower_multi(const std::vector<UOpPtr>& outputs);
 // The axis x is split along (-1: replicated, or on one device), without counting in multi_stats.
 int64_t multi_axis(const UOpPtr& x);
+// The same with its groups (Note [grouped splits] in multi.cpp).
+SplitLayout multi_layout(const UOpPtr& x);
 // True when some node under `outputs` is on a device tuple (lower_multi has work to do).
 bool has_multi(const std::vector<UOpPtr>& outputs);
 
-// `x` (on one device, or a tuple) split along `axis` over `devices` (-1: a whole copy on each).
-// Throws, naming the sizes, when the axis does not split evenly.
-UOpPtr shard_uop(const UOpPtr& x, const std::vector<std::string>& devices, int64_t axis);
-// A MULTI node of per-device parts split along axis (-1: replicated).
-UOpPtr make_multi(const std::vector<UOpPtr>& parts, int64_t axis);
+// `x` (on one device, or a tuple) split along `axis` over `devices` (-1: a whole copy on each),
+// in `groups` (Note [grouped splits] in multi.cpp). Throws, naming the sizes, when the axis does
+// not split evenly.
+UOpPtr shard_uop(const UOpPtr& x, const std::vector<std::string>& devices, int64_t axis, int64_t groups = 1);
+// A MULTI node of per-device parts split along axis (-1: replicated) in `groups`.
+UOpPtr make_multi(const std::vector<UOpPtr>& parts, int64_t axis, int64_t groups = 1);
 
 // The gradient rule of MULTI: each part's slice of g on its device (replicated: the first part
 // takes g, since the parts are one value).

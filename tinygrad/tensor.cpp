@@ -77,7 +77,7 @@ void realize_multi(const std::vector<UOpPtr>& outs) {
       if (!outs[i]->realized && outs[i]->op != Op::BUFFER) outs[i]->realized = parts[0]->arg_buffer();
       continue;
     }
-    UOpPtr multi = make_multi(parts, lowered[i].axis);
+    UOpPtr multi = make_multi(parts, lowered[i].axis, lowered[i].groups);
     if (multi != outs[i] && !outs[i]->realized_multi) outs[i]->realized_multi = multi;
   }
 }
@@ -347,8 +347,8 @@ Tensor& Tensor::assign(const Tensor& v) {
   return *this;
 }
 
-Tensor& Tensor::shard_(const std::vector<std::string>& devices, std::optional<int64_t> axis) {
-  Tensor v = detach().shard(devices, axis);
+Tensor& Tensor::shard_(const std::vector<std::string>& devices, std::optional<int64_t> axis, int64_t groups) {
+  Tensor v = detach().shard(devices, axis, groups);
   v.realize();
   const UOpPtr& u = v.uop();
   state_->uop = u->realized_multi ? u->realized_multi : u->realized ? lazy::buffer(u->realized, u->shape) : u;

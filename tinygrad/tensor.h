@@ -97,13 +97,20 @@ class Tensor {
   Tensor to(const std::string& device) const;
   // ---- several devices (Note [multi-device tensors] in multi.cpp) ----
   // This tensor split along `axis` over `devices` (none: a whole copy on each), as tinygrad's
-  // shard; the axis must split evenly. to(devices) is shard(devices) (replicated).
-  Tensor shard(const std::vector<std::string>& devices, std::optional<int64_t> axis = std::nullopt) const;
+  // shard; the axis must split evenly. to(devices) is shard(devices) (replicated). With groups,
+  // the axis is viewed as [groups, size / groups] and each device holds its part of every group
+  // (Note [grouped splits] in multi.cpp: q, k and v side by side, split by heads).
+  Tensor shard(const std::vector<std::string>& devices, std::optional<int64_t> axis = std::nullopt,
+               int64_t groups = 1) const;
   Tensor to(const std::vector<std::string>& devices) const;
   // In place: this tensor (and every copy of it) becomes its shard, realized; keeps requires_grad.
-  Tensor& shard_(const std::vector<std::string>& devices, std::optional<int64_t> axis = std::nullopt);
+  Tensor& shard_(const std::vector<std::string>& devices, std::optional<int64_t> axis = std::nullopt,
+                 int64_t groups = 1);
+  // This tensor laid out as `other` is: on its device or devices, split along its axis in its groups.
+  Tensor shard_like(const Tensor& other) const;
   std::vector<std::string> devices() const;  // the device tuple, or {device()}
   std::optional<int64_t> shard_axis() const;  // the split axis; none when replicated or on one device
+  int64_t shard_groups() const;  // the split's groups (1 unless sharded in groups)
   Tensors shards() const;  // each device's part, realized ({*this} on one device)
   Tensor contiguous() const;
   // Replaces this tensor's value (same shape, dtype, device) with `v`, realized; cuts history.

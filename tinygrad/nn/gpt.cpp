@@ -52,18 +52,18 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c)
   register_module("c_proj", c_proj);
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
-  KVCache none;
-  return forward(x, none);
-}
+Tensor CausalSelfAttention::forward(const Tensor& x) { return attend(x, nullptr); }
+
+Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache) { return attend(x, &cache); }
 
 // Note [kv cache]: generation feeds the prompt once and then one token per step; each layer keeps
 // the keys and values of every position so far, and a step computes q, k, v for its new positions
 // only, appends k and v, and attends from the new queries to all keys. The new queries are the
 // last positions, so the causal mask applies only when the call has more than one of them and the
 // cache is empty (the prompt: L = S, masked as in training); a single new query sees every key.
-// A prompt after a non-empty cache (several new positions at once) is not supported.
-Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache) {
+// A prompt after a non-empty cache (several new positions at once) is not supported. Without a
+// cache (training, evaluation) nothing is realized here: the keys and values stay in the graph.
+Tensor CausalSelfAttention::attend(const Tensor& x, KVCache* cache) {
   TG_CHECK(x.ndim() == 3, "CausalSelfAttention: input must be [B, T, D], got ", x.describe());
   int64_t b = x.shape(0), t = x.shape(1), d = x.shape(2), hd = d / n_head;
   // [B, T, 3D] -> three [B, H, T, hd]
@@ -77,16 +77,38 @@ Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache) {
   };
   double p = is_training() ? dropout : 0.0;
   Tensor k = head(qkv[1]), v = head(qkv[2]);
-  bool first = cache.length() == 0;
+  bool first = !cache || cache->length() == 0;
   TG_CHECK(first || t == 1, "CausalSelfAttention: after a cached prefix, positions come one at a time (got ", t, ")");
-  if (!first) k = Tensor::cat({*cache.k, k}, 2), v = Tensor::cat({*cache.v, v}, 2);
+  if (!first) k = Tensor::cat({*cache->k, k}, 2), v = Tensor::cat({*cache->v, v}, 2);
   Tensor y = head(qkv[0]).scaled_dot_product_attention(k, v, /*causal=*/first && t > 1, p);
-  cache.k = k.realize(), cache.v = v.realize();
+  if (cache) cache->k = k.realize(), cache->v = v.realize();
   y = y.permute({0, 2, 1, 3}).reshape({b, t, d}).cast(x.dtype());
   return c_proj(y).dropout(dropout, is_training());
 }
 
+// Note [tensor parallel in GPT]: Megatron's layout (Note [tensor parallel] in module.cpp), split by
+// heads: c_attn is column-parallel in 3 groups (Note [grouped splits] in multi.cpp), so each
+// device holds the rows of its n_head / n heads of q, of k and of v, and the forward pass's
+// reshape to [B, T, 3, H, hd] leaves the split on the heads: each device attends over its own
+// heads, and c_proj, row-parallel, sums their outputs (one all-reduce). The MLP's c_fc is
+// column-parallel and its c_proj row-parallel (one all-reduce). The embeddings, LayerNorms and the
+// tied output projection are replicated. A step costs two all-reduces per block forward and two
+// backward (the gradients of the LayerNorms' outputs, which feed c_attn and c_fc).
+void CausalSelfAttention::tensor_parallel(const std::vector<std::string>& devices) {
+  if (devices.size() < 2) return;
+  TG_CHECK(n_head % static_cast<int64_t>(devices.size()) == 0, "tensor parallel over ", devices.size(),
+           " devices: n_head=", n_head, " does not split into whole heads (", n_head, " % ", devices.size(), " = ",
+           n_head % static_cast<int64_t>(devices.size()), ")");
+  c_attn.shard_columns(devices, "attn.c_attn", 3);
+  c_proj.shard_rows(devices, "attn.c_proj");
+}
+
 // ---- MLP and block ----
+
+void GPTMLP::tensor_parallel(const std::vector<std::string>& devices) {
+  c_fc.shard_columns(devices, "mlp.c_fc");
+  c_proj.shard_rows(devices, "mlp.c_proj");
+}
 
 GPTMLP::GPTMLP(const GPTConfig& c) : dropout(c.dropout), c_fc(c.n_embd, 4 * c.n_embd), c_proj(4 * c.n_embd, c.n_embd) {
   init_linear(c_fc, INIT_STD);
@@ -104,13 +126,12 @@ GPTBlock::GPTBlock(const GPTConfig& c) : ln_1({c.n_embd}), attn(c), ln_2({c.n_em
   register_module("mlp", mlp);
 }
 
-Tensor GPTBlock::forward(const Tensor& x) {
-  KVCache none;
-  return forward(x, none);
-}
+Tensor GPTBlock::forward(const Tensor& x) { return forward(x, nullptr); }
 
-Tensor GPTBlock::forward(const Tensor& x, KVCache& cache) {
-  Tensor h = x + attn.forward(ln_1(x), cache);
+Tensor GPTBlock::forward(const Tensor& x, KVCache& cache) { return forward(x, &cache); }
+
+Tensor GPTBlock::forward(const Tensor& x, KVCache* cache) {
+  Tensor h = x + (cache ? attn.forward(ln_1(x), *cache) : attn.forward(ln_1(x)));
   return h + mlp(ln_2(h));
 }
 
@@ -128,24 +149,32 @@ GPTTrunk::GPTTrunk(const GPTConfig& c) : wte(c.vocab_size, c.n_embd), wpe(c.bloc
 
 GPT::GPT(const GPTConfig& c) : config((c.check(), c)), transformer(c) { register_module("transformer", transformer); }
 
-Tensor GPT::forward(const Tensor& idx) {
-  std::vector<KVCache> none(static_cast<size_t>(config.n_layer));
-  return forward(idx, none);
+// Note [tensor parallel in GPT]: checked here first, so that no parameter is split before a refusal.
+void GPT::tensor_parallel(const std::vector<std::string>& devices) {
+  if (devices.size() < 2) return;
+  auto n = static_cast<int64_t>(devices.size());
+  TG_CHECK(config.n_head % n == 0, "tensor parallel over ", n, " devices: n_head=", config.n_head,
+           " does not split into whole heads (", config.n_head, " % ", n, " = ", config.n_head % n, ")");
+  Module::tensor_parallel(devices);
 }
 
+Tensor GPT::forward(const Tensor& idx) { return forward(idx, nullptr); }
+
+Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>& caches) { return forward(idx, &caches); }
+
 // Note [tied embeddings]
-Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>& caches) {
+Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
   TG_CHECK(idx.ndim() == 2 && is_int(idx.dtype()), "GPT: input must be integer token indices [B, T], got ",
            idx.describe());
-  TG_ASSERT(caches.size() == static_cast<size_t>(config.n_layer), "GPT: one KV cache per layer");
-  int64_t t = idx.shape(1), past = caches[0].length();
+  TG_ASSERT(!caches || caches->size() == static_cast<size_t>(config.n_layer), "GPT: one KV cache per layer");
+  int64_t t = idx.shape(1), past = caches ? (*caches)[0].length() : 0;
   TG_CHECK(past + t <= config.block_size, "GPT: sequence of ", past + t, " tokens is longer than block_size ",
            config.block_size);
   Tensor pos = Tensor::arange(static_cast<double>(past), static_cast<double>(past + t), 1,
                               {.dtype = DType::Int32, .device = idx.device()});
   Tensor x = (transformer.wte(idx) + transformer.wpe(pos)).dropout(config.dropout, is_training());
   for (size_t i = 0; i < transformer.h.size(); i++)
-    x = dynamic_cast<GPTBlock&>(transformer.h[i]).forward(x, caches[i]);
+    x = dynamic_cast<GPTBlock&>(transformer.h[i]).forward(x, caches ? &(*caches)[i] : nullptr);
   x = transformer.ln_f(x);
   return x.matmul(transformer.wte.weight.transpose(0, 1));
 }

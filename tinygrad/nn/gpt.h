@@ -38,9 +38,14 @@ class CausalSelfAttention : public Module {
   // x holds the positions after those in `cache`, which grows by them.
   Tensor forward(const Tensor& x, KVCache& cache);
   std::string type_name() const override { return "CausalSelfAttention"; }
+  // Split by heads (Note [tensor parallel in GPT] in gpt.cpp).
+  void tensor_parallel(const std::vector<std::string>& devices) override;
   int64_t n_head;
   double dropout;
   Linear c_attn, c_proj;
+
+ private:
+  Tensor attend(const Tensor& x, KVCache* cache);  // null: no cache (training, evaluation)
 };
 
 // [D] -> [4D] -> GELU (tanh) -> [D].
@@ -49,6 +54,7 @@ class GPTMLP : public Module {
   explicit GPTMLP(const GPTConfig& c);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "MLP"; }
+  void tensor_parallel(const std::vector<std::string>& devices) override;  // c_fc by columns, c_proj by rows
   double dropout;
   Linear c_fc, c_proj;
 };
@@ -60,6 +66,7 @@ class GPTBlock : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor forward(const Tensor& x, KVCache& cache);
   std::string type_name() const override { return "Block"; }
+  Tensor forward(const Tensor& x, KVCache* cache);  // null: no cache
   LayerNorm ln_1;
   CausalSelfAttention attn;
   LayerNorm ln_2;
@@ -88,6 +95,10 @@ class GPT : public Module {
   // The same for positions after those the caches hold (one cache per layer), which grow by them.
   Tensor forward(const Tensor& idx, std::vector<KVCache>& caches);
   std::string type_name() const override { return "GPT"; }
+  Tensor forward(const Tensor& idx, std::vector<KVCache>* caches);  // null: no caches
+  // Megatron's layout over the devices (Note [tensor parallel in GPT] in gpt.cpp); refuses a
+  // device count that does not divide n_head, naming both.
+  void tensor_parallel(const std::vector<std::string>& devices) override;
   GPTConfig config;
   GPTTrunk transformer;
 };

@@ -56,6 +56,32 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_fe
   if (has_bias) register_parameter("bias", bias.emplace(fan_in_uniform({out}, in)));
 }
 
+namespace {
+void check_splits(const std::string& what, const char* field, int64_t width, size_t devices, int64_t groups) {
+  auto n = static_cast<int64_t>(devices);
+  TG_CHECK(width % (n * groups) == 0, "tensor parallel over ", n, " devices: ", what, " has ", field, "=", width,
+           groups > 1 ? " in " + std::to_string(groups) + " groups" : "", ", which does not split evenly (",
+           width / groups, " % ", n, " = ", (width / groups) % n, ")");
+}
+}  // namespace
+
+// Note [tensor parallel] in module.cpp
+Linear& Linear::shard_columns(const std::vector<std::string>& devices, const std::string& what, int64_t groups) {
+  if (devices.size() < 2) return *this;
+  check_splits(what, "out_features", out_features, devices.size(), groups);
+  weight.shard_(devices, 0, groups);
+  if (bias) bias->shard_(devices, 0, groups);
+  return *this;
+}
+
+Linear& Linear::shard_rows(const std::vector<std::string>& devices, const std::string& what) {
+  if (devices.size() < 2) return *this;
+  check_splits(what, "in_features", in_features, devices.size(), 1);
+  weight.shard_(devices, 1);
+  if (bias) bias->shard_(devices);
+  return *this;
+}
+
 Tensor Linear::forward(const Tensor& x) {
   TG_CHECK(x.ndim() >= 1 && x.shape().back() == in_features, "Linear: input ", x.describe(),
            " must end in in_features=", in_features);
@@ -223,6 +249,32 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (auto& l : layers_) y = l->forward(y);
   return y;
+}
+
+namespace {
+bool is_activation(Module& m) {
+  return dynamic_cast<ReLU*>(&m) || dynamic_cast<GELU*>(&m) || dynamic_cast<SiLU*>(&m) || dynamic_cast<Tanh*>(&m) ||
+         dynamic_cast<Sigmoid*>(&m) || dynamic_cast<Identity*>(&m) || dynamic_cast<Dropout*>(&m);
+}
+}  // namespace
+
+// Note [tensor parallel] in module.cpp
+void Sequential::tensor_parallel(const std::vector<std::string>& devices) {
+  if (devices.size() < 2) return;
+  for (size_t i = 0; i < layers_.size(); i++) {
+    auto* first = dynamic_cast<Linear*>(layers_[i].get());
+    size_t j = i + 1;
+    while (first && j < layers_.size() && is_activation(*layers_[j])) j++;
+    auto* second = first && j < layers_.size() ? dynamic_cast<Linear*>(layers_[j].get()) : nullptr;
+    if (!second) {
+      layers_[i]->tensor_parallel(devices);
+      continue;
+    }
+    first->shard_columns(devices, "layer " + std::to_string(i) + " (Linear)");
+    second->shard_rows(devices, "layer " + std::to_string(j) + " (Linear)");
+    for (size_t k = i + 1; k < j; k++) layers_[k]->tensor_parallel(devices);
+    i = j;
+  }
 }
 
 Module& Sequential::operator[](size_t i) {

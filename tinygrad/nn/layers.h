@@ -19,6 +19,12 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Linear"; }
+  // Tensor parallel halves (Note [tensor parallel] in module.cpp). Column-parallel: weight and
+  // bias split along the outputs (in `groups`: Note [grouped splits] in multi.cpp); row-parallel:
+  // the weight split along the inputs, the bias whole on each device. `what` names the layer in
+  // the error when the device count does not divide its width.
+  Linear& shard_columns(const std::vector<std::string>& devices, const std::string& what, int64_t groups = 1);
+  Linear& shard_rows(const std::vector<std::string>& devices, const std::string& what);
   int64_t in_features, out_features;
   Tensor weight;
   std::optional<Tensor> bias;
@@ -194,6 +200,10 @@ class Sequential : public Module {
   }
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Sequential"; }
+  // Splits each Linear that is followed, through elementwise activations only, by another Linear
+  // as a column-parallel / row-parallel pair (Note [tensor parallel] in module.cpp); every other
+  // layer, an unpaired last Linear included, is asked in turn (and so replicated).
+  void tensor_parallel(const std::vector<std::string>& devices) override;
   size_t size() const { return layers_.size(); }
   Module& operator[](size_t i);
 

@@ -1,4 +1,5 @@
-// tg::nn::Module: registration, recursive listings, state dicts and the train/eval flag.
+// tg::nn::Module: registration, recursive listings, state dicts, the train/eval flag and the default
+// tensor-parallel layout (replicated).
 #include "tinygrad/nn/module.h"
 
 #include <set>
@@ -81,6 +82,28 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
+// Note [tensor parallel]: Megatron-LM's layout, written as shard annotations on the parameters
+// only; the forward passes are the single-device code, and the multi-device rewrite (Note
+// [multi-device tensors] in multi.cpp) places every op and inserts every collective:
+//  - a column-parallel Linear (weight [out, in] and bias split along out) reads a replicated input
+//    and gives each device its slice of the outputs; elementwise activations run on the slices;
+//  - a row-parallel Linear (weight split along in) reads those slices: its product sums over the
+//    split axis, so each device holds a partial sum, which the rewrite all-reduces; its bias is
+//    replicated and added after the sum;
+//  - so a column-parallel Linear, activations and a row-parallel Linear cost one all-reduce in the
+//    forward pass. Backward, the column-parallel layer's input gradient sums over its split
+//    outputs and is all-reduced (only where the input needs a gradient: not for data), while
+//    every weight gradient is computed on its own device's slice, with no collective;
+//  - everything else is replicated: each device computes it whole and equal; the optimizer's
+//    update is elementwise, so its state takes each parameter's layout.
+// Splits must be even: a width the device count does not divide is refused, naming the sizes.
+void Module::tensor_parallel(const std::vector<std::string>& devices) {
+  if (devices.size() < 2) return;
+  for (auto* group : {&params_, &buffers_})
+    for (auto& [n, t] : *group) t->shard_(devices);
+  for (auto& [n, m] : children_) m->tensor_parallel(devices);
+}
+
 int64_t Module::num_parameters() const {
   int64_t n = 0;
   for (auto* t : parameters()) n += t->numel();
@@ -122,7 +145,7 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
                            dtype_name(v.dtype()) + shape_str(v.shape()));
       continue;
     }
-    todo.emplace_back(t, v.device() == t->device() ? v.detach() : v.detach().to(t->device()));
+    todo.emplace_back(t, v.detach().shard_like(*t));  // a sharded parameter keeps its layout
   }
   for (auto& [name, v] : sd)
     if (!known.count(name)) unexpected.push_back(name);

@@ -68,6 +68,12 @@ class Module {
 
   int64_t num_parameters() const;  // total element count of all parameters
 
+  // Tensor parallel over `devices` (Note [tensor parallel] in module.cpp): a module that knows its
+  // layout (a Sequential's Linear pairs, GPT's attention and MLP) splits its layers with shard
+  // annotations; this default replicates the module's own parameters and buffers over the devices
+  // and asks each child. Call it before an optimizer is made, as its state follows the parameters.
+  virtual void tensor_parallel(const std::vector<std::string>& devices);
+
  protected:
   // Registration, called from constructors. Names are non-empty, contain no '.', and are unique
   // within this module. register_parameter marks the tensor requires_grad.
