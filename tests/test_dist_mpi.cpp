@@ -14,6 +14,7 @@
 #include "distributed/mpi_backend.h"
 #include "distributed/zero.h"
 #include "test_util.h"
+#include "train_util.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/nn/layers.h"
 
@@ -21,6 +22,9 @@ using namespace tg;
 using namespace tg::dist;
 
 namespace {
+
+using tg::testutil::global_batch;
+using tg::testutil::max_rel_diff;
 
 ProcessGroup& world() {
   static std::unique_ptr<ProcessGroup> g = mpi_world_group();
@@ -35,25 +39,6 @@ std::unique_ptr<nn::Sequential> make_mlp() {
   net->emplace<nn::Tanh>();
   net->emplace<nn::Linear>(16, 5);
   return net;
-}
-
-// Step s's global batch: the same on every rank (seeded by s).
-std::pair<Tensor, Tensor> global_batch(int s, int64_t b) {
-  Tensor::manual_seed(1000 + s);
-  Tensor x = Tensor::randn({b, 12});
-  Tensor y = Tensor::randint({b}, 0, 5);
-  x.realize();
-  y.realize();
-  return {x, y};
-}
-
-// Largest relative difference between two parameter lists.
-double max_rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); i++)
-    for (size_t j = 0; j < a[i].size(); j++)
-      worst = std::max(worst, std::abs(double(a[i][j]) - b[i][j]) / std::max(1e-3, std::abs(double(b[i][j]))));
-  return worst;
 }
 
 struct Trained {

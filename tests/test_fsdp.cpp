@@ -16,6 +16,7 @@
 #include "distributed/fsdp.h"
 #include "distributed/mpi_backend.h"
 #include "test_util.h"
+#include "train_util.h"
 #include "tinygrad/device.h"
 #include "tinygrad/engine/jit.h"
 #include "tinygrad/engine/realize.h"
@@ -25,6 +26,9 @@ using namespace tg;
 using namespace tg::dist;
 
 namespace {
+
+using tg::testutil::global_batch;
+using tg::testutil::max_rel_diff;
 
 ProcessGroup& world() {
   static std::unique_ptr<ProcessGroup> g = mpi_world_group();
@@ -40,23 +44,6 @@ std::unique_ptr<nn::Sequential> make_mlp(int64_t in = 12, int64_t hidden = 30) {
   net->emplace<nn::Tanh>();
   net->emplace<nn::Linear>(16, 5);
   return net;
-}
-
-std::pair<Tensor, Tensor> global_batch(int s, int64_t b, int64_t in) {
-  Tensor::manual_seed(1000 + s);
-  Tensor x = Tensor::randn({b, in});
-  Tensor y = Tensor::randint({b}, 0, 5);
-  x.realize();
-  y.realize();
-  return {x, y};
-}
-
-double max_rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); i++)
-    for (size_t j = 0; j < a[i].size(); j++)
-      worst = std::max(worst, std::abs(double(a[i][j]) - b[i][j]) / std::max(1e-3, std::abs(double(b[i][j]))));
-  return worst;
 }
 
 enum class OptName { Sgd, Adam, AdamW };

@@ -96,6 +96,17 @@ Trained train(bool batchnorm, const MakeOpt& make_opt, const LrAt& lr_at, const 
   return r;
 }
 
+// The step every test here jits: forward, cross-entropy, backward, an optimizer step; returns the loss.
+TinyJit::StepFn training_step(Module& model, Optimizer& opt) {
+  return [&model, &opt](const Tensors& in) {
+    Tensor loss = model(in[0]).sparse_categorical_crossentropy(in[1]);
+    opt.zero_grad();
+    loss.backward();
+    opt.step({loss});
+    return Tensors{loss};
+  };
+}
+
 const LrAt constant_lr = [](int) { return 0.05; };
 // Warm-up then decay: a different lr in every step, including the replayed ones.
 const MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<SGD>(std::move(ps), 0.05, 0.9); };
@@ -170,13 +181,7 @@ TEST(Jit, ReplaysScheduleAndCompileNothing) {
   auto batches = make_batches(6);
   auto model = make_model(false);
   SGD opt(model->parameters(), 0.05, 0.9);
-  TinyJit step([&](const Tensors& in) {
-    Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
-    opt.zero_grad();
-    loss.backward();
-    opt.step({loss});
-    return Tensors{loss};
-  });
+  TinyJit step(training_step(*model, opt));
   step({batches[0].x, batches[0].y});
   auto& c = GlobalCounters::get();
   uint64_t sched0 = c.kernels_scheduled, run0 = c.kernels_run;
@@ -201,13 +206,7 @@ TEST(Jit, ATracedReplayShowsEveryKernel) {
   auto batches = make_batches(5);
   auto model = make_model(false);
   SGD opt(model->parameters(), 0.05, 0.9);
-  TinyJit step([&](const Tensors& in) {
-    Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
-    opt.zero_grad();
-    loss.backward();
-    opt.step({loss});
-    return Tensors{loss};
-  });
+  TinyJit step(training_step(*model, opt));
   step({batches[0].x, batches[0].y});
   auto& c = GlobalCounters::get();
   uint64_t run0 = c.kernels_run;
@@ -416,13 +415,7 @@ TEST(Jit, ACaptureLeavesNoGradients) {
   auto batches = make_batches(2);
   auto model = make_model(false);
   SGD opt(model->parameters(), 0.05);
-  TinyJit step([&](const Tensors& in) {
-    Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
-    opt.zero_grad();
-    loss.backward();
-    opt.step({loss});
-    return Tensors{loss};
-  });
+  TinyJit step(training_step(*model, opt));
   step({batches[0].x, batches[0].y});
   for (Tensor* p : model->parameters()) EXPECT_TRUE(p->grad().has_value());
   step({batches[1].x, batches[1].y});

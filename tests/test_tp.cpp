@@ -15,6 +15,7 @@
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/nn/optim.h"
 #include "tinygrad/tensor.h"
+#include "tests/multi_util.h"
 #include "tests/test_util.h"
 
 using namespace tg;
@@ -22,25 +23,12 @@ using tg::testutil::expect_error;
 
 namespace {
 
+using testutil::expect_near;
+using testutil::iota;
+using testutil::stats_since;
+
 const std::vector<std::string> kFour = {"CPU:0", "CPU:1", "CPU:2", "CPU:3"};
 const std::vector<std::string> kTwo = {"CPU:0", "CPU:1"};
-
-std::vector<float> iota(int64_t n, float scale = 1) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; i++) v[static_cast<size_t>(i)] = scale * static_cast<float>((i * 7) % 13) - 3 * scale;
-  return v;
-}
-
-void expect_near(const std::vector<float>& a, const std::vector<float>& b, double rel = 1e-5) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); i++)
-    EXPECT_NEAR(a[i], b[i], rel * std::max(1.0, std::abs(static_cast<double>(b[i])))) << "at " << i;
-}
-
-MultiStats stats_since(const MultiStats& before) {
-  MultiStats now = multi_stats();
-  return {now.allreduces - before.allreduces, now.allgathers - before.allgathers, now.copies - before.copies};
-}
 
 }  // namespace
 
