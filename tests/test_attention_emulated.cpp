@@ -1,4 +1,4 @@
-// The tensor-core attention kernels (Note [tensor-core attention] in codegen/attention_kernel.cpp)
+// The tensor-core attention kernels (Note [tensor-core attention] in codegen/attention_tensor_cores.cpp)
 // run on the CPU, without a GPU: their CUDA source is compiled as C++ by the system compiler
 // against a small emulation of what they use (threads of a block as std::threads meeting at
 // barriers, warp shuffles, and mma.sync.m16n8k16 computed from the fragments the 32 lanes

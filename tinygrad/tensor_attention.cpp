@@ -20,8 +20,9 @@
 // float32 [B*H, L, Ev + 1] buffer out, each row the output followed by its logsumexp (one
 // buffer, so the node keeps the lazy graph's one output per node; the scheduler keeps it for the
 // backward pass like a convolution's output). FLASH_ATTENTION=2 runs the kernels of
-// bfloat16/float16 inputs on CUDA's tensor cores (Note [tensor-core attention] there). The result is a view of the first Ev columns cast
-// back to the inputs' dtype. Its gradient rule (template_kernel_gradient) computes D =
+// bfloat16/float16 inputs on CUDA's tensor cores (Note [tensor-core attention] in
+// codegen/attention_tensor_cores.cpp). The result is a view of the first Ev columns cast back to
+// the inputs' dtype. Its gradient rule (template_kernel_gradient) computes D =
 // rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV kernels (Note [fused
 // attention] there), whose float32 results are cast back. Everything else runs the composition,
 // which stays the reference the fused kernels are tested against. A model opts in by nothing:

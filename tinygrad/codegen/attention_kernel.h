@@ -24,7 +24,7 @@ struct AttentionSpec {
   DType dtype = DType::Float32;  // of q, k and v
   bool causal = false;
   double scale = 1.0;
-  bool tensor_cores = false;  // Note [tensor-core attention]: the products on mma.sync (CUDA, half inputs)
+  bool tensor_cores = false;  // Note [tensor-core attention] (attention_tensor_cores.cpp): the products on mma.sync (CUDA, half inputs)
 
   // The TEMPLATE_KERNEL arg, and back.
   std::vector<int64_t> encode() const;
