@@ -195,8 +195,8 @@ std::unique_ptr<nn::LRSchedule> make_schedule(const Config& c, int64_t total_ste
 // step shards its batch along dim 0 (an evaluation batch that does not split evenly is
 // replicated): the multi-device rewrite (tinygrad/multi.h) then runs each device's share and
 // all-reduces the gradients, so the optimizer updates equal replicas on every device. Such steps
-// run without TinyJit for now (captured steps do not follow parameters over a device tuple), and
-// combining devices with a process group (ddp over ranks) is refused.
+// are captured by TinyJit like any other (Note [a state tensor over several devices] in
+// tinygrad/engine/jit.h); combining devices with a process group (ddp over ranks) is refused.
 namespace {
 std::vector<std::string> parse_train_devices(const std::string& spec) {
   std::string s;
@@ -220,7 +220,7 @@ std::vector<std::string> parse_train_devices(const std::string& spec) {
 // Note [tensor parallel over devices]: model.tensor_parallel=N splits the model's layers over N
 // devices of the default device's backend (Note [tensor parallel] in tinygrad/nn/module.cpp)
 // once it is built, before the optimizer, whose state then follows each parameter's layout. Each
-// step replicates its batch over them. Like train.devices, such steps run without TinyJit; and
+// step replicates its batch over them. Like train.devices, such steps are captured by TinyJit;
 // combining it with train.devices (a two-dimensional mesh) or with ranks is refused.
 Tensor Trainer::place_batch(const Tensor& t) const {
   if (tp_devices_.size() > 1) return t.to(tp_devices_);
@@ -472,7 +472,7 @@ TrainSummary Trainer::fit() {
       {
         trace::Span span("step", "train step");
         span.arg("step", static_cast<double>(step_ + 1));
-        outs = devices_.size() > 1 || tp_devices_.size() > 1 ? train_step({b->x, b->y}) : (*jit_)({b->x, b->y});
+        outs = (*jit_)({b->x, b->y});
         if (outs.size() == 3) step_outcome_ = dist::settle_step(optimizer(), {outs[1], outs[2]});  // ok, norm
       }
       Tensor loss = outs[0];

@@ -828,7 +828,9 @@ TEST(LauncherTrainer, DataParallelOverDevicesMatchesOneDevice) {
   uint64_t allreduces = multi_stats().allreduces;
   run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + four.string(), "train.devices=4"})),
             {.progress = false});
-  EXPECT_GE(multi_stats().allreduces - allreduces, 4u * 2u);  // at least the two gradients of each step
+  // at least the two gradients of each step the rewrite sees: the first and the one TinyJit
+  // captures (the replays run the captured collectives without rewriting)
+  EXPECT_GE(multi_stats().allreduces - allreduces, 2u * 2u);
   auto a = train_losses(one), b = train_losses(four);
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), a.size());

@@ -7,7 +7,6 @@
 #include <unordered_set>
 
 #include "tinygrad/device.h"
-#include "tinygrad/engine/jit.h"
 #include "tinygrad/engine/observe.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/engine/trace.h"
@@ -292,6 +291,36 @@ void TensorAccess::set_buffer(const Tensor& t, std::shared_ptr<Buffer> buf) {
 }
 const void* TensorAccess::identity(const Tensor& t) { return t.state_.get(); }
 
+// The value of a realized tensor over several devices is a MULTI of its parts' buffers (Tensor::
+// assign, realize_multi in tensor.cpp); a lazy one may point at that MULTI through realized_multi.
+std::vector<std::shared_ptr<Buffer>> TensorAccess::buffers(const Tensor& t) {
+  const UOpPtr& u = t.state_->uop->realized_multi ? t.state_->uop->realized_multi : t.state_->uop;
+  if (u->op != Op::MULTI) {
+    auto b = buffer(t);
+    return b ? std::vector<std::shared_ptr<Buffer>>{b} : std::vector<std::shared_ptr<Buffer>>{};
+  }
+  std::vector<std::shared_ptr<Buffer>> out;
+  for (auto& part : u->src) {
+    auto b = part->op == Op::BUFFER ? part->arg_buffer() : part->realized;
+    if (!b) return {};
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+void TensorAccess::set_buffers(const Tensor& t, const std::vector<std::shared_ptr<Buffer>>& bufs) {
+  const UOpPtr& u = t.state_->uop->realized_multi ? t.state_->uop->realized_multi : t.state_->uop;
+  if (u->op != Op::MULTI) {
+    TG_ASSERT(bufs.size() == 1, "set_buffers: ", bufs.size(), " buffers for ", t.describe());
+    return set_buffer(t, bufs[0]);
+  }
+  TG_ASSERT(bufs.size() == u->src.size(), "set_buffers: ", bufs.size(), " buffers for ", t.describe());
+  std::vector<UOpPtr> parts;
+  for (size_t i = 0; i < bufs.size(); i++) parts.push_back(lazy::buffer(bufs[i], u->src[i]->shape));
+  const auto& split = u->arg_ints();
+  t.state_->uop = make_multi(parts, split[0], split[1]);
+}
+
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   if (is_device_tuple(device())) return Tensor(lazy::copy_to(uop(), devices()[0])).to_vector<T>();
@@ -333,12 +362,12 @@ Tensor& Tensor::assign(const Tensor& v) {
   TG_CHECK(v.shape() == shape() && v.dtype() == dtype() && v.device() == device(),
            "assign: value ", v.describe(), " does not match target ", describe());
   if (is_device_tuple(device())) {  // the MULTI of v's buffers
-    TG_CHECK(!jit_capturing(), "assign: TinyJit does not capture assigns to tensors over several devices (",
-             describe(), ") yet; run the step without it");
     Tensor value = v;
     value.realize();
+    auto before = TensorAccess::buffers(*this);
     const UOpPtr& u = value.uop();
     state_->uop = u->realized_multi ? u->realized_multi : u;  // a MULTI of buffers is its own value
+    notify_assign_parts(*this, before, TensorAccess::buffers(*this));  // Note [tensor observers]
     return *this;
   }
   auto buf = realized_buffer(v);

@@ -16,6 +16,11 @@ struct TensorAccess {
   static std::shared_ptr<Buffer> buffer(const Tensor& t);
   // Points t (and every copy of it) at `buf`, which holds a value of t's shape and dtype.
   static void set_buffer(const Tensor& t, std::shared_ptr<Buffer> buf);
+  // The buffers of t's parts, one per device of its tuple (one for a tensor on one device); empty
+  // while t (or one of its parts) is lazy. Never realizes.
+  static std::vector<std::shared_ptr<Buffer>> buffers(const Tensor& t);
+  // Points t (and every copy of it) at `bufs`, one per part, keeping its split over the devices.
+  static void set_buffers(const Tensor& t, const std::vector<std::shared_ptr<Buffer>>& bufs);
   // The same for t and all its copies (they share one state), different for any other tensor.
   static const void* identity(const Tensor& t);
 };

@@ -16,11 +16,14 @@
 #include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/multi.h"
 #include "tinygrad/tensor_internal.h"
 
 namespace tg {
 
 namespace {
+
+using Buffers = std::vector<std::shared_ptr<Buffer>>;
 
 // What a capturing call saw. Note [recording without keeping intermediates]: a buffer that
 // first appears as an item's output is held weakly, so the step's intermediates die when their
@@ -74,9 +77,9 @@ struct Recording {
     items.clear();
     return out;
   }
-  struct Assign {
+  struct Assign {  // the buffers of the target's parts (one on a single device); before is empty when it was lazy
     Tensor target;
-    std::shared_ptr<Buffer> before, after;
+    Buffers before, after;
   };
   std::vector<Assign> assigns;
   std::vector<std::function<void()>> hooks;
@@ -103,8 +106,6 @@ LiveCaptures& live_captures() {
   return *l;
 }
 
-std::string device_base(const std::string& d) { return d.substr(0, d.find(':')); }
-
 std::string signature(const Tensors& ts) {
   std::string s;
   for (auto& t : ts) s += (s.empty() ? "" : ", ") + t.describe();
@@ -115,6 +116,13 @@ std::string signature(const Tensors& ts) {
 std::shared_ptr<Buffer> buffer_of(const Tensor& t) {
   auto b = TensorAccess::buffer(t);
   TG_ASSERT(b, "jit: tensor ", t.describe(), " was expected to be realized");
+  return b;
+}
+
+// The buffers of a realized tensor's parts (Note [a state tensor over several devices]).
+Buffers buffers_of(const Tensor& t) {
+  auto b = TensorAccess::buffers(t);
+  TG_ASSERT(!b.empty(), "jit: tensor ", t.describe(), " was expected to be realized");
   return b;
 }
 
@@ -139,6 +147,7 @@ struct TinyJit::Capture {
   struct Slot {  // a buffer that is bound anew on every replay
     Part part;
     size_t index = 0;  // Input: the input's position; State: the state tensor's
+    size_t part_index = 0;  // State: which of the tensor's parts (Note [a state tensor over several devices])
     std::string device;
     DType dtype;
     int64_t numel;
@@ -153,9 +162,15 @@ struct TinyJit::Capture {
   std::vector<ExecItem> items;  // non-fixed buffers are null between replays
   std::vector<Slot> slots;
   std::vector<Use> uses;
-  std::vector<Tensor> states;          // tensors the step assigns
-  std::vector<Binding> state_after;    // what each holds after the step
-  std::vector<std::pair<Binding, Shape>> outputs;
+  struct Output {  // a returned tensor: its parts' bindings, rebuilt like the captured value
+    std::vector<Binding> parts;
+    std::vector<Shape> part_shapes;
+    SplitLayout split;  // of a tensor over several devices
+    bool multi = false;
+  };
+  std::vector<Tensor> states;                      // tensors the step assigns
+  std::vector<std::vector<Binding>> state_after;  // what each part of each holds after the step
+  std::vector<Output> outputs;
   std::vector<std::function<void()>> hooks;
   std::unique_ptr<ExecGraph> graph;
   size_t kernels = 0, copies = 0, collectives = 0;
@@ -209,8 +224,11 @@ class JitObserver final : public TensorObserver {
  public:
   void on_assign(const Tensor& target, const std::shared_ptr<Buffer>& before,
                  const std::shared_ptr<Buffer>& after) override {
+    on_assign_parts(target, before ? Buffers{before} : Buffers{}, {after});
+  }
+  void on_assign_parts(const Tensor& target, const Buffers& before, const Buffers& after) override {
     if (recording) recording->assigns.push_back({target, before, after});
-    if (before) mark_readers_stale(*before);
+    for (auto& b : before) mark_readers_stale(*b);
   }
   void on_host_read(const Tensor& t) override {
     if (recording && recording->host_read.empty()) recording->host_read = t.describe();
@@ -361,8 +379,11 @@ using Capture = TinyJit::Capture;
 // and the one it holds last. A tensor whose first value was computed in the step itself is not
 // state: replays recompute it.
 struct StepState {
-  std::vector<std::shared_ptr<Buffer>> after;          // by state tensor: its buffer after the step
-  std::unordered_map<const Buffer*, size_t> state_of;  // a state tensor's buffer before the step
+  struct Part {
+    size_t state, part;
+  };
+  std::vector<Buffers> after;                        // by state tensor: its parts' buffers after the step
+  std::unordered_map<const Buffer*, Part> state_of;  // a state tensor's part's buffer before the step
 };
 
 // Returns false and sets `why` when an assigned tensor held no value before the step.
@@ -375,13 +396,14 @@ bool collect_state(const Recording& rec, const std::unordered_set<const Buffer*>
       st.after[it->second] = a.after;
       continue;
     }
-    if (!a.before) {
+    if (a.before.empty()) {
       why = "it assigns " + a.target.describe() + ", which held no realized value before the step";
       return false;
     }
     cap.states.push_back(a.target);
     st.after.push_back(a.after);
-    if (!written.count(a.before.get())) st.state_of.emplace(a.before.get(), it->second);
+    for (size_t p = 0; p < a.before.size(); p++)
+      if (!written.count(a.before[p].get())) st.state_of.emplace(a.before[p].get(), StepState::Part{it->second, p});
   }
   return true;
 }
@@ -394,19 +416,22 @@ class SlotBinder {
              const Tensors& outputs)
       : cap_(cap), state_of_(st.state_of), written_(written) {
     for (size_t i = 0; i < inputs.size(); i++) input_of_.emplace(buffer_of(inputs[i]).get(), i);
-    for (auto& b : st.after) escaping_.insert(b.get());
-    for (auto& o : outputs) escaping_.insert(buffer_of(o).get());
+    for (auto& parts : st.after)
+      for (auto& b : parts) escaping_.insert(b.get());
+    for (auto& o : outputs)
+      for (auto& b : buffers_of(o)) escaping_.insert(b.get());
   }
 
   Capture::Binding operator()(const std::shared_ptr<Buffer>& b) {
     if (auto it = slot_of_.find(b.get()); it != slot_of_.end()) return {it->second, nullptr};
-    Capture::Slot s{Capture::Part::Fresh, 0, b->device(), b->dtype(), b->numel()};
+    Capture::Slot s{Capture::Part::Fresh, 0, 0, b->device(), b->dtype(), b->numel()};
     if (auto i = input_of_.find(b.get()); i != input_of_.end()) {
       s.part = Capture::Part::Input;
       s.index = i->second;
     } else if (auto st = state_of_.find(b.get()); st != state_of_.end()) {
       s.part = Capture::Part::State;
-      s.index = st->second;
+      s.index = st->second.state;
+      s.part_index = st->second.part;
     } else if (!written_.count(b.get()) || !escaping_.count(b.get())) {
       if (!written_.count(b.get())) cap_.fixed_inputs.insert(b.get());
       return {std::nullopt, b};  // fixed
@@ -418,7 +443,7 @@ class SlotBinder {
 
  private:
   Capture& cap_;
-  const std::unordered_map<const Buffer*, size_t>& state_of_;
+  const std::unordered_map<const Buffer*, StepState::Part>& state_of_;
   const std::unordered_set<const Buffer*>& written_;
   std::unordered_map<const Buffer*, size_t> input_of_, slot_of_;
   std::unordered_set<const Buffer*> escaping_;
@@ -444,20 +469,34 @@ void bind_items(Capture& cap, SlotBinder& binding) {
 }
 
 // A graph of the list where all its items run on one device that turns captured lists into
-// graphs (Note [device graphs]); null elsewhere.
+// graphs (Note [device graphs]); null elsewhere, and for a list over several devices (their
+// copies and collectives are run item by item).
 std::unique_ptr<ExecGraph> device_graph(const std::vector<ExecItem>& items) {
-  std::string base;
   bool one_device = !items.empty();
-  for (auto& e : items) {
-    std::string b = device_base(e.item.device);
-    one_device = one_device && (base.empty() || b == base);
-    base = b;
-  }
+  for (auto& e : items) one_device = one_device && canonical_device(e.item.device) == canonical_device(items[0].item.device);
   if (!one_device) return nullptr;
+  const std::string& d = items[0].item.device;
+  const std::string base = d.substr(0, d.find(':'));
   auto& f = graph_factories();
   std::lock_guard<std::mutex> lock(f.mu);
   if (auto it = f.by_base.find(base); it != f.by_base.end()) return it->second(items);
   return nullptr;
+}
+
+// How a replay rebuilds the returned tensor `o`: its parts' bindings and, over several devices,
+// the shape of each part and the split.
+Capture::Output captured_output(const Tensor& o, SlotBinder& binding) {
+  Capture::Output out;
+  for (auto& b : buffers_of(o)) out.parts.push_back(binding(b));
+  const UOpPtr& u = o.uop()->realized_multi ? o.uop()->realized_multi : o.uop();
+  out.multi = u->op == Op::MULTI;
+  if (!out.multi) {
+    out.part_shapes.push_back(o.shape());
+    return out;
+  }
+  for (auto& part : u->src) out.part_shapes.push_back(part->shape);
+  out.split = {u->arg_ints()[0], u->arg_ints()[1]};
+  return out;
 }
 
 // Sorts a recording's buffers (Note [what a captured step is]). Returns null and sets `why`
@@ -476,8 +515,11 @@ std::unique_ptr<Capture> build_capture(Recording& rec, const Tensors& inputs, co
   cap->items = std::move(items);
   bind_items(*cap, binding);
   cap->arena_bytes = share_intermediates(cap->items, written);  // only fixed ones are left in the list
-  for (auto& b : st.after) cap->state_after.push_back(binding(b));
-  for (auto& o : outputs) cap->outputs.emplace_back(binding(buffer_of(o)), o.shape());
+  for (auto& parts : st.after) {
+    cap->state_after.emplace_back();
+    for (auto& b : parts) cap->state_after.back().push_back(binding(b));
+  }
+  for (auto& o : outputs) cap->outputs.push_back(captured_output(o, binding));
   cap->hooks = std::move(rec.hooks);
   cap->graph = device_graph(cap->items);
   cap->go_live();
@@ -485,11 +527,13 @@ std::unique_ptr<Capture> build_capture(Recording& rec, const Tensors& inputs, co
 }
 
 // Inputs enter as plain buffers of exactly their shape, so any later input of the same shape
-// can take a captured input's place (a view would be indexed as the captured one was).
+// can take a captured input's place (a view would be indexed as the captured one was). Inputs
+// over several devices are only realized (inputs_refused).
 Tensors as_plain_buffers(const Tensors& inputs) {
   Tensors in = inputs;
   Tensor::realize_all(in);
   for (auto& t : in) {
+    if (is_device_tuple(t.device())) continue;
     auto b = TensorAccess::buffer(t);
     if (!b || b->numel() != t.numel()) {
       t = t.contiguous();
@@ -521,7 +565,8 @@ std::vector<std::shared_ptr<Buffer>> slot_buffers(Capture& c, const Tensors& in,
     switch (sl.part) {
       case Capture::Part::Input: bufs[s] = buffer_of(in[sl.index]); break;
       case Capture::Part::State: {
-        auto b = TensorAccess::buffer(c.states[sl.index]);
+        auto parts = TensorAccess::buffers(c.states[sl.index]);
+        auto b = sl.part_index < parts.size() ? parts[sl.part_index] : nullptr;
         TG_CHECK(b && b->numel() == sl.numel && b->dtype() == sl.dtype && b->device() == sl.device, "jit '", jit_name,
                  "': the state tensor ", c.states[sl.index].describe(), " no longer holds a realized buffer like the captured one");
         bufs[s] = std::move(b);
@@ -548,6 +593,22 @@ Tensors record_step(const TinyJit::StepFn& fn, const Tensors& in, Recording& rec
   return run_realized(fn, in);
 }
 
+// A returned tensor of a replay, over this replay's buffers.
+Tensor replayed_output(const Capture& c, const Capture::Output& o, const Buffers& bufs) {
+  std::vector<UOpPtr> parts;
+  for (size_t i = 0; i < o.parts.size(); i++) parts.push_back(lazy::buffer(c.bound(o.parts[i], bufs), o.part_shapes[i]));
+  return Tensor(o.multi ? make_multi(parts, o.split.axis, o.split.groups) : parts[0]);
+}
+
+// Why a call with these inputs cannot be captured (empty when it can).
+std::string inputs_refused(const Tensors& inputs) {
+  for (auto& t : inputs)
+    if (is_device_tuple(t.device()))
+      return "its input " + t.describe() +
+             " is over several devices (pass it on one device and shard it inside the step, as the trainer does)";
+  return "";
+}
+
 }  // namespace
 
 // ---- TinyJit ----
@@ -569,6 +630,11 @@ void TinyJit::reset() {
 
 Tensors TinyJit::operator()(const Tensors& inputs) {
   Tensors in = as_plain_buffers(inputs);
+  if (knobs::JIT.get() && disabled_reason_.empty() && !recording) {
+    disabled_reason_ = inputs_refused(in);
+    if (!disabled_reason_.empty() && knobs::DEBUG >= 1)
+      std::fprintf(stderr, "jit %s: not captured: %s; every call runs normally\n", name_.c_str(), disabled_reason_.c_str());
+  }
   // Off, or unusable, or inside another capture (whose record then holds this call's kernels).
   if (!knobs::JIT.get() || !disabled_reason_.empty() || recording) return run_realized(fn_, in);
 
@@ -623,9 +689,13 @@ Tensors TinyJit::replay(Capture& c, const Tensors& in) {
     if (as_graph) c.graph->run(c.items);
     else run_exec_items(c.items);
   }
-  for (size_t j = 0; j < c.states.size(); j++) TensorAccess::set_buffer(c.states[j], c.bound(c.state_after[j], bufs));
+  for (size_t j = 0; j < c.states.size(); j++) {
+    Buffers parts;
+    for (auto& b : c.state_after[j]) parts.push_back(c.bound(b, bufs));
+    TensorAccess::set_buffers(c.states[j], parts);
+  }
   Tensors out;
-  for (auto& [b, shape] : c.outputs) out.emplace_back(lazy::buffer(c.bound(b, bufs), shape));
+  for (auto& o : c.outputs) out.push_back(replayed_output(c, o, bufs));
   return out;
 }
 

@@ -23,7 +23,8 @@ namespace tg {
 //   input   the buffer of input i: rebound to the buffer of this call's input i
 //   state   the buffer an assigned tensor (a parameter, optimizer state, BatchNorm statistic)
 //           held when the capture began: rebound to the buffer that tensor holds now, so a
-//           checkpoint load or another capture between calls is seen
+//           checkpoint load or another capture between calls is seen (one per part for a
+//           tensor over several devices: Note [a state tensor over several devices])
 //   fresh   written in the step and escaping it (the new value of an assigned tensor, an
 //           output such as the loss): a new buffer on every replay, so a loss returned by one
 //           replay stays valid after the next; the assigned tensors are pointed at their new
@@ -52,6 +53,19 @@ namespace tg {
 // A call whose input signature has no capture yet starts over for that signature (runs
 // normally, captures on its next call): each signature keeps its own capture, so a smaller last
 // batch of an epoch gets one too. Call reset() to drop them.
+//
+// Note [a state tensor over several devices]: a tensor over a device tuple (tinygrad/multi.h;
+// the parameters and optimizer moments of train.devices or model.tensor_parallel, replicated or
+// split) holds one buffer per device: its value is a MULTI of its parts' buffers. Its assign
+// reaches the JIT with every part's buffer before and after (TensorObserver::on_assign_parts),
+// and each part is a state slot of its own, keyed by (state tensor, part): a replay binds part
+// p of the tensor's value now to the slot, and afterwards points the tensor at a MULTI of its
+// parts' fresh buffers, with the split it had. The captured list holds every device's kernels
+// and the copies and collectives between them, in the order run_schedule ran them; replays run
+// it item by item (a device graph takes only a list on one device). Outputs over a tuple (a loss
+// the rewrite left replicated) come back the same way, as a MULTI of fresh buffers. The inputs
+// must be on one device: a step that shards its batch itself (the trainer's place_batch) is
+// captured with the shard's copies; an input over a tuple is refused (disabled_reason()).
 //
 // Note [device graphs]: a device that can launch a captured list as one graph (CUDA graphs)
 // registers a GraphFactory for its base name. After a capture whose items all run on such a

@@ -13,7 +13,7 @@ class Buffer;
 class Tensor;
 
 // Note [tensor observers]: Tensor::assign and the host reads (Tensor::to_vector, item) call
-// notify_assign and notify_host_read; every registered observer is told, on the thread that
+// notify_assign (notify_assign_parts for a tensor over several devices) and notify_host_read; every registered observer is told, on the thread that
 // assigned or read, one notification at a time (a mutex orders those of different threads).
 // With no observer registered a notification is one atomic load. This is the counterpart of
 // set_exec_recorder (engine/realize.h), which shows a thread the items run_schedule runs while
@@ -31,6 +31,13 @@ class TensorObserver {
   // Tensor::assign: `target` held `before` (null when it was not realized) and now holds `after`.
   virtual void on_assign(const Tensor& target, const std::shared_ptr<Buffer>& before,
                          const std::shared_ptr<Buffer>& after) = 0;
+  // Tensor::assign of a tensor over several devices: the buffers of its parts, one per device of
+  // its tuple, before (empty when it was not realized) and after. By default each part is told
+  // as an on_assign of its own.
+  virtual void on_assign_parts(const Tensor& target, const std::vector<std::shared_ptr<Buffer>>& before,
+                               const std::vector<std::shared_ptr<Buffer>>& after) {
+    for (size_t i = 0; i < after.size(); i++) on_assign(target, i < before.size() ? before[i] : nullptr, after[i]);
+  }
   // A host read of `t`'s device data (Tensor::to_vector, item), before the data is read.
   virtual void on_host_read(const Tensor& t) = 0;
 };
@@ -67,6 +74,14 @@ inline void notify_assign(const Tensor& target, const std::shared_ptr<Buffer>& b
   if (!o.any.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(o.mu);
   for (auto* x : o.list) x->on_assign(target, before, after);
+}
+
+inline void notify_assign_parts(const Tensor& target, const std::vector<std::shared_ptr<Buffer>>& before,
+                                const std::vector<std::shared_ptr<Buffer>>& after) {
+  auto& o = detail::tensor_observers();
+  if (!o.any.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(o.mu);
+  for (auto* x : o.list) x->on_assign_parts(target, before, after);
 }
 
 inline void notify_host_read(const Tensor& t) {
