@@ -7,7 +7,6 @@
 
 #include <CL/cl.h>
 
-#include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <vector>
@@ -173,24 +172,6 @@ class CLCompiler : public Compiler {
   std::string key_;
 };
 
-// Note [finishing queues at exit]: a process can end with commands still queued on a device (a
-// launch whose result nobody read). PoCL then runs them in its worker threads while exit() is
-// already destroying the static state of the LLVM that PoCL compiles with, and the process
-// crashes after main has returned (test_attention did, in about one run of three). Every queue
-// this runtime opens is therefore finished by an exit handler, registered after PoCL has
-// initialised, so it runs before PoCL's own teardown and before the device registry's.
-void finish_at_exit(cl_command_queue queue) {
-  static std::mutex mu;
-  static std::vector<cl_command_queue> queues;
-  std::lock_guard<std::mutex> lock(mu);
-  if (queues.empty())
-    std::atexit([] {
-      std::lock_guard<std::mutex> l(mu);
-      for (cl_command_queue q : queues) clFinish(q);
-    });
-  queues.push_back(queue);
-}
-
 class CLDevice : public Device {
  public:
   CLDevice(const std::string& name, cl_device_id dev) : Device(name), dev_(dev) {
@@ -199,7 +180,6 @@ class CLDevice : public Device {
     CL_CALL(err, " (device ", name, ")");
     queue_ = clCreateCommandQueue(ctx_, dev_, CL_QUEUE_PROFILING_ENABLE, &err);
     CL_CALL(err, " (device ", name, ")");
-    finish_at_exit(queue_);  // Note [finishing queues at exit]
     std::string ext = device_string(dev_, CL_DEVICE_EXTENSIONS);
     fp16_ = ext.find("cl_khr_fp16") != std::string::npos;
     size_t max_wg = 0;
