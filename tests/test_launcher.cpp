@@ -61,6 +61,12 @@ fs::path temp_dir(const std::string& name) {
   return p;
 }
 
+// a's overrides followed by b's.
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::vector<std::pair<int64_t, double>> train_losses(const fs::path& run_dir) {
   std::vector<std::pair<int64_t, double>> out;
   std::ifstream in(run_dir / "metrics.jsonl");
@@ -203,11 +209,7 @@ TEST(LauncherTrainer, TensorParallelMatchesOneDevice) {
   fs::path one = temp_dir("trainer_tp_one"), four = temp_dir("trainer_tp_four");
   std::vector<std::string> o = {"model.name=test_mlp", "data.name=test_synth", "data.batch_size=8", "train.steps=3",
                                 "train.log_every=1", "optim.lr=0.05"};
-  auto with = [&](std::vector<std::string> extra) {
-    auto all = o;
-    all.insert(all.end(), extra.begin(), extra.end());
-    return all;
-  };
+  auto with = [&](const std::vector<std::string>& extra) { return concat(o, extra); };
   run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + one.string()})), {.progress = false});
   uint64_t allreduces = multi_stats().allreduces;
   run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + four.string(), "model.tensor_parallel=4"})),
@@ -819,11 +821,7 @@ TEST(LauncherTrainer, DataParallelOverDevicesMatchesOneDevice) {
   fs::path one = temp_dir("trainer_one_device"), four = temp_dir("trainer_four_devices");
   std::vector<std::string> o = {"model.name=test_tiny", "data.name=test_synth", "data.batch_size=8", "train.steps=4",
                                 "train.log_every=1", "optim.lr=0.05"};
-  auto with = [&](std::vector<std::string> extra) {
-    auto all = o;
-    all.insert(all.end(), extra.begin(), extra.end());
-    return all;
-  };
+  auto with = [&](const std::vector<std::string>& extra) { return concat(o, extra); };
   run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + one.string()})), {.progress = false});
   uint64_t allreduces = multi_stats().allreduces;
   run_train(parse_config("", "synth.yaml", with({"train.run_dir=" + four.string(), "train.devices=4"})),
