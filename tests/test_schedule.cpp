@@ -510,6 +510,30 @@ TEST(Fusion, ConvolutionOutputIsKeptForLaterSchedules) {
   for (size_t i = 0; i < cv.size(); i++) EXPECT_FLOAT_EQ(zv[i], 2 * cv[i]);
 }
 
+// Note [a weight gradient reads its input from memory] in tensor_nn.cpp: on channel-last devices
+// the activation under a convolution is written once for the weight gradient, whose reduces then
+// load it instead of recomputing relu(x + b) for every FMA; the gradient is unchanged.
+TEST(Fusion, ConvolutionWeightGradientReadsItsInputFromABuffer) {
+  if (!get_device(default_device()).policy().channels_last_convolutions)
+    GTEST_SKIP() << "the device keeps NCHW convolutions";
+  Tensor x = Tensor::randn({4, 3, 10, 10}).realize(), b = Tensor::randn({1, 3, 1, 1}).realize();
+  Tensor w = Tensor::randn({8, 3, 3, 3}).realize().requires_grad_();
+  (x + b).relu().conv2d(w).sum().backward();
+  Tensor dw = *w.grad();
+  EXPECT_EQ(written_buffers(dw, 4 * 3 * 10 * 10, DType::Float32), 1u);
+  for (auto& item : create_schedule({dw.uop()})) {
+    auto nodes = toposort({item.ast});
+    bool reduces = std::any_of(nodes.begin(), nodes.end(), [](const UOpPtr& n) { return n->op == Op::REDUCE; });
+    bool relu = std::any_of(nodes.begin(), nodes.end(), [](const UOpPtr& n) { return n->op == Op::MAX; });
+    EXPECT_FALSE(reduces && relu) << "a reduce of the weight gradient recomputes the activation";
+  }
+  Tensor wr = Tensor::from_vector(w.to_vector<float>(), w.shape()).requires_grad_();
+  (x + b).relu().realize().conv2d(wr).sum().backward();
+  auto got = dw.to_vector<float>(), want = wr.grad()->to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); i++) EXPECT_NEAR(got[i], want[i], 1e-4f * (1 + std::abs(want[i]))) << i;
+}
+
 // Note [conv2d gradient] in tensor_nn.cpp: without gradients (evaluation) a convolution is not a
 // kept realize point, and its value is the same.
 TEST(Fusion, ConvolutionUnderNoGradIsNotKept) {
