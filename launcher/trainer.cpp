@@ -322,6 +322,13 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
 // after the step (settle_step: an output of the step, read outside it, so the step still
 // replays) to count and log a skip and to take back the optimizer's count of the skipped step.
 //
+// Note [the next batch while a step runs]: a device runs the step's kernels after the call
+// returns, and reading the step's outcome (settle_step's ok flag) waits for them. The next batch
+// is taken from the loader before that read, so the host's share of the next step (shuffling,
+// collating, the trace span) overlaps the device's work instead of following it. The loader
+// runs one batch ahead within an epoch and never past the last step; nothing else moves: the
+// step is settled, logged and checkpointed before the next one starts, as before.
+//
 // Note [the gradient norm of every run]: every other step returns the global gradient norm
 // (before clipping) as its second output, so that every run's train records (metrics.jsonl, the
 // TensorBoard scalar train/grad_norm, metrics.csv) carry grad_norm the same way: one process
@@ -462,17 +469,18 @@ TrainSummary Trainer::fit() {
   while (step_ < total_steps_) {
     int64_t epoch = step_ / bpe;
     train_loader_->seek({epoch, step_ % bpe});  // a resumed run skips the batches it has seen
-    while (step_ < total_steps_) {
-      auto b = next_batch();
-      if (!b) break;
+    auto b = next_batch();
+    while (step_ < total_steps_ && b) {
       double lr = schedule_->lr_at(step_);
       optimizer().lr = lr;
       step_outcome_ = {};
       Tensors outs;
+      decltype(b) next;
       {
         trace::Span span("step", "train step");
         span.arg("step", static_cast<double>(step_ + 1));
         outs = (*jit_)({b->x, b->y});
+        if (step_ + 1 < total_steps_) next = next_batch();  // Note [the next batch while a step runs]
         if (outs.size() == 3) step_outcome_ = dist::settle_step(optimizer(), {outs[1], outs[2]});  // ok, norm
       }
       Tensor loss = outs[0];
@@ -510,6 +518,7 @@ TrainSummary Trainer::fit() {
         window_examples = 0;
       }
       emit([&](TrainObserver& o) { o.on_step(*this, step_); });  // after the step's records (checkpoints)
+      b = std::move(next);
     }
   }
   if (step_ > 0) eval_on_rank0();

@@ -4,11 +4,14 @@
 # distributed.strategy=ddp and =zero1 (nccl: buckets, the [flag, norm] all-reduce, replayed in the
 # step's CUDA graph), in one run, alternating, REPS times each. Prints the median step time of each
 # and the ratios to the plain step (target: ddp <= 1.03x).
-#   bash scripts/bench/ddp_overhead.sh [STEPS] [REPS]     (data from /usr/share/datasets/fashion-mnist or TG_DATA)
+#   bash scripts/bench/ddp_overhead.sh [STEPS] [REPS] [KEY=VALUE ...]
+#   (data from /usr/share/datasets/fashion-mnist or TG_DATA; KEY=VALUE overrides go to the ddp and
+#   zero1 runs, e.g. distributed.skip_nonfinite=false)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 steps="${1:-400}"
 reps="${2:-3}"
+extra=("${@:3}")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 data=/usr/share/datasets/fashion-mnist
 [[ -f $data/train-images-idx3-ubyte.gz ]] || data="${TG_DATA:?no Fashion-MNIST: set TG_DATA}"
@@ -33,8 +36,8 @@ PY
 
 for r in $(seq "$reps"); do
   build/launcher/tg train "${common[@]}" train.run_dir="$tmp/plain$r" >/dev/null
-  mpirun -np 1 -x NCCL_NVLS_ENABLE build/launcher/tg train "${common[@]}" distributed.strategy=ddp train.run_dir="$tmp/ddp$r" >/dev/null
-  mpirun -np 1 -x NCCL_NVLS_ENABLE build/launcher/tg train "${common[@]}" distributed.strategy=zero1 train.run_dir="$tmp/zero$r" >/dev/null
+  mpirun -np 1 -x NCCL_NVLS_ENABLE build/launcher/tg train "${common[@]}" distributed.strategy=ddp "${extra[@]}" train.run_dir="$tmp/ddp$r" >/dev/null
+  mpirun -np 1 -x NCCL_NVLS_ENABLE build/launcher/tg train "${common[@]}" distributed.strategy=zero1 "${extra[@]}" train.run_dir="$tmp/zero$r" >/dev/null
 done
 plain="$(step_ms "$tmp"/plain*/metrics.jsonl)"
 ddp="$(step_ms "$tmp"/ddp*/metrics.jsonl)"
