@@ -17,7 +17,27 @@
 // accumulators become the next product's A fragments (P and dS) in registers.
 #include "tinygrad/codegen/attention_tensor_cores.h"
 
+#include <algorithm>
+
+#include "tinygrad/error.h"
+
 namespace tg {
+
+// Note [template pieces].
+std::string fill(std::string_view text, std::initializer_list<std::pair<std::string_view, std::string>> values) {
+  std::string out;
+  for (size_t at = 0;;) {
+    size_t open = text.find("${", at);
+    if (open == std::string_view::npos) return out.append(text.substr(at));
+    size_t close = text.find('}', open);
+    TG_ASSERT(close != std::string_view::npos, "template piece: an unclosed hole");
+    std::string_view name = text.substr(open + 2, close - open - 2);
+    auto value = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == name; });
+    TG_ASSERT(value != values.end(), "template piece: no value for ${", name, "}");
+    out.append(text.substr(at, open - at)).append(value->second);
+    at = close + 1;
+  }
+}
 
 namespace {
 
