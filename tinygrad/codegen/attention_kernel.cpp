@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tinygrad/codegen/attention_pieces.h"
 #include "tinygrad/codegen/render_cuda.h"
 #include "tinygrad/codegen/render_opencl.h"
 #include "tinygrad/error.h"
@@ -100,7 +101,7 @@ std::string size_macros(const AttentionSpec& s) {
 // Note [the two walks]: a work-group owns rows of one side and walks blocks of the other (Note
 // [fused attention]). The forward and dQ kernels own query rows and walk keys; dK/dV owns key
 // rows and walks query rows. A Walk names each side in the template text, so that the pieces
-// below are written once for both (Note [template pieces] in attention_tensor_cores.h); the
+// below are written once for both (Note [template pieces] in attention_pieces.h); the
 // causal bound and the rows a work-item takes of a block are where the walks differ.
 struct Walk {
   const char* own;        // the work-item's row: a query ("row") or a key ("key")
@@ -155,14 +156,16 @@ std::string walk(const Walk& w, const std::string& loads) {
 }
 
 std::string load_block(const Walk& w, const char* into, const char* width, const char* read) {
-  std::string element = fill("(${base} + ${at}) * ${width} + i % ${width}", {{"base", w.base}, {"at", w.at}, {"width", width}});
+  std::string element =
+      fill("(${base} + ${at}) * ${width} + i % ${width}", {{"base", w.base}, {"at", w.at}, {"width", width}});
   return fill(LOAD_BLOCK, {{"width", width}, {"at", w.at}, {"block", w.block}, {"into", into}, {"count", w.count},
                            {"read", fill(read, {{"i", element}})}});
 }
 
 // The forward's and dQ's walk: blocks of k and v.
 std::string key_walk() {
-  return walk(KEY_WALK, load_block(KEY_WALK, "ks", "E", "TG_LOAD(k, ${i})") + load_block(KEY_WALK, "vs", "EV", "TG_LOAD(v, ${i})"));
+  return walk(KEY_WALK,
+              load_block(KEY_WALK, "ks", "E", "TG_LOAD(k, ${i})") + load_block(KEY_WALK, "vs", "EV", "TG_LOAD(v, ${i})"));
 }
 
 // Note [fused attention]: the backward kernels recompute a pair's score x (q . k, scaled), dP =
@@ -277,9 +280,11 @@ std::string template_of(TemplateKernel k) {
                                {"lse", lse_read("qrow")},
                                {"delta", delta_read("qrow")},
                                {"walk", key_walk()},
-                               {"recompute", recompute("qr[d]", "ks[j * E + d]", "dor[d]", "vs[j * EV + d]", "lse", "delta", false)}});
+                               {"recompute",
+                                recompute("qr[d]", "ks[j * E + d]", "dor[d]", "vs[j * EV + d]", "lse", "delta", false)}});
     case TemplateKernel::AttentionBackwardKV: {
-      std::string loads = load_block(QUERY_WALK, "qs", "E", "TG_LOAD(q, ${i})") + load_block(QUERY_WALK, "dos", "EV", "dout[${i}]") +
+      std::string loads = load_block(QUERY_WALK, "qs", "E", "TG_LOAD(q, ${i})") +
+                          load_block(QUERY_WALK, "dos", "EV", "dout[${i}]") +
                           fill(LOAD_LSE_DELTA, {{"lse", lse_read("(qbase + r)")}, {"delta", delta_read("qbase + r")}});
       return fill(BACKWARD_KV, {{"signature", fill(BACKWARD_SIGNATURE, {{"out", "dkv"}})},
                                 {"own_row", own_row(QUERY_WALK)},
