@@ -263,7 +263,7 @@ ${recompute}      for (int d = 0; d < EV; d++) dv[d] += p * dos[i * EV + d];
 }
 )";
 
-// dK/dV's block: q and dO rows, and each row's L and D.
+// dK/dV's block holds each query row's L and D beside its q and dO.
 constexpr const char* LOAD_LSE_DELTA = R"(    for (int i = tid; i < BLOCK; i += TG_THREADS) {
       const int r = q0 + i;
       lses[i] = r < LQ ? ${lse} : 0.0f;
