@@ -20,6 +20,9 @@ class TinyNet : public nn::Module {
 
 TG_REGISTER_MODEL("test_tiny", [](const Config&) { return std::make_unique<TinyNet>(); });
 TG_REGISTER_MODEL("test_mlp", [](const Config&) { return make_mlp({16}, 4, 3); });
+// An MLP whose hidden width is a config key of its own, registered with it.
+TG_REGISTER_MODEL("test_wide", [](const Config& c) { return make_mlp({c.get_int("model.test_width")}, 4, 3); },
+                  {{"model.test_width", ValueType::Int, int64_t{8}, "test_wide: the hidden layer's width", int_at_least(2)}});
 TG_REGISTER_DATASET("test_empty", [](const Config&) { return DataSplits{}; });
 TG_REGISTER_DATASET("test_synth", [](const Config&) {
   return image_splits(testutil::synth_images(48, 0), testutil::synth_images(24, 1), 0.3, 0.3, 3);

@@ -11,21 +11,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 steps="${1:-100}"
 ranks="${2:-4}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-common=(configs/fmnist_mlp.yaml "train.steps=$steps" train.log_every=10 train.eval_every=100000 train.overwrite=true)
-
-# Mean step time over the records after the first (compilation happens in the first steps).
-step_ms() {
-  python3 - "$1" <<'PY'
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if '"train"' in l]
-recs = recs[1:-1] or recs
-eps = sum(r["examples_per_s"] for r in recs) / len(recs)
-print(f"{128 / eps * 1e3:.2f}")
-PY
-}
+source scripts/bench/mlp_mpirun.sh
 
 for s in ddp zero1 fsdp; do
   mpirun --oversubscribe -np "$ranks" ./build/launcher/tg train "${common[@]}" distributed.strategy=$s train.run_dir="$tmp/$s" >/dev/null

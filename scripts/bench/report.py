@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Turns the JSON lines of `tg bench` and torch_cpu.py into the CPU section of
-docs/PERFORMANCE.md (between its bench markers), with ratios against PyTorch.
+docs/PERFORMANCE.md (between its bench markers), with ratios against PyTorch. Its load, figure
+and write_section serve report_bf16.py too.
 
   report.py TG.jsonl TORCH.jsonl PERFORMANCE.md COMMAND MACHINE"""
 import json
 import sys
 
-BEGIN, END = "<!-- bench:cpu begin -->", "<!-- bench:cpu end -->"
+MARKERS = ("<!-- bench:cpu begin -->", "<!-- bench:cpu end -->")
 
 # workload -> (what it is, target: the project's time over PyTorch's, at most)
 WORKLOADS = {
@@ -39,6 +40,23 @@ def figure(r):
     return s
 
 
+def write_section(doc_path, markers, heading, command, machine, rows, notes=None):
+    """Puts a table (with its notes, if any) between the begin and end markers of doc_path, or
+    appends it under heading where the markers are missing; prints it."""
+    begin, end = markers
+    section = "\n".join([begin, "", f"Measured on {machine} with", "", "```sh", command, "```", ""] + rows +
+                        ([""] + notes if notes is not None else []) + ["", end])
+    with open(doc_path) as f:
+        doc = f.read()
+    if begin in doc and end in doc:
+        doc = doc[:doc.index(begin)] + section + doc[doc.index(end) + len(end):]
+    else:
+        doc = doc.rstrip() + f"\n\n## {heading}\n\n" + section + "\n"
+    with open(doc_path, "w") as f:
+        f.write(doc)
+    print(section)
+
+
 def main():
     tg_path, torch_path, doc_path, command, machine = sys.argv[1:6]
     tg, pt = load(tg_path), load(torch_path)
@@ -58,17 +76,7 @@ def main():
         notes.append(f"- CNN first step, compilation included: {tg['cnn_step']['first_ms'] / 1e3:.2f} s (target < 10 s).")
     if "mlp_step" in tg:
         notes.append(f"- MLP first step, compilation included: {tg['mlp_step']['first_ms'] / 1e3:.2f} s.")
-    section = "\n".join([BEGIN, "", f"Measured on {machine} with", "", "```sh", command, "```", ""] + rows + [""] +
-                        notes + ["", END])
-    with open(doc_path) as f:
-        doc = f.read()
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip() + "\n\n## CPU, beside PyTorch\n\n" + section + "\n"
-    with open(doc_path, "w") as f:
-        f.write(doc)
-    print(section)
+    write_section(doc_path, MARKERS, "CPU, beside PyTorch", command, machine, rows, notes)
 
 
 if __name__ == "__main__":

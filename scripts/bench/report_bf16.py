@@ -7,9 +7,9 @@ bfloat16.
   report_bf16.py TG.jsonl TORCH.jsonl PERFORMANCE.md COMMAND MACHINE"""
 import sys
 
-from report import figure, load
+from report import figure, load, write_section
 
-BEGIN, END = "<!-- bench:cpu-bf16 begin -->", "<!-- bench:cpu-bf16 end -->"
+MARKERS = ("<!-- bench:cpu-bf16 begin -->", "<!-- bench:cpu-bf16 end -->")
 
 # bfloat16 workload -> (what it is, its float32 counterpart)
 WORKLOADS = {
@@ -33,17 +33,7 @@ def main():
         torch = figure(pt[name]) if name in pt else "-"
         ratio = f"{tg[name]['ms'] / pt[name]['ms']:.2f}" if name in pt else "-"
         rows.append(f"| {what} | {figure(tg[name])} | {figure(tg[float32])} | {speedup:.2f}x | {torch} | {ratio} |")
-    section = "\n".join([BEGIN, "", f"Measured on {machine} with", "", "```sh", command, "```", ""] + rows +
-                        ["", END])
-    with open(doc_path) as f:
-        doc = f.read()
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip() + "\n\n## CPU, bfloat16 (train.precision: bf16)\n\n" + section + "\n"
-    with open(doc_path, "w") as f:
-        f.write(doc)
-    print(section)
+    write_section(doc_path, MARKERS, "CPU, bfloat16 (train.precision: bf16)", command, machine, rows)
 
 
 if __name__ == "__main__":

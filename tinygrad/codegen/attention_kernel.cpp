@@ -1,5 +1,6 @@
 // Fused attention kernels from a template, for CUDA and OpenCL; the tensor-core forms are in
-// attention_tensor_cores.cpp (Note [tensor-core attention]).
+// attention_tensor_cores.cpp (Note [tensor-core attention]), the double-precision reference in
+// attention_reference.cpp.
 //
 // Note [template kernels]: a few kernels are worth writing by hand because their structure is
 // beyond what the scheduler fuses: flash attention streams blocks of keys through local memory
@@ -33,12 +34,11 @@
 #include "tinygrad/codegen/attention_kernel.h"
 #include "tinygrad/codegen/attention_tensor_cores.h"
 
-#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 
+#include "tinygrad/codegen/attention_pieces.h"
 #include "tinygrad/codegen/render_cuda.h"
 #include "tinygrad/codegen/render_opencl.h"
 #include "tinygrad/error.h"
@@ -98,33 +98,100 @@ std::string size_macros(const AttentionSpec& s) {
          define("NEG_BIG", "(-3.0e38f)");
 }
 
+// Note [the two walks]: a work-group owns rows of one side and walks blocks of the other (Note
+// [fused attention]). The forward and dQ kernels own query rows and walk keys; dK/dV owns key
+// rows and walks query rows. A Walk names each side in the template text, so that the pieces
+// below are written once for both (Note [template pieces] in attention_pieces.h); the
+// causal bound and the rows a work-item takes of a block are where the walks differ.
+struct Walk {
+  const char* own;        // the work-item's row: a query ("row") or a key ("key")
+  const char* own_at;     // that row's global index, clamped into range
+  const char* own_count;  // rows on the owned side
+  const char* base;       // the walked side's first global row of this head
+  const char* count;      // rows on the walked side
+  const char* block;      // the first row of the current block
+  const char* at;         // a row of the block while it loads
+  const char* bound;      // the causal bound on the walk, and the walk's first and end rows
+  const char* from;
+  const char* to;
+  const char* rows;       // n, the rows of the block this work-item takes
+};
+
+constexpr Walk KEY_WALK{"row", "qrow", "LQ", "kbase", "SK", "k0", "j",
+                        "const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;", "0", "kend",
+                        "    int n = min(BLOCK, SK - k0);\n    if (CAUSAL) n = min(n, row - k0 + 1);\n"};
+constexpr Walk QUERY_WALK{"key", "krow", "SK", "qbase", "LQ", "q0", "r",
+                          "const int qstart = CAUSAL ? first / BLOCK * BLOCK : 0;", "qstart", "LQ",
+                          "    const int n = min(BLOCK, LQ - q0);\n"};
+
+// The work-item's ids and rows.
+constexpr const char* OWN_ROW = R"(  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, ${own} = first + tid;
+  const TG_I64 ${own_at} = (TG_I64)head * ${own_count} + (${own} < ${own_count} ? ${own} : ${own_count} - 1);
+  const TG_I64 ${base} = (TG_I64)head * ${count};
+)";
+
+// The walk over blocks: the group loads a block into local memory, then each work-item takes n
+// of its rows (the body follows, and closes the loop).
+constexpr const char* WALK = R"(  ${bound}
+  for (int ${block} = ${from}; ${block} < ${to}; ${block} += BLOCK) {
+    TG_BARRIER();
+${loads}    TG_BARRIER();
+${rows})";
+
+// One block of `width`-wide rows into local memory, zeros past the end; `read` reads element ${i}.
+constexpr const char* LOAD_BLOCK = R"(    for (int i = tid; i < BLOCK * ${width}; i += TG_THREADS) {
+      const int ${at} = ${block} + i / ${width};
+      ${into}[i] = ${at} < ${count} ? ${read} : 0.0f;
+    }
+)";
+
+std::string own_row(const Walk& w) {
+  return fill(OWN_ROW, {{"own", w.own}, {"own_at", w.own_at}, {"own_count", w.own_count}, {"base", w.base},
+                        {"count", w.count}});
+}
+
+std::string walk(const Walk& w, const std::string& loads) {
+  return fill(WALK, {{"bound", w.bound}, {"block", w.block}, {"from", w.from}, {"to", w.to}, {"loads", loads},
+                     {"rows", w.rows}});
+}
+
+std::string load_block(const Walk& w, const char* into, const char* width, const char* read) {
+  std::string element =
+      fill("(${base} + ${at}) * ${width} + i % ${width}", {{"base", w.base}, {"at", w.at}, {"width", width}});
+  return fill(LOAD_BLOCK, {{"width", width}, {"at", w.at}, {"block", w.block}, {"into", into}, {"count", w.count},
+                           {"read", fill(read, {{"i", element}})}});
+}
+
+// The forward's and dQ's walk: blocks of k and v.
+std::string key_walk() {
+  return walk(KEY_WALK,
+              load_block(KEY_WALK, "ks", "E", "TG_LOAD(k, ${i})") + load_block(KEY_WALK, "vs", "EV", "TG_LOAD(v, ${i})"));
+}
+
+// Note [fused attention]: the backward kernels recompute a pair's score x (q . k, scaled), dP =
+// dO . v and dS = P * (dP - D) with the weight P = exp2(x - L); dK/dV keeps P for dV.
+constexpr const char* RECOMPUTE = R"(      float x = 0.0f, dp = 0.0f;
+      for (int d = 0; d < E; d++) x += ${q} * ${k};
+      for (int d = 0; d < EV; d++) dp += ${dout} * ${v};
+)";
+
+std::string recompute(const char* q, const char* k, const char* dout, const char* v, const char* lse, const char* delta,
+                      bool keep_p) {
+  const char* ds = keep_p ? "      const float p = TG_EXP2(x - ${lse}), ds = p * (dp - ${delta});\n"
+                          : "      const float ds = TG_EXP2(x - ${lse}) * (dp - ${delta});\n";
+  return fill(RECOMPUTE, {{"q", q}, {"k", k}, {"dout", dout}, {"v", v}}) + fill(ds, {{"lse", lse}, {"delta", delta}});
+}
+
 // Note [fused attention]: the forward pass.
 constexpr const char* FORWARD = R"(
 TG_KERNEL(TG_NAME)(TG_GLOBAL float* out, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v) {
   TG_LOCAL float ks[BLOCK * E];
   TG_LOCAL float vs[BLOCK * EV];
-  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, row = first + tid;
-  const TG_I64 qrow = (TG_I64)head * LQ + (row < LQ ? row : LQ - 1);
-  const TG_I64 kbase = (TG_I64)head * SK;
-  float qr[E], acc[EV];
+${own_row}  float qr[E], acc[EV];
   for (int d = 0; d < E; d++) qr[d] = TG_LOAD(q, qrow * E + d) * SCALE_LOG2;
   for (int d = 0; d < EV; d++) acc[d] = 0.0f;
   float m = NEG_BIG, sum = 0.0f;
-  const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;
-  for (int k0 = 0; k0 < kend; k0 += BLOCK) {
-    TG_BARRIER();
-    for (int i = tid; i < BLOCK * E; i += TG_THREADS) {
-      const int j = k0 + i / E;
-      ks[i] = j < SK ? TG_LOAD(k, (kbase + j) * E + i % E) : 0.0f;
-    }
-    for (int i = tid; i < BLOCK * EV; i += TG_THREADS) {
-      const int j = k0 + i / EV;
-      vs[i] = j < SK ? TG_LOAD(v, (kbase + j) * EV + i % EV) : 0.0f;
-    }
-    TG_BARRIER();
-    int n = min(BLOCK, SK - k0);
-    if (CAUSAL) n = min(n, row - k0 + 1);
-    float s[BLOCK];
+${walk}    float s[BLOCK];
     float mb = m;
     for (int j = 0; j < BLOCK; j++) {
       float x = 0.0f;
@@ -150,40 +217,22 @@ TG_KERNEL(TG_NAME)(TG_GLOBAL float* out, TG_GLOBAL const TG_IN* q, TG_GLOBAL con
 }
 )";
 
-// Note [fused attention]: dQ, recomputing the weights from q, k and L.
-constexpr const char* BACKWARD_Q = R"(
-TG_KERNEL(TG_NAME)(TG_GLOBAL float* dq, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v,
+// The backward kernels' parameters: q, k and v, the forward's output, dO and D.
+constexpr const char* BACKWARD_SIGNATURE = R"(
+TG_KERNEL(TG_NAME)(TG_GLOBAL float* ${out}, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v,
                    TG_GLOBAL const float* fwd, TG_GLOBAL const float* dout, TG_GLOBAL const float* dsum) {
-  TG_LOCAL float ks[BLOCK * E];
+)";
+
+// Note [fused attention]: dQ, recomputing the weights from q, k and L.
+constexpr const char* BACKWARD_Q = R"(${signature}  TG_LOCAL float ks[BLOCK * E];
   TG_LOCAL float vs[BLOCK * EV];
-  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, row = first + tid;
-  const TG_I64 qrow = (TG_I64)head * LQ + (row < LQ ? row : LQ - 1);
-  const TG_I64 kbase = (TG_I64)head * SK;
-  float qr[E], dor[EV], acc[E];
+${own_row}  float qr[E], dor[EV], acc[E];
   for (int d = 0; d < E; d++) qr[d] = TG_LOAD(q, qrow * E + d) * SCALE_LOG2;
   for (int d = 0; d < EV; d++) dor[d] = dout[qrow * EV + d];
   for (int d = 0; d < E; d++) acc[d] = 0.0f;
-  const float lse = fwd[qrow * (EV + 1) + EV] * LOG2E, delta = dsum[qrow];
-  const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;
-  for (int k0 = 0; k0 < kend; k0 += BLOCK) {
-    TG_BARRIER();
-    for (int i = tid; i < BLOCK * E; i += TG_THREADS) {
-      const int j = k0 + i / E;
-      ks[i] = j < SK ? TG_LOAD(k, (kbase + j) * E + i % E) : 0.0f;
-    }
-    for (int i = tid; i < BLOCK * EV; i += TG_THREADS) {
-      const int j = k0 + i / EV;
-      vs[i] = j < SK ? TG_LOAD(v, (kbase + j) * EV + i % EV) : 0.0f;
-    }
-    TG_BARRIER();
-    int n = min(BLOCK, SK - k0);
-    if (CAUSAL) n = min(n, row - k0 + 1);
-    for (int j = 0; j < n; j++) {
-      float x = 0.0f, dp = 0.0f;
-      for (int d = 0; d < E; d++) x += qr[d] * ks[j * E + d];
-      for (int d = 0; d < EV; d++) dp += dor[d] * vs[j * EV + d];
-      const float ds = TG_EXP2(x - lse) * (dp - delta);
-      for (int d = 0; d < E; d++) acc[d] += ds * ks[j * E + d];
+  const float lse = ${lse}, delta = ${delta};
+${walk}    for (int j = 0; j < n; j++) {
+${recompute}      for (int d = 0; d < E; d++) acc[d] += ds * ks[j * E + d];
     }
   }
   if (row < LQ)
@@ -192,45 +241,17 @@ TG_KERNEL(TG_NAME)(TG_GLOBAL float* dq, TG_GLOBAL const TG_IN* q, TG_GLOBAL cons
 )";
 
 // Note [fused attention]: dK and dV, one key row per work-item, walking blocks of query rows.
-constexpr const char* BACKWARD_KV = R"(
-TG_KERNEL(TG_NAME)(TG_GLOBAL float* dkv, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v,
-                   TG_GLOBAL const float* fwd, TG_GLOBAL const float* dout, TG_GLOBAL const float* dsum) {
-  TG_LOCAL float qs[BLOCK * E];
+constexpr const char* BACKWARD_KV = R"(${signature}  TG_LOCAL float qs[BLOCK * E];
   TG_LOCAL float dos[BLOCK * EV];
   TG_LOCAL float lses[BLOCK];
   TG_LOCAL float deltas[BLOCK];
-  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, key = first + tid;
-  const TG_I64 krow = (TG_I64)head * SK + (key < SK ? key : SK - 1);
-  const TG_I64 qbase = (TG_I64)head * LQ;
-  float kr[E], vr[EV], dk[E], dv[EV];
+${own_row}  float kr[E], vr[EV], dk[E], dv[EV];
   for (int d = 0; d < E; d++) kr[d] = TG_LOAD(k, krow * E + d) * SCALE_LOG2;
   for (int d = 0; d < EV; d++) vr[d] = TG_LOAD(v, krow * EV + d);
   for (int d = 0; d < E; d++) dk[d] = 0.0f;
   for (int d = 0; d < EV; d++) dv[d] = 0.0f;
-  const int qstart = CAUSAL ? first / BLOCK * BLOCK : 0;
-  for (int q0 = qstart; q0 < LQ; q0 += BLOCK) {
-    TG_BARRIER();
-    for (int i = tid; i < BLOCK * E; i += TG_THREADS) {
-      const int r = q0 + i / E;
-      qs[i] = r < LQ ? TG_LOAD(q, (qbase + r) * E + i % E) : 0.0f;
-    }
-    for (int i = tid; i < BLOCK * EV; i += TG_THREADS) {
-      const int r = q0 + i / EV;
-      dos[i] = r < LQ ? dout[(qbase + r) * EV + i % EV] : 0.0f;
-    }
-    for (int i = tid; i < BLOCK; i += TG_THREADS) {
-      const int r = q0 + i;
-      lses[i] = r < LQ ? fwd[(qbase + r) * (EV + 1) + EV] * LOG2E : 0.0f;
-      deltas[i] = r < LQ ? dsum[qbase + r] : 0.0f;
-    }
-    TG_BARRIER();
-    const int n = min(BLOCK, LQ - q0);
-    for (int i = CAUSAL ? max(0, key - q0) : 0; i < n; i++) {
-      float x = 0.0f, dp = 0.0f;
-      for (int d = 0; d < E; d++) x += qs[i * E + d] * kr[d];
-      for (int d = 0; d < EV; d++) dp += dos[i * EV + d] * vr[d];
-      const float p = TG_EXP2(x - lses[i]), ds = p * (dp - deltas[i]);
-      for (int d = 0; d < EV; d++) dv[d] += p * dos[i * EV + d];
+${walk}    for (int i = CAUSAL ? max(0, key - q0) : 0; i < n; i++) {
+${recompute}      for (int d = 0; d < EV; d++) dv[d] += p * dos[i * EV + d];
       for (int d = 0; d < E; d++) dk[d] += ds * qs[i * E + d];
     }
   }
@@ -242,11 +263,35 @@ TG_KERNEL(TG_NAME)(TG_GLOBAL float* dkv, TG_GLOBAL const TG_IN* q, TG_GLOBAL con
 }
 )";
 
-const char* template_of(TemplateKernel k) {
+// dK/dV's block holds each query row's L and D beside its q and dO.
+constexpr const char* LOAD_LSE_DELTA = R"(    for (int i = tid; i < BLOCK; i += TG_THREADS) {
+      const int r = q0 + i;
+      lses[i] = r < LQ ? ${lse} : 0.0f;
+      deltas[i] = r < LQ ? ${delta} : 0.0f;
+    }
+)";
+
+std::string template_of(TemplateKernel k) {
   switch (k) {
-    case TemplateKernel::AttentionForward: return FORWARD;
-    case TemplateKernel::AttentionBackwardQ: return BACKWARD_Q;
-    case TemplateKernel::AttentionBackwardKV: return BACKWARD_KV;
+    case TemplateKernel::AttentionForward: return fill(FORWARD, {{"own_row", own_row(KEY_WALK)}, {"walk", key_walk()}});
+    case TemplateKernel::AttentionBackwardQ:
+      return fill(BACKWARD_Q, {{"signature", fill(BACKWARD_SIGNATURE, {{"out", "dq"}})},
+                               {"own_row", own_row(KEY_WALK)},
+                               {"lse", lse_read("qrow")},
+                               {"delta", delta_read("qrow")},
+                               {"walk", key_walk()},
+                               {"recompute",
+                                recompute("qr[d]", "ks[j * E + d]", "dor[d]", "vs[j * EV + d]", "lse", "delta", false)}});
+    case TemplateKernel::AttentionBackwardKV: {
+      std::string loads = load_block(QUERY_WALK, "qs", "E", "TG_LOAD(q, ${i})") +
+                          load_block(QUERY_WALK, "dos", "EV", "dout[${i}]") +
+                          fill(LOAD_LSE_DELTA, {{"lse", lse_read("(qbase + r)")}, {"delta", delta_read("qbase + r")}});
+      return fill(BACKWARD_KV, {{"signature", fill(BACKWARD_SIGNATURE, {{"out", "dkv"}})},
+                                {"own_row", own_row(QUERY_WALK)},
+                                {"walk", walk(QUERY_WALK, loads)},
+                                {"recompute", recompute("qs[i * E + d]", "kr[d]", "dos[i * EV + d]", "vr[d]", "lses[i]",
+                                                        "deltas[i]", true)}});
+    }
   }
   return "";
 }
@@ -339,74 +384,6 @@ TemplateSource render_attention(const AttentionSpec& s, KernelDialect d) {
   k.local_size = {ROWS_PER_GROUP, 1};
   out.source = dialect_macros(d) + input_macros(s.dtype, d) + size_macros(s) + define("TG_NAME", k.name) +
                template_of(s.kernel);
-  return out;
-}
-
-namespace {
-
-// Row i's scaled scores over the keys of head h; -inf where masked.
-std::vector<double> scores(const AttentionSpec& s, const std::vector<double>& q, const std::vector<double>& k, int64_t h,
-                           int64_t i) {
-  std::vector<double> x(static_cast<size_t>(s.s), -std::numeric_limits<double>::infinity());
-  for (int64_t j = 0; j < s.s; j++) {
-    if (s.causal && j > i) continue;
-    double dot = 0;
-    for (int64_t d = 0; d < s.e; d++)
-      dot += q[static_cast<size_t>((h * s.l + i) * s.e + d)] * k[static_cast<size_t>((h * s.s + j) * s.e + d)];
-    x[static_cast<size_t>(j)] = dot * s.scale;
-  }
-  return x;
-}
-
-double logsumexp(const std::vector<double>& x) {
-  double mx = *std::max_element(x.begin(), x.end()), sum = 0;
-  for (double v : x) sum += std::exp(v - mx);
-  return mx + std::log(sum);
-}
-
-// The weights exp(x - lse) of scores x.
-std::vector<double> weights(std::vector<double> x, double lse) {
-  for (double& v : x) v = std::exp(v - lse);
-  return x;
-}
-
-}  // namespace
-
-// Note [fused attention]: the three kernels' results, from the same inputs (the backward ones
-// read L from the forward output and D as given).
-std::vector<double> template_kernel_reference(const std::vector<int64_t>& arg,
-                                              const std::vector<const std::vector<double>*>& in) {
-  AttentionSpec s = AttentionSpec::decode(arg);
-  const std::vector<double>&q = *in.at(0), &k = *in.at(1), &v = *in.at(2);
-  std::vector<double> out(static_cast<size_t>(prod(s.output_shape())), 0.0);
-  auto at = [](int64_t row, int64_t width, int64_t col) { return static_cast<size_t>(row * width + col); };
-  for (int64_t h = 0; h < s.bh; h++)
-    for (int64_t i = 0; i < s.l; i++) {
-      const int64_t row = h * s.l + i;
-      if (s.kernel == TemplateKernel::AttentionForward) {
-        std::vector<double> x = scores(s, q, k, h, i);
-        double lse = logsumexp(x);
-        std::vector<double> p = weights(x, lse);
-        for (int64_t d = 0; d < s.ev; d++)
-          for (int64_t j = 0; j < s.s; j++) out[at(row, s.ev + 1, d)] += p[static_cast<size_t>(j)] * v[at(h * s.s + j, s.ev, d)];
-        out[at(row, s.ev + 1, s.ev)] = lse;
-        continue;
-      }
-      const std::vector<double>&fwd = *in.at(3), &dout = *in.at(4), &dsum = *in.at(5);
-      std::vector<double> p = weights(scores(s, q, k, h, i), fwd[at(row, s.ev + 1, s.ev)]);
-      for (int64_t j = 0; j < s.s; j++) {
-        double dp = 0, pj = p[static_cast<size_t>(j)];
-        for (int64_t d = 0; d < s.ev; d++) dp += dout[at(row, s.ev, d)] * v[at(h * s.s + j, s.ev, d)];
-        double ds = pj * (dp - dsum[static_cast<size_t>(row)]) * s.scale;
-        if (s.kernel == TemplateKernel::AttentionBackwardQ) {
-          for (int64_t d = 0; d < s.e; d++) out[at(row, s.e, d)] += ds * k[at(h * s.s + j, s.e, d)];
-          continue;
-        }
-        const int64_t key = h * s.s + j;
-        for (int64_t d = 0; d < s.e; d++) out[at(key, s.e + s.ev, d)] += ds * q[at(row, s.e, d)];
-        for (int64_t d = 0; d < s.ev; d++) out[at(key, s.e + s.ev, s.e + d)] += pj * dout[at(row, s.ev, d)];
-      }
-    }
   return out;
 }
 

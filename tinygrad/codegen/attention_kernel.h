@@ -53,7 +53,8 @@ struct TemplateSource {
 TemplateSource render_attention(const AttentionSpec& spec, KernelDialect dialect);
 
 // What a TEMPLATE_KERNEL node computes, in double precision, from its sources' values in order
-// (each dense, row-major): the reference interpreter's definition of it (runtime/reference.cpp).
+// (each dense, row-major): the reference interpreter's definition of it (runtime/reference.cpp;
+// written in attention_reference.cpp).
 std::vector<double> template_kernel_reference(const std::vector<int64_t>& arg,
                                               const std::vector<const std::vector<double>*>& inputs);
 

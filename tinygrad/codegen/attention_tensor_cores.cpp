@@ -17,6 +17,11 @@
 // accumulators become the next product's A fragments (P and dS) in registers.
 #include "tinygrad/codegen/attention_tensor_cores.h"
 
+#include <array>
+#include <vector>
+
+#include "tinygrad/codegen/attention_pieces.h"
+
 namespace tg {
 
 namespace {
@@ -39,59 +44,188 @@ static __device__ __forceinline__ void tg_mma(float* c, const unsigned* a, unsig
 #define VS (EV + 8)
 )";
 
-// Note [tensor-core attention]: the forward pass.
-constexpr const char* FORWARD_TENSOR_CORES = R"(
-extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* out, const unsigned short* q, const unsigned short* k,
-                                                          const unsigned short* v) {
-  __shared__ __align__(16) unsigned short ks[64 * KS];
-  __shared__ __align__(16) unsigned short vs[64 * VS];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+// Note [tensor-core attention]: the pieces of the three kernels, written once (Note [template
+// pieces] in attention_pieces.h). A warp's two fragment rows are r0 and r1 = r0 + 8: the
+// first and second halves (columns 0, 1 and 2, 3) of each accumulator tile; a piece with ${h},
+// ${e}, ${c0} and ${c1} holes is written for one half and filled for both (halves()).
+std::string halves(const std::string& text) {
+  std::string out;
+  for (auto [h, e, c0, c1] : {std::array<const char*, 4>{"0", "e", "0", "1"}, {"1", "2 + e", "2", "3"}})
+    out += fill(text, {{"h", h}, {"e", e}, {"c0", c0}, {"c1", c1}});
+  return out;
+}
+
+constexpr const char* SIGNATURE = R"(extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* ${out}, const unsigned short* q, const unsigned short* k,
+                                                          const unsigned short* v${backward}) {
+)";
+constexpr const char* BACKWARD_PARAMS = R"(, const float* fwd, const float* dout,
+                                                          const float* dsum)";
+
+constexpr const char* IDS = R"(  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int head = blockIdx.y, first = blockIdx.x * 64;
   const int r0 = first + warp * 16 + g, r1 = r0 + 8;
   const long long qb = (long long)head * LQ, kb = (long long)head * SK;
-  unsigned qa[E / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < E / 16; kk++) {
+)";
+
+// A side of the problem in global memory: its tensor, its first row of this head, its rows.
+struct Side { const char *src, *base, *count; };
+constexpr Side QUERIES{"q", "qb", "LQ"}, KEYS{"k", "kb", "SK"}, VALUES{"v", "kb", "SK"};
+
+// The A fragments `a` of the warp's own rows of `side` (width E or EV), kept in registers.
+constexpr const char* ROW_FRAGMENTS = R"(#pragma unroll
+  for (int kk = 0; kk < ${width} / 16; kk++) {
     const int c = kk * 16 + 2 * t;
-    qa[kk][0] = r0 < LQ ? *(const unsigned*)(q + (qb + r0) * E + c) : 0u;
-    qa[kk][1] = r1 < LQ ? *(const unsigned*)(q + (qb + r1) * E + c) : 0u;
-    qa[kk][2] = r0 < LQ ? *(const unsigned*)(q + (qb + r0) * E + c + 8) : 0u;
-    qa[kk][3] = r1 < LQ ? *(const unsigned*)(q + (qb + r1) * E + c + 8) : 0u;
+    ${a}[kk][0] = r0 < ${count} ? *(const unsigned*)(${src} + (${base} + r0) * ${width} + c) : 0u;
+    ${a}[kk][1] = r1 < ${count} ? *(const unsigned*)(${src} + (${base} + r1) * ${width} + c) : 0u;
+    ${a}[kk][2] = r0 < ${count} ? *(const unsigned*)(${src} + (${base} + r0) * ${width} + c + 8) : 0u;
+    ${a}[kk][3] = r1 < ${count} ? *(const unsigned*)(${src} + (${base} + r1) * ${width} + c + 8) : 0u;
   }
-  float o[EV / 8][4];
-#pragma unroll
-  for (int n = 0; n < EV / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.0f, l1 = 0.0f;
-  const int kend = CAUSAL ? min(SK, first + 64) : SK;
-  for (int k0 = 0; k0 < kend; k0 += 64) {
+)";
+
+std::string row_fragments(const char* a, const Side& side, const char* width) {
+  return fill(ROW_FRAGMENTS,
+              {{"a", a}, {"src", side.src}, {"base", side.base}, {"count", side.count}, {"width", width}});
+}
+
+std::string zero_tile(const std::string& acc) {
+  return fill("${acc}[n][0] = ${acc}[n][1] = ${acc}[n][2] = ${acc}[n][3] = 0.0f;", {{"acc", acc}});
+}
+
+// Accumulator tiles `acc`, `tiles` of them, set to zero.
+std::string zero_tiles(const char* acc, const char* tiles) {
+  return fill("#pragma unroll\n  for (int n = 0; n < ${tiles}; n++) ${zero}\n",
+              {{"tiles", tiles}, {"zero", zero_tile(acc)}});
+}
+
+// Note [the two walks] (attention_kernel.cpp), on tensor cores: the forward and dQ walk blocks of
+// 64 keys, dK/dV blocks of 64 query rows; `col` is an element's column in the block, visible
+// (with ${h} a half) whether the mask lets the pair through.
+struct Walk {
+  const char *block, *bound, *from, *to;  // the block's first row, a line before the walk, its range
+  const char *col, *visible;
+};
+constexpr Walk KEY_WALK{"k0", "  const int kend = CAUSAL ? min(SK, first + 64) : SK;\n", "0", "kend",
+                        "        const int col = k0 + n * 8 + 2 * t + e;\n",
+                        "col < SK && (!CAUSAL || col <= r${h})"};
+constexpr Walk QUERY_WALK{"q0", "", "CAUSAL ? first : 0", "LQ",
+                          "        const int col = n * 8 + 2 * t + e, qi = q0 + col;\n",
+                          "qi < LQ && (!CAUSAL || r${h} <= qi)"};
+
+// The walk over blocks, staged in shared memory by the whole block (the body follows and closes it).
+constexpr const char* WALK = R"(${bound}  for (int ${block} = ${from}; ${block} < ${to}; ${block} += 64) {
     __syncthreads();
-    for (int i = threadIdx.x; i < 64 * (E / 2); i += 128) {
-      const int j = i / (E / 2), c = i % (E / 2) * 2;
-      *(unsigned*)(ks + j * KS + c) = k0 + j < SK ? *(const unsigned*)(k + (kb + k0 + j) * E + c) : 0u;
+${loads}    __syncthreads();
+)";
+
+std::string walk(const Walk& w, const std::string& loads) {
+  return fill(WALK,
+              {{"bound", w.bound}, {"block", w.block}, {"from", w.from}, {"to", w.to}, {"loads", loads}});
+}
+
+// One block of `side`'s rows into shared memory `into` (`pitch` elements a row), zeros past the
+// end: the rows as they are, or dO's rounded from float32 (`prepare` and `value`).
+constexpr const char* LOAD_BLOCK = R"(    for (int i = threadIdx.x; i < 64 * (${width} / 2); i += 128) {
+      const int j = i / (${width} / 2), c = i % (${width} / 2) * 2;
+${prepare}      *(unsigned*)(${into} + j * ${pitch} + c) = ${block} + j < ${count} ? ${value} : 0u;
     }
-    for (int i = threadIdx.x; i < 64 * (EV / 2); i += 128) {
-      const int j = i / (EV / 2), c = i % (EV / 2) * 2;
-      *(unsigned*)(vs + j * VS + c) = k0 + j < SK ? *(const unsigned*)(v + (kb + k0 + j) * EV + c) : 0u;
-    }
-    __syncthreads();
-    float s[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-      const unsigned short* kr = ks + (n * 8 + g) * KS + 2 * t;
-#pragma unroll
-      for (int kk = 0; kk < E / 16; kk++)
-        tg_mma(s[n], qa[kk], *(const unsigned*)(kr + kk * 16), *(const unsigned*)(kr + kk * 16 + 8));
-    }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
+)";
+
+std::string load_block(const Walk& w, const Side& side, const char* into, const char* pitch,
+                       const char* width, const char* prepare = "", std::string value = "") {
+  if (value.empty())
+    value = fill("*(const unsigned*)(${src} + (${base} + ${block} + j) * ${width} + c)",
+                 {{"src", side.src}, {"base", side.base}, {"block", w.block}, {"width", width}});
+  return fill(LOAD_BLOCK, {{"width", width}, {"prepare", prepare}, {"into", into}, {"pitch", pitch},
+                           {"block", w.block}, {"count", side.count}, {"value", value}});
+}
+
+// The forward's and dQ's blocks: k and v.
+std::string key_walk() {
+  return walk(KEY_WALK,
+              load_block(KEY_WALK, KEYS, "ks", "KS", "E") + load_block(KEY_WALK, VALUES, "vs", "VS", "EV"));
+}
+
+// A product of the warp's A fragments `a` with a staged block's rows (`b` points into `smem`),
+// into the 8 tiles of `acc`: S = q k^T and dP = dO v^T (or their transposes in dK/dV).
+struct BlockProduct { const char *acc, *a, *b, *smem, *pitch, *width; };
+
+constexpr const char* BLOCK_POINTER =
+    "      const unsigned short* ${b} = ${smem} + (n * 8 + g) * ${pitch} + 2 * t;\n";
+constexpr const char* BLOCK_PRODUCT = R"(#pragma unroll
+      for (int kk = 0; kk < ${width} / 16; kk++)
+        tg_mma(${acc}[n], ${a}[kk], *(const unsigned*)(${b} + kk * 16), *(const unsigned*)(${b} + kk * 16 + 8));
+)";
+
+std::string block_products(const std::vector<BlockProduct>& ps) {
+  std::string tiles, zero, pointers, products;
+  for (const auto& p : ps) {
+    TemplateValues v{{"acc", p.acc},   {"a", p.a},         {"b", p.b},
+                     {"smem", p.smem}, {"pitch", p.pitch}, {"width", p.width}};
+    tiles += (tiles.empty() ? "" : ", ") + std::string(p.acc) + "[8][4]";
+    zero += "      " + zero_tile(p.acc) + "\n";
+    pointers += fill(BLOCK_POINTER, v);
+    products += fill(BLOCK_PRODUCT, v);
+  }
+  return "    float " + tiles + ";\n#pragma unroll\n    for (int n = 0; n < 8; n++) {\n" + zero + pointers +
+         products + "    }\n";
+}
+
+// A product of accumulator tiles `from`, packed into A fragments `a` in registers, with a staged
+// block's columns (`c` points into `smem`), added into `acc`: O += P v, dQ += dS k, dV += P^T dO
+// and dK += dS^T q.
+struct RegisterProduct { const char *a, *from, *c, *smem, *pitch, *width, *acc; };
+
+constexpr const char* PACK = R"(      const unsigned ${a}[4] = {tg_pack(${s}[2 * kk][0], ${s}[2 * kk][1]), tg_pack(${s}[2 * kk][2], ${s}[2 * kk][3]),
+                              tg_pack(${s}[2 * kk + 1][0], ${s}[2 * kk + 1][1]), tg_pack(${s}[2 * kk + 1][2], ${s}[2 * kk + 1][3])};
+)";
+constexpr const char* REGISTER_POINTER =
+    "      const unsigned short* ${c} = ${smem} + (kk * 16 + 2 * t) * ${pitch} + g;\n";
+constexpr const char* REGISTER_PRODUCT = R"(#pragma unroll
+      for (int n = 0; n < ${width} / 8; n++) {
+        const unsigned b0 = (unsigned)${c}[n * 8] | ((unsigned)${c}[n * 8 + ${pitch}] << 16);
+        const unsigned b1 = (unsigned)${c}[n * 8 + 8 * ${pitch}] | ((unsigned)${c}[n * 8 + 9 * ${pitch}] << 16);
+        tg_mma(${acc}[n], ${a}, b0, b1);
+      }
+)";
+
+std::string register_products(const std::vector<RegisterProduct>& ps) {
+  std::string packs, pointers, products;
+  for (const auto& p : ps) {
+    TemplateValues v{{"a", p.a},         {"s", p.from},      {"c", p.c},    {"smem", p.smem},
+                     {"pitch", p.pitch}, {"width", p.width}, {"acc", p.acc}};
+    packs += fill(PACK, v);
+    pointers += fill(REGISTER_POINTER, v);
+    products += fill(REGISTER_PRODUCT, v);
+  }
+  return "#pragma unroll\n    for (int kk = 0; kk < 4; kk++) {\n" + packs + pointers + products + "    }\n";
+}
+
+// Each element of the 8 tiles a thread holds: tile n, column pair element e (both halves inside).
+constexpr const char* EACH_ELEMENT = R"(#pragma unroll
     for (int n = 0; n < 8; n++)
 #pragma unroll
       for (int e = 0; e < 2; e++) {
-        const int col = k0 + n * 8 + 2 * t + e;
-        s[n][e] = col < SK && (!CAUSAL || col <= r0) ? s[n][e] * SCALE_LOG2 : NEG_BIG;
-        s[n][2 + e] = col < SK && (!CAUSAL || col <= r1) ? s[n][2 + e] * SCALE_LOG2 : NEG_BIG;
-        mx0 = fmaxf(mx0, s[n][e]);
+)";
+
+// The backward kernels' weights P = exp2(S - L), zero where masked, and dS = P * (dP - D); `lse`
+// and `delta` may name the half (${h}).
+std::string weights(const Walk& w, const std::string& s, const std::string& lse) {
+  return halves("        const float p${h} = " + std::string(w.visible) + " ? exp2f(" + s +
+                "[n][${e}] * SCALE_LOG2 - " + lse + ") : 0.0f;\n");
+}
+std::string ds_lines(const std::string& ds, const std::string& dp, const std::string& delta) {
+  return halves("        " + ds + "[n][${e}] = p${h} * (" + dp + "[n][${e}] - " + delta + ");\n");
+}
+
+// Note [tensor-core attention]: the forward pass.
+constexpr const char* FORWARD = R"(
+${signature}  __shared__ __align__(16) unsigned short ks[64 * KS];
+  __shared__ __align__(16) unsigned short vs[64 * VS];
+${ids}  unsigned qa[E / 16][4];
+${q_fragments}  float o[EV / 8][4];
+${zero_o}  float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.0f, l1 = 0.0f;
+${walk}${scores}    float mx0 = m0, mx1 = m1;
+${each_element}${col}${mask}        mx0 = fmaxf(mx0, s[n][e]);
         mx1 = fmaxf(mx1, s[n][2 + e]);
       }
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
@@ -110,63 +244,47 @@ extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* out, const unsi
       l0 += s[n][0] + s[n][1];
       l1 += s[n][2] + s[n][3];
     }
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      const unsigned pa[4] = {tg_pack(s[2 * kk][0], s[2 * kk][1]), tg_pack(s[2 * kk][2], s[2 * kk][3]),
-                              tg_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), tg_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const unsigned short* vr = vs + (kk * 16 + 2 * t) * VS + g;
-#pragma unroll
-      for (int n = 0; n < EV / 8; n++) {
-        const unsigned b0 = (unsigned)vr[n * 8] | ((unsigned)vr[n * 8 + VS] << 16);
-        const unsigned b1 = (unsigned)vr[n * 8 + 8 * VS] | ((unsigned)vr[n * 8 + 9 * VS] << 16);
-        tg_mma(o[n], pa, b0, b1);
-      }
-    }
-    m0 = mx0;
+${pv}    m0 = mx0;
     m1 = mx1;
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (r0 < LQ) {
-    float* row = out + (qb + r0) * (EV + 1);
-#pragma unroll
-    for (int n = 0; n < EV / 8; n++) row[n * 8 + 2 * t] = o[n][0] / l0, row[n * 8 + 2 * t + 1] = o[n][1] / l0;
-    if (t == 0) row[EV] = (m0 + log2f(l0)) * LN2;
-  }
-  if (r1 < LQ) {
-    float* row = out + (qb + r1) * (EV + 1);
-#pragma unroll
-    for (int n = 0; n < EV / 8; n++) row[n * 8 + 2 * t] = o[n][2] / l1, row[n * 8 + 2 * t + 1] = o[n][3] / l1;
-    if (t == 0) row[EV] = (m1 + log2f(l1)) * LN2;
-  }
-}
+${out}}
 )";
+
+constexpr const char* FORWARD_OUT = R"(  if (r${h} < LQ) {
+    float* row = out + (qb + r${h}) * (EV + 1);
+#pragma unroll
+    for (int n = 0; n < EV / 8; n++) row[n * 8 + 2 * t] = o[n][${c0}] / l${h}, row[n * 8 + 2 * t + 1] = o[n][${c1}] / l${h};
+    if (t == 0) row[EV] = (m${h} + log2f(l${h})) * LN2;
+  }
+)";
+
+std::string forward() {
+  return fill(FORWARD, {{"signature", fill(SIGNATURE, {{"out", "out"}, {"backward", ""}})},
+                        {"ids", IDS},
+                        {"q_fragments", row_fragments("qa", QUERIES, "E")},
+                        {"zero_o", zero_tiles("o", "EV / 8")},
+                        {"walk", key_walk()},
+                        {"scores", block_products({{"s", "qa", "kr", "ks", "KS", "E"}})},
+                        {"each_element", EACH_ELEMENT},
+                        {"col", KEY_WALK.col},
+                        {"mask", halves("        s[n][${e}] = " + std::string(KEY_WALK.visible) +
+                                        " ? s[n][${e}] * SCALE_LOG2 : NEG_BIG;\n")},
+                        {"pv", register_products({{"pa", "s", "vr", "vs", "VS", "EV", "o"}})},
+                        {"out", halves(FORWARD_OUT)}});
+}
 
 // Note [tensor-core attention]: dQ. As the forward pass, with dO's fragments (rounded from
 // float32) beside q's: S = q k^T and dP = dO v^T per key block, dS = P * (dP - D) with P =
 // exp(S - L), and dQ += dS k with dS as the A fragments.
-constexpr const char* BACKWARD_Q_TENSOR_CORES = R"(
-extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* dq, const unsigned short* q, const unsigned short* k,
-                                                          const unsigned short* v, const float* fwd, const float* dout,
-                                                          const float* dsum) {
-  __shared__ __align__(16) unsigned short ks[64 * KS];
+constexpr const char* BACKWARD_Q = R"(
+${signature}  __shared__ __align__(16) unsigned short ks[64 * KS];
   __shared__ __align__(16) unsigned short vs[64 * VS];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int head = blockIdx.y, first = blockIdx.x * 64;
-  const int r0 = first + warp * 16 + g, r1 = r0 + 8;
-  const long long qb = (long long)head * LQ, kb = (long long)head * SK;
-  unsigned qa[E / 16][4], da[EV / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < E / 16; kk++) {
-    const int c = kk * 16 + 2 * t;
-    qa[kk][0] = r0 < LQ ? *(const unsigned*)(q + (qb + r0) * E + c) : 0u;
-    qa[kk][1] = r1 < LQ ? *(const unsigned*)(q + (qb + r1) * E + c) : 0u;
-    qa[kk][2] = r0 < LQ ? *(const unsigned*)(q + (qb + r0) * E + c + 8) : 0u;
-    qa[kk][3] = r1 < LQ ? *(const unsigned*)(q + (qb + r1) * E + c + 8) : 0u;
-  }
-#pragma unroll
+${ids}  unsigned qa[E / 16][4], da[EV / 16][4];
+${q_fragments}#pragma unroll
   for (int kk = 0; kk < EV / 16; kk++) {
     const int c = kk * 16 + 2 * t;
     const float* d0 = dout + (qb + (r0 < LQ ? r0 : 0)) * EV + c;
@@ -176,210 +294,117 @@ extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* dq, const unsig
     da[kk][2] = r0 < LQ ? tg_pack(d0[8], d0[9]) : 0u;
     da[kk][3] = r1 < LQ ? tg_pack(d1[8], d1[9]) : 0u;
   }
-  const float lse0 = r0 < LQ ? fwd[(qb + r0) * (EV + 1) + EV] * LOG2E : 0.0f;
-  const float lse1 = r1 < LQ ? fwd[(qb + r1) * (EV + 1) + EV] * LOG2E : 0.0f;
-  const float dd0 = r0 < LQ ? dsum[qb + r0] : 0.0f, dd1 = r1 < LQ ? dsum[qb + r1] : 0.0f;
+${lses}  const float dd0 = r0 < LQ ? ${delta0} : 0.0f, dd1 = r1 < LQ ? ${delta1} : 0.0f;
   float acc[E / 8][4];
-#pragma unroll
-  for (int n = 0; n < E / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  const int kend = CAUSAL ? min(SK, first + 64) : SK;
-  for (int k0 = 0; k0 < kend; k0 += 64) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < 64 * (E / 2); i += 128) {
-      const int j = i / (E / 2), c = i % (E / 2) * 2;
-      *(unsigned*)(ks + j * KS + c) = k0 + j < SK ? *(const unsigned*)(k + (kb + k0 + j) * E + c) : 0u;
-    }
-    for (int i = threadIdx.x; i < 64 * (EV / 2); i += 128) {
-      const int j = i / (EV / 2), c = i % (EV / 2) * 2;
-      *(unsigned*)(vs + j * VS + c) = k0 + j < SK ? *(const unsigned*)(v + (kb + k0 + j) * EV + c) : 0u;
-    }
-    __syncthreads();
-    float s[8][4], dp[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-      dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
-      const unsigned short* kr = ks + (n * 8 + g) * KS + 2 * t;
-      const unsigned short* vr = vs + (n * 8 + g) * VS + 2 * t;
-#pragma unroll
-      for (int kk = 0; kk < E / 16; kk++)
-        tg_mma(s[n], qa[kk], *(const unsigned*)(kr + kk * 16), *(const unsigned*)(kr + kk * 16 + 8));
-#pragma unroll
-      for (int kk = 0; kk < EV / 16; kk++)
-        tg_mma(dp[n], da[kk], *(const unsigned*)(vr + kk * 16), *(const unsigned*)(vr + kk * 16 + 8));
-    }
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int col = k0 + n * 8 + 2 * t + e;
-        const float p0 = col < SK && (!CAUSAL || col <= r0) ? exp2f(s[n][e] * SCALE_LOG2 - lse0) : 0.0f;
-        const float p1 = col < SK && (!CAUSAL || col <= r1) ? exp2f(s[n][2 + e] * SCALE_LOG2 - lse1) : 0.0f;
-        s[n][e] = p0 * (dp[n][e] - dd0);
-        s[n][2 + e] = p1 * (dp[n][2 + e] - dd1);
-      }
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      const unsigned sa[4] = {tg_pack(s[2 * kk][0], s[2 * kk][1]), tg_pack(s[2 * kk][2], s[2 * kk][3]),
-                              tg_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), tg_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const unsigned short* kc = ks + (kk * 16 + 2 * t) * KS + g;
-#pragma unroll
-      for (int n = 0; n < E / 8; n++) {
-        const unsigned b0 = (unsigned)kc[n * 8] | ((unsigned)kc[n * 8 + KS] << 16);
-        const unsigned b1 = (unsigned)kc[n * 8 + 8 * KS] | ((unsigned)kc[n * 8 + 9 * KS] << 16);
-        tg_mma(acc[n], sa, b0, b1);
-      }
-    }
-  }
-  if (r0 < LQ)
-#pragma unroll
-    for (int n = 0; n < E / 8; n++) {
-      dq[(qb + r0) * E + n * 8 + 2 * t] = acc[n][0] * SCALE;
-      dq[(qb + r0) * E + n * 8 + 2 * t + 1] = acc[n][1] * SCALE;
-    }
-  if (r1 < LQ)
-#pragma unroll
-    for (int n = 0; n < E / 8; n++) {
-      dq[(qb + r1) * E + n * 8 + 2 * t] = acc[n][2] * SCALE;
-      dq[(qb + r1) * E + n * 8 + 2 * t + 1] = acc[n][3] * SCALE;
-    }
-}
+${zero_acc}${walk}${products}${each_element}${col}${weights}${ds}      }
+${ds_k}  }
+${out}}
 )";
+
+constexpr const char* BACKWARD_Q_OUT = R"(  if (r${h} < LQ)
+#pragma unroll
+    for (int n = 0; n < E / 8; n++) {
+      dq[(qb + r${h}) * E + n * 8 + 2 * t] = acc[n][${c0}] * SCALE;
+      dq[(qb + r${h}) * E + n * 8 + 2 * t + 1] = acc[n][${c1}] * SCALE;
+    }
+)";
+
+std::string backward_q() {
+  return fill(
+      BACKWARD_Q,
+      {{"signature", fill(SIGNATURE, {{"out", "dq"}, {"backward", BACKWARD_PARAMS}})},
+       {"ids", IDS},
+       {"q_fragments", row_fragments("qa", QUERIES, "E")},
+       {"lses", halves("  const float lse${h} = r${h} < LQ ? " + lse_read("(qb + r${h})") + " : 0.0f;\n")},
+       {"delta0", delta_read("qb + r0")},
+       {"delta1", delta_read("qb + r1")},
+       {"zero_acc", zero_tiles("acc", "E / 8")},
+       {"walk", key_walk()},
+       {"products",
+        block_products({{"s", "qa", "kr", "ks", "KS", "E"}, {"dp", "da", "vr", "vs", "VS", "EV"}})},
+       {"each_element", EACH_ELEMENT},
+       {"col", KEY_WALK.col},
+       {"weights", weights(KEY_WALK, "s", "lse${h}")},
+       {"ds", ds_lines("s", "dp", "dd${h}")},
+       {"ds_k", register_products({{"sa", "s", "kc", "ks", "KS", "E", "acc"}})},
+       {"out", halves(BACKWARD_Q_OUT)}});
+}
 
 // Note [tensor-core attention]: dK and dV. 16 key rows a warp, their k and v fragments in
 // registers; per block of 64 query rows (q, dO rounded from float32, L and D in shared memory)
 // S^T = k q^T and dP^T = v dO^T, P^T = exp(S^T - L), dS^T = P^T * (dP^T - D); then dV += P^T dO
 // and dK += dS^T q with P^T and dS^T as the A fragments.
-constexpr const char* BACKWARD_KV_TENSOR_CORES = R"(
+constexpr const char* BACKWARD_KV = R"(
 #define QS (E + 8)
 #define DS (EV + 8)
-extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* dkv, const unsigned short* q, const unsigned short* k,
-                                                          const unsigned short* v, const float* fwd, const float* dout,
-                                                          const float* dsum) {
-  __shared__ __align__(16) unsigned short qs[64 * QS];
+${signature}  __shared__ __align__(16) unsigned short qs[64 * QS];
   __shared__ __align__(16) unsigned short dos[64 * DS];
   __shared__ float lses[64];
   __shared__ float deltas[64];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int head = blockIdx.y, first = blockIdx.x * 64;
-  const int r0 = first + warp * 16 + g, r1 = r0 + 8;
-  const long long qb = (long long)head * LQ, kb = (long long)head * SK;
-  unsigned ka[E / 16][4], va[EV / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < E / 16; kk++) {
-    const int c = kk * 16 + 2 * t;
-    ka[kk][0] = r0 < SK ? *(const unsigned*)(k + (kb + r0) * E + c) : 0u;
-    ka[kk][1] = r1 < SK ? *(const unsigned*)(k + (kb + r1) * E + c) : 0u;
-    ka[kk][2] = r0 < SK ? *(const unsigned*)(k + (kb + r0) * E + c + 8) : 0u;
-    ka[kk][3] = r1 < SK ? *(const unsigned*)(k + (kb + r1) * E + c + 8) : 0u;
-  }
-#pragma unroll
-  for (int kk = 0; kk < EV / 16; kk++) {
-    const int c = kk * 16 + 2 * t;
-    va[kk][0] = r0 < SK ? *(const unsigned*)(v + (kb + r0) * EV + c) : 0u;
-    va[kk][1] = r1 < SK ? *(const unsigned*)(v + (kb + r1) * EV + c) : 0u;
-    va[kk][2] = r0 < SK ? *(const unsigned*)(v + (kb + r0) * EV + c + 8) : 0u;
-    va[kk][3] = r1 < SK ? *(const unsigned*)(v + (kb + r1) * EV + c + 8) : 0u;
-  }
-  float dk[E / 8][4], dv[EV / 8][4];
-#pragma unroll
-  for (int n = 0; n < E / 8; n++) dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
-#pragma unroll
-  for (int n = 0; n < EV / 8; n++) dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
-  for (int q0 = CAUSAL ? first : 0; q0 < LQ; q0 += 64) {
-    __syncthreads();
-    for (int i = threadIdx.x; i < 64 * (E / 2); i += 128) {
-      const int j = i / (E / 2), c = i % (E / 2) * 2;
-      *(unsigned*)(qs + j * QS + c) = q0 + j < LQ ? *(const unsigned*)(q + (qb + q0 + j) * E + c) : 0u;
-    }
-    for (int i = threadIdx.x; i < 64 * (EV / 2); i += 128) {
-      const int j = i / (EV / 2), c = i % (EV / 2) * 2;
-      const float* d = dout + (qb + q0 + j) * EV + c;
-      *(unsigned*)(dos + j * DS + c) = q0 + j < LQ ? tg_pack(d[0], d[1]) : 0u;
-    }
-    if (threadIdx.x < 64) {
-      const int j = q0 + threadIdx.x;
-      lses[threadIdx.x] = j < LQ ? fwd[(qb + j) * (EV + 1) + EV] * LOG2E : 0.0f;
-      deltas[threadIdx.x] = j < LQ ? dsum[qb + j] : 0.0f;
-    }
-    __syncthreads();
-    float st[8][4], dpt[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-      st[n][0] = st[n][1] = st[n][2] = st[n][3] = 0.0f;
-      dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
-      const unsigned short* qr = qs + (n * 8 + g) * QS + 2 * t;
-      const unsigned short* dr = dos + (n * 8 + g) * DS + 2 * t;
-#pragma unroll
-      for (int kk = 0; kk < E / 16; kk++)
-        tg_mma(st[n], ka[kk], *(const unsigned*)(qr + kk * 16), *(const unsigned*)(qr + kk * 16 + 8));
-#pragma unroll
-      for (int kk = 0; kk < EV / 16; kk++)
-        tg_mma(dpt[n], va[kk], *(const unsigned*)(dr + kk * 16), *(const unsigned*)(dr + kk * 16 + 8));
-    }
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int col = n * 8 + 2 * t + e, qi = q0 + col;
-        const float p0 = qi < LQ && (!CAUSAL || r0 <= qi) ? exp2f(st[n][e] * SCALE_LOG2 - lses[col]) : 0.0f;
-        const float p1 = qi < LQ && (!CAUSAL || r1 <= qi) ? exp2f(st[n][2 + e] * SCALE_LOG2 - lses[col]) : 0.0f;
-        st[n][e] = p0;
+${ids}  unsigned ka[E / 16][4], va[EV / 16][4];
+${k_fragments}${v_fragments}  float dk[E / 8][4], dv[EV / 8][4];
+${zero_dk}${zero_dv}${walk}${products}${each_element}${col}${weights}        st[n][e] = p0;
         st[n][2 + e] = p1;
-        dpt[n][e] = p0 * (dpt[n][e] - deltas[col]);
-        dpt[n][2 + e] = p1 * (dpt[n][2 + e] - deltas[col]);
-      }
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      const unsigned pa[4] = {tg_pack(st[2 * kk][0], st[2 * kk][1]), tg_pack(st[2 * kk][2], st[2 * kk][3]),
-                              tg_pack(st[2 * kk + 1][0], st[2 * kk + 1][1]), tg_pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-      const unsigned sa[4] = {tg_pack(dpt[2 * kk][0], dpt[2 * kk][1]), tg_pack(dpt[2 * kk][2], dpt[2 * kk][3]),
-                              tg_pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                              tg_pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
-      const unsigned short* dc = dos + (kk * 16 + 2 * t) * DS + g;
-      const unsigned short* qc = qs + (kk * 16 + 2 * t) * QS + g;
-#pragma unroll
-      for (int n = 0; n < EV / 8; n++) {
-        const unsigned b0 = (unsigned)dc[n * 8] | ((unsigned)dc[n * 8 + DS] << 16);
-        const unsigned b1 = (unsigned)dc[n * 8 + 8 * DS] | ((unsigned)dc[n * 8 + 9 * DS] << 16);
-        tg_mma(dv[n], pa, b0, b1);
-      }
-#pragma unroll
-      for (int n = 0; n < E / 8; n++) {
-        const unsigned b0 = (unsigned)qc[n * 8] | ((unsigned)qc[n * 8 + QS] << 16);
-        const unsigned b1 = (unsigned)qc[n * 8 + 8 * QS] | ((unsigned)qc[n * 8 + 9 * QS] << 16);
-        tg_mma(dk[n], sa, b0, b1);
-      }
-    }
-  }
-  if (r0 < SK) {
-    float* row = dkv + (kb + r0) * (E + EV);
-#pragma unroll
-    for (int n = 0; n < E / 8; n++) row[n * 8 + 2 * t] = dk[n][0] * SCALE, row[n * 8 + 2 * t + 1] = dk[n][1] * SCALE;
-#pragma unroll
-    for (int n = 0; n < EV / 8; n++) row[E + n * 8 + 2 * t] = dv[n][0], row[E + n * 8 + 2 * t + 1] = dv[n][1];
-  }
-  if (r1 < SK) {
-    float* row = dkv + (kb + r1) * (E + EV);
-#pragma unroll
-    for (int n = 0; n < E / 8; n++) row[n * 8 + 2 * t] = dk[n][2] * SCALE, row[n * 8 + 2 * t + 1] = dk[n][3] * SCALE;
-#pragma unroll
-    for (int n = 0; n < EV / 8; n++) row[E + n * 8 + 2 * t] = dv[n][2], row[E + n * 8 + 2 * t + 1] = dv[n][3];
-  }
-}
+${ds}      }
+${dv_dk}  }
+${out}}
 )";
 
-const char* template_of(TemplateKernel k) {
+// dK/dV's block: q rows, dO rows rounded to the input type, and each row's L and D.
+constexpr const char* LOAD_LSE_DELTA = R"(    if (threadIdx.x < 64) {
+      const int j = q0 + threadIdx.x;
+      lses[threadIdx.x] = j < LQ ? ${lse} : 0.0f;
+      deltas[threadIdx.x] = j < LQ ? ${delta} : 0.0f;
+    }
+)";
+
+constexpr const char* BACKWARD_KV_OUT = R"(  if (r${h} < SK) {
+    float* row = dkv + (kb + r${h}) * (E + EV);
+#pragma unroll
+    for (int n = 0; n < E / 8; n++) row[n * 8 + 2 * t] = dk[n][${c0}] * SCALE, row[n * 8 + 2 * t + 1] = dk[n][${c1}] * SCALE;
+#pragma unroll
+    for (int n = 0; n < EV / 8; n++) row[E + n * 8 + 2 * t] = dv[n][${c0}], row[E + n * 8 + 2 * t + 1] = dv[n][${c1}];
+  }
+)";
+
+std::string backward_kv() {
+  std::string loads = load_block(QUERY_WALK, QUERIES, "qs", "QS", "E") +
+                      load_block(QUERY_WALK, QUERIES, "dos", "DS", "EV",
+                                 "      const float* d = dout + (qb + q0 + j) * EV + c;\n",
+                                 "tg_pack(d[0], d[1])") +
+                      fill(LOAD_LSE_DELTA, {{"lse", lse_read("(qb + j)")}, {"delta", delta_read("qb + j")}});
+  return fill(BACKWARD_KV, {{"signature", fill(SIGNATURE, {{"out", "dkv"}, {"backward", BACKWARD_PARAMS}})},
+                            {"ids", IDS},
+                            {"k_fragments", row_fragments("ka", KEYS, "E")},
+                            {"v_fragments", row_fragments("va", VALUES, "EV")},
+                            {"zero_dk", zero_tiles("dk", "E / 8")},
+                            {"zero_dv", zero_tiles("dv", "EV / 8")},
+                            {"walk", walk(QUERY_WALK, loads)},
+                            {"products", block_products({{"st", "ka", "qr", "qs", "QS", "E"},
+                                                         {"dpt", "va", "dr", "dos", "DS", "EV"}})},
+                            {"each_element", EACH_ELEMENT},
+                            {"col", QUERY_WALK.col},
+                            {"weights", weights(QUERY_WALK, "st", "lses[col]")},
+                            {"ds", ds_lines("dpt", "dpt", "deltas[col]")},
+                            {"dv_dk", register_products({{"pa", "st", "dc", "dos", "DS", "EV", "dv"},
+                                                         {"sa", "dpt", "qc", "qs", "QS", "E", "dk"}})},
+                            {"out", halves(BACKWARD_KV_OUT)}});
+}
+
+std::string template_of(TemplateKernel k) {
   switch (k) {
-    case TemplateKernel::AttentionForward: return FORWARD_TENSOR_CORES;
-    case TemplateKernel::AttentionBackwardQ: return BACKWARD_Q_TENSOR_CORES;
-    case TemplateKernel::AttentionBackwardKV: return BACKWARD_KV_TENSOR_CORES;
+    case TemplateKernel::AttentionForward:
+      return forward();
+    case TemplateKernel::AttentionBackwardQ:
+      return backward_q();
+    case TemplateKernel::AttentionBackwardKV:
+      return backward_kv();
   }
   return "";
 }
 
 }  // namespace
 
-std::string tensor_core_attention_source(TemplateKernel k) { return std::string(TENSOR_CORE_HELPERS) + template_of(k); }
+std::string tensor_core_attention_source(TemplateKernel k) { return TENSOR_CORE_HELPERS + template_of(k); }
 
 }  // namespace tg

@@ -1,0 +1,80 @@
+// The fused attention kernels' results in double precision, as the reference interpreter
+// (runtime/reference.cpp) computes a TEMPLATE_KERNEL node: the definition the rendered templates
+// (attention_kernel.cpp) are tested against.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tinygrad/codegen/attention_kernel.h"
+
+namespace tg {
+
+namespace {
+
+// Row i's scaled scores over the keys of head h; -inf where masked.
+std::vector<double> scores(const AttentionSpec& s, const std::vector<double>& q, const std::vector<double>& k, int64_t h,
+                           int64_t i) {
+  std::vector<double> x(static_cast<size_t>(s.s), -std::numeric_limits<double>::infinity());
+  for (int64_t j = 0; j < s.s; j++) {
+    if (s.causal && j > i) continue;
+    double dot = 0;
+    for (int64_t d = 0; d < s.e; d++)
+      dot += q[static_cast<size_t>((h * s.l + i) * s.e + d)] * k[static_cast<size_t>((h * s.s + j) * s.e + d)];
+    x[static_cast<size_t>(j)] = dot * s.scale;
+  }
+  return x;
+}
+
+double logsumexp(const std::vector<double>& x) {
+  double mx = *std::max_element(x.begin(), x.end()), sum = 0;
+  for (double v : x) sum += std::exp(v - mx);
+  return mx + std::log(sum);
+}
+
+// The weights exp(x - lse) of scores x.
+std::vector<double> weights(std::vector<double> x, double lse) {
+  for (double& v : x) v = std::exp(v - lse);
+  return x;
+}
+
+}  // namespace
+
+// Note [fused attention]: the three kernels' results, from the same inputs (the backward ones
+// read L from the forward output and D as given).
+std::vector<double> template_kernel_reference(const std::vector<int64_t>& arg,
+                                              const std::vector<const std::vector<double>*>& in) {
+  AttentionSpec s = AttentionSpec::decode(arg);
+  const std::vector<double>&q = *in.at(0), &k = *in.at(1), &v = *in.at(2);
+  std::vector<double> out(static_cast<size_t>(prod(s.output_shape())), 0.0);
+  auto at = [](int64_t row, int64_t width, int64_t col) { return static_cast<size_t>(row * width + col); };
+  for (int64_t h = 0; h < s.bh; h++)
+    for (int64_t i = 0; i < s.l; i++) {
+      const int64_t row = h * s.l + i;
+      if (s.kernel == TemplateKernel::AttentionForward) {
+        std::vector<double> x = scores(s, q, k, h, i);
+        double lse = logsumexp(x);
+        std::vector<double> p = weights(x, lse);
+        for (int64_t d = 0; d < s.ev; d++)
+          for (int64_t j = 0; j < s.s; j++) out[at(row, s.ev + 1, d)] += p[static_cast<size_t>(j)] * v[at(h * s.s + j, s.ev, d)];
+        out[at(row, s.ev + 1, s.ev)] = lse;
+        continue;
+      }
+      const std::vector<double>&fwd = *in.at(3), &dout = *in.at(4), &dsum = *in.at(5);
+      std::vector<double> p = weights(scores(s, q, k, h, i), fwd[at(row, s.ev + 1, s.ev)]);
+      for (int64_t j = 0; j < s.s; j++) {
+        double dp = 0, pj = p[static_cast<size_t>(j)];
+        for (int64_t d = 0; d < s.ev; d++) dp += dout[at(row, s.ev, d)] * v[at(h * s.s + j, s.ev, d)];
+        double ds = pj * (dp - dsum[static_cast<size_t>(row)]) * s.scale;
+        if (s.kernel == TemplateKernel::AttentionBackwardQ) {
+          for (int64_t d = 0; d < s.e; d++) out[at(row, s.e, d)] += ds * k[at(h * s.s + j, s.e, d)];
+          continue;
+        }
+        const int64_t key = h * s.s + j;
+        for (int64_t d = 0; d < s.e; d++) out[at(key, s.e + s.ev, d)] += ds * q[at(row, s.e, d)];
+        for (int64_t d = 0; d < s.ev; d++) out[at(key, s.e + s.ev, s.e + d)] += pj * dout[at(row, s.ev, d)];
+      }
+    }
+  return out;
+}
+
+}  // namespace tg
