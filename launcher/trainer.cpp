@@ -252,11 +252,6 @@ std::string group_device(const Config& cfg) {
   return dist::rank_device(device.empty() ? default_device() : device, dist::env_local_ranks(), device_count("CUDA"));
 }
 
-// Note [tensor parallel over devices]: model.tensor_parallel=N splits the model's layers over N
-// devices of the default device's backend (Note [tensor parallel] in tinygrad/nn/module.cpp)
-// once it is built, before the optimizer, whose state then follows each parameter's layout. Each
-// step replicates its batch over them. Like train.devices, such steps are captured by TinyJit;
-// combining it with train.devices (a two-dimensional mesh) or with ranks is refused.
 void Trainer::check_devices_fit() const {
   const std::string& strategy = cfg_.get_string("distributed.strategy");
   TG_CHECK(strategy != "zero1" && strategy != "fsdp", "config: distributed.strategy=", strategy, " with train.devices=",
@@ -265,14 +260,18 @@ void Trainer::check_devices_fit() const {
            "distributed.strategy=ddp with train.devices, or ", strategy, " with one device per rank)");
   const auto n = static_cast<int64_t>(devices_.size());
   const int64_t batch = cfg_.get_int("data.batch_size"), accum = cfg_.get_int("train.grad_accum");
-  const int64_t micro = batch / world_size() / accum;
-  if (world_size() == 1 && accum == 1)
-    TG_CHECK(batch % n == 0, "config: data.batch_size ", batch, " does not split over the ", n, " devices of train.devices");
-  TG_CHECK(micro % n == 0, "config: each rank's micro-batch of ", micro, " examples (data.batch_size ", batch, " over ",
-           world_size(), " rank(s) and train.grad_accum=", accum, ") does not split over the ", n,
-           " devices of train.devices");
+  const int64_t micro = batch / world_size() / accum;  // what each backward splits over the devices
+  const std::string share = micro == batch ? "" : " (" + std::to_string(micro) + " examples per rank and micro-batch, over " +
+                                                      std::to_string(world_size()) + " rank(s) and train.grad_accum=" +
+                                                      std::to_string(accum) + ")";
+  TG_CHECK(micro % n == 0, "config: data.batch_size ", batch, share, " does not split over the ", n, " devices of train.devices");
 }
 
+// Note [tensor parallel over devices]: model.tensor_parallel=N splits the model's layers over N
+// devices of the default device's backend (Note [tensor parallel] in tinygrad/nn/module.cpp)
+// once it is built, before the optimizer, whose state then follows each parameter's layout. Each
+// step replicates its batch over them. Like train.devices, such steps are captured by TinyJit;
+// combining it with train.devices (a two-dimensional mesh) or with ranks is refused.
 Tensor Trainer::place_batch(const Tensor& t) const {
   if (tp_devices_.size() > 1) return t.to(tp_devices_);
   if (devices_.size() < 2) return t;
@@ -325,8 +324,8 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   if (auto* gpt = dynamic_cast<nn::GPT*>(model_.get())) flops_per_token_ = gpt_flops_per_token(*gpt);
   // train.precision=bf16: Note [compute dtype] in tinygrad/nn/layers.cpp (training and evaluation)
   if (cfg_.get_string("train.precision") == "bf16") model_->set_compute_dtype(DType::BFloat16);
-  for (Tensor* p : model_->parameters())
-    if (!devices_.empty()) p->shard_(devices_);  // Note [data parallel over devices]
+  if (!devices_.empty())
+    for (Tensor* p : model_->parameters()) p->shard_(devices_);  // Note [data parallel over devices]
   model_->tensor_parallel(tp_devices_);  // Note [tensor parallel over devices]
   const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
   const bool fsdp = cfg_.get_string("distributed.strategy") == "fsdp";
