@@ -21,8 +21,9 @@ namespace {
 // tuple. A collective node across the ranks reads such a tensor's whole value on the tuple's
 // first device (the rank's own, where its group's buffers live), runs there, and its result is
 // copied to the other devices of the tuple, replicated. For a replicated tensor the first device
-// reads its own part only, so the multi-device rewrite computes just that part: what the other
-// devices would have summed is never run, and the devices' all-reduce before it is in effect a
+// reads its own part only, so the multi-device rewrite computes just that part: what only the
+// other devices would have read is never run, and a direct exchange between the devices before
+// it (Note [collectives between the devices of a process] in tinygrad/multi.cpp) is in effect a
 // reduce onto the first device. Within the process, then across the ranks, then back: the
 // hierarchical all-reduce, with one collective across the ranks per node whatever the device count.
 Tensor collective_node(Op kind, ProcessGroup& pg, const Tensor& x, ReduceOp op, const char* what) {
