@@ -147,13 +147,15 @@ std::string refusal(std::vector<std::string> extra) {
 
 TEST(DevicesPerRank, TwoDevicesPerRankEqualOneProcessOnOneDevice) {
   const std::string ref = BASE + "_ref" + std::to_string(dist::env_rank());
-  Trained d = train(mlp(BASE + "_ddp_devices", {"distributed.strategy=ddp", "train.devices=2"}), true);
+  Trained d = train(mlp(BASE + "_ddp_devices", {"distributed.strategy=ddp", "train.devices=2", "distributed.bucket_mb=0.05"}),
+                    true);
   Trained r = train(mlp(ref, {}), false);
   EXPECT_EQ(d.summary.steps, 6);
   EXPECT_EQ(d.summary.skipped_steps, 0);
   EXPECT_EQ(d.disabled_reason, "");
   EXPECT_EQ(d.captures, 1);
   EXPECT_EQ(d.replays, 4);
+  EXPECT_EQ(per_step(d, 3, 5).rank_collectives, 3u);  // replayed steps run CollectivesPerStep's collectives
   for (auto& devices : d.devices) EXPECT_EQ(devices, (std::vector<std::string>{"CPU", "CPU:1"}));
   expect_same_everywhere(d);
   const double worst = worst_relative(d.params(), r.params());
@@ -168,9 +170,8 @@ TEST(DevicesPerRank, TwoDevicesPerRankEqualOneProcessOnOneDevice) {
 // loss, no all-gather: the batch is split, never gathered), and across the ranks what one device
 // per rank runs: one all-reduce per bucket (bucket_mb=0.05 makes two) and the skip check's one.
 // Each of these three comes back from the first device as one copy to the second. The counts are
-// taken over the steps run without the JIT (steps 3 to 5 replay, counting only the rank ones).
+// taken without the JIT (a replay rewrites nothing; its rank collectives are counted above).
 TEST(DevicesPerRank, CollectivesPerStep) {
-  const std::vector<std::string> buckets{"distributed.bucket_mb=0.05", "train.devices=2"};
   testutil::KnobScope no_jit(knobs::JIT, 0);
   const std::string one_dir = BASE + "_count_one" + std::to_string(dist::env_rank());
   Trained one = train(mlp(one_dir, {"train.devices=2"}), false);
@@ -185,14 +186,6 @@ TEST(DevicesPerRank, CollectivesPerStep) {
   EXPECT_EQ(b.multi.allreduces, o.multi.allreduces);
   EXPECT_EQ(b.multi.allgathers, 0u);
   EXPECT_EQ(b.multi.copies, o.multi.copies + 3);
-  {
-    testutil::KnobScope jit(knobs::JIT, 1);  // replayed steps run the same collectives across the ranks
-    Trained replayed = train(mlp(BASE + "_count_jit", {"distributed.strategy=ddp", "distributed.bucket_mb=0.05",
-                                                       "train.devices=2"}),
-                             true);
-    EXPECT_EQ(replayed.replays, 4);
-    EXPECT_EQ(per_step(replayed, 3, 5).rank_collectives, 3u);
-  }
   fs::remove_all(one_dir);
 }
 
