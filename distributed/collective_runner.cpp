@@ -16,12 +16,23 @@ namespace tg::dist {
 
 namespace {
 
+// Note [collectives of a tensor over several devices]: a rank that trains on several devices of
+// its process (Note [a rank's devices] in data_parallel.h) holds logical tensors over a device
+// tuple. A collective node across the ranks reads such a tensor's whole value on the tuple's
+// first device (the rank's own, where its group's buffers live), runs there, and its result is
+// copied to the other devices of the tuple, replicated. For a replicated tensor the first device
+// reads its own part only, so the multi-device rewrite computes just that part: what only the
+// other devices would have read is never run, and a direct exchange between the devices before
+// it (Note [collectives between the devices of a process] in tinygrad/multi.cpp) is in effect a
+// reduce onto the first device. Within the process, then across the ranks, then back: the
+// hierarchical all-reduce, with one collective across the ranks per node whatever the device count.
 Tensor collective_node(Op kind, ProcessGroup& pg, const Tensor& x, ReduceOp op, const char* what) {
   TG_CHECK(op != ReduceOp::Avg, what, ": use Sum and scale (the division then fuses into the next kernel)");
   TG_CHECK(pg.graph_id() > 0, what, ": no CollectiveEngine serves the ", pg.backend(), " group (rank ", pg.rank(), " of ",
            pg.size(), "); create one before building collective nodes");
   check_collective_dtype(what, x.dtype());
   CollectiveArg arg{op == ReduceOp::Max ? Op::MAX : Op::ADD, pg.graph_id(), pg.size()};
+  if (x.devices().size() > 1) return Tensor(make_collective(kind, x.to(x.devices()[0]).uop(), arg)).to(x.devices());
   return Tensor(make_collective(kind, x.uop(), arg));
 }
 

@@ -5,7 +5,9 @@
 // items on it. With `async`, each runs on the engine's communication thread; run_schedule waits
 // for it only where a later item reads its buffer, so the kernels scheduled in between (the rest
 // of the backward pass) overlap it. Before a schedule's first collective, the engine checks that
-// every rank runs the same collectives (Note [collective sequence check]).
+// every rank runs the same collectives (Note [collective sequence check]). A tensor over several
+// devices of the process takes part from the first of them, and the result is replicated over
+// them (Note [collectives of a tensor over several devices]).
 #pragma once
 #include <condition_variable>
 #include <cstdint>

@@ -17,6 +17,20 @@ std::pair<int64_t, int64_t> shard_range(int64_t global, int rank, int world) {
   return {per * rank, per * (rank + 1)};
 }
 
+std::vector<std::string> rank_devices(const std::string& backend, int64_t per_rank, LocalRanks local, int gpus_on_node) {
+  TG_CHECK(per_rank >= 1, "rank devices: at least 1 device per rank, got ", per_rank);
+  int64_t first = 0;
+  if (backend == "CUDA") {  // Note [a rank's devices]
+    const int64_t needed = static_cast<int64_t>(local.size) * per_rank;
+    TG_CHECK(needed <= gpus_on_node, per_rank, " devices per rank: ", local.size, " rank(s) on this node need ", needed,
+             " CUDA devices; this node has ", gpus_on_node);
+    first = static_cast<int64_t>(local.rank) * per_rank;
+  }
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < per_rank; i++) out.push_back(canonical_device(backend + ":" + std::to_string(first + i)));
+  return out;
+}
+
 Tensor shard_batch(const Tensor& x, int rank, int world) {
   if (world == 1) return x;
   auto [b, e] = shard_range(x.shape(0), rank, world);
@@ -52,7 +66,8 @@ DataParallel::DataParallel(ProcessGroup& pg, std::vector<Tensor*> params, DataPa
 void DataParallel::broadcast_parameters(int root) {
   NoGradGuard no_grad;
   for (Tensor* p : params_) {
-    Tensor v = p->detach().contiguous();
+    const std::string own = p->devices()[0];  // a replicated parameter's first copy stands for all
+    Tensor v = p->detach().to(own).contiguous();
     v.realize();
     std::vector<uint8_t> host(static_cast<size_t>(p->numel()) * itemsize(p->dtype()));
     auto buf = v.uop()->op == Op::BUFFER ? v.uop()->arg_buffer() : v.uop()->realized;
@@ -60,10 +75,20 @@ void DataParallel::broadcast_parameters(int root) {
     if (!host.empty()) buf->copy_out(host.data(), host.size());
     broadcast_host(pg_, host.data(), static_cast<size_t>(p->numel()), p->dtype(), root);
     if (pg_.rank() != root)
-      p->assign(Tensor::from_data(host.data(), p->dtype(), p->shape(), {.dtype = p->dtype(), .device = p->device()}));
+      p->assign(Tensor::from_data(host.data(), p->dtype(), p->shape(), {.dtype = p->dtype(), .device = own}).shard_like(*p));
   }
 }
 
+// Note [gradients over a rank's devices]: with train.devices each rank replicates the parameters
+// over its devices and splits its share of the batch over them, so backward's gradients are
+// logical tensors over the device tuple, whose lowering sums the devices' partial gradients (the
+// multi-device rewrite's all-reduce). A bucket of them is one ALLREDUCE across the ranks as on
+// one device: the node takes the bucket from the tuple's first device and returns the sum
+// replicated over the tuple (Note [collectives of a tensor over several devices] in
+// collective_runner.cpp), so the gradients are summed within the process, then across the ranks,
+// then copied back to every device, and each is scaled by 1/world there. Each rank's loss is the
+// mean over its share of the global batch, so the result is the global batch's mean gradient, as
+// with one device per rank, and every device applies the same update.
 Tensors DataParallel::reduce_gradients() {
   NoGradGuard no_grad;
   Tensors outs;

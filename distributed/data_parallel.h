@@ -3,9 +3,11 @@
 // gradients into buckets (in reverse parameter order, the order backward produces them) of about
 // bucket_mb megabytes and replaces each gradient by a view of its bucket's ALLREDUCE, scaled by
 // 1/world, so the averaging fuses into the optimizer's update kernels. The buckets' all-reduces
-// are scheduled as graph nodes (collective_runner.h).
+// are scheduled as graph nodes (collective_runner.h). A rank may train on several devices of its
+// process (Note [gradients over a rank's devices] in data_parallel.cpp); rank_devices says which.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,6 +20,14 @@ namespace tg::dist {
 std::pair<int64_t, int64_t> shard_range(int64_t global, int rank, int world);
 // This rank's shard of x along axis 0.
 Tensor shard_batch(const Tensor& x, int rank, int world);
+
+// Note [a rank's devices]: with train.devices=D (a count) each rank trains on D devices of its
+// process. GPUs are the node's, shared by its ranks: local rank l takes CUDA:l*D .. CUDA:l*D+D-1,
+// and a node whose ranks need more GPUs than it has is refused, naming both numbers. Every other
+// backend's devices are numbered from 0 on each rank: the CPU's devices are virtual, each
+// process's own (Note [virtual CPU devices] in tinygrad/runtime/cpu.cpp). The first device is
+// the rank's own: its default device, where its process group's buffers live.
+std::vector<std::string> rank_devices(const std::string& backend, int64_t per_rank, LocalRanks local, int gpus_on_node);
 
 struct DataParallelOptions {
   double bucket_mb = 25.0;  // bucket size in MB (1e6 bytes); a parameter larger than it is a bucket alone
@@ -37,12 +47,13 @@ class DataParallel {
  public:
   DataParallel(ProcessGroup& pg, std::vector<Tensor*> params, DataParallelOptions opt = {});
 
-  // Gives every rank rank `root`'s parameter values.
+  // Gives every rank rank `root`'s parameter values (on every device of a parameter's tuple).
   void broadcast_parameters(int root = 0);
   // After backward: the buckets' lazy ALLREDUCE outputs, in bucket order (pass them to the
   // optimizer step's also_realize first, so the schedule starts each as early as it can); every
   // parameter's gradient becomes its averaged slice. A parameter without a gradient contributes
-  // zeros and gets none.
+  // zeros and gets none. Parameters over several devices of this process are reduced over them
+  // first (Note [gradients over a rank's devices]).
   Tensors reduce_gradients();
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }

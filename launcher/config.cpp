@@ -84,7 +84,7 @@ std::vector<ConfigField>& schema_storage() {
        "(also TRACE=1); tg trace merge RUN_DIR joins them"},
       {"train.seed", ValueType::Int, int64_t{0}, "model initialisation seed"},
       {"train.devices", ValueType::String, std::string(""),
-       "data parallel over the devices of this process: a count (4: the default device's backend, :0..:3) or a list (CPU:0,CPU:1); empty: one device"},
+       "data parallel over the devices of this process (with ddp: of each rank): a count (4: the default device's backend, :0..:3; on GPUs under ranks CUDA:<local rank * 4 + i>) or a list (CPU:0,CPU:1); empty: one device"},
       {"train.device", ValueType::String, std::string(""), "device for the run, e.g. CPU, CL, CUDA:1 (empty: the DEVICE knob)"},
       {"train.precision", ValueType::String, std::string("fp32"), "fp32 | bf16 (matmuls and convolutions in bfloat16, float32 master weights)"},
       {"train.run_dir", ValueType::String, std::string(""), "run directory (empty: runs/<config>-<timestamp>)"},

@@ -206,10 +206,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   // picks the run directory, writes into it and prints.
   std::unique_ptr<dist::ProcessGroup> group;
   if (cfg.get_string("distributed.strategy") != "none") {
-    const std::string& device = cfg.get_string("train.device");
-    std::string mine = dist::rank_device(device.empty() ? default_device() : device, dist::env_local_ranks(),
-                                         device_count("CUDA"));
-    group = dist::world_group_for(cfg.get_string("distributed.backend"), mine,
+    group = dist::world_group_for(cfg.get_string("distributed.backend"), group_device(cfg),
                                   dist::Seconds(cfg.get_float("distributed.timeout_s")),
                                   static_cast<int>(cfg.get_int("distributed.rdzv_port")));
     check_ranks_agree(*group, "config", config_agreement_text(cfg, *group));  // before anything else is exchanged

@@ -192,30 +192,80 @@ std::unique_ptr<nn::LRSchedule> make_schedule(const Config& c, int64_t total_ste
 
 // Note [data parallel over devices]: train.devices lists devices of this process (or counts
 // them on the default device's backend). The parameters are replicated over them once, and each
-// step shards its batch along dim 0 (an evaluation batch that does not split evenly is
+// (micro-)batch is sharded along dim 0 (an evaluation batch that does not split evenly is
 // replicated): the multi-device rewrite (tinygrad/multi.h) then runs each device's share and
 // all-reduces the gradients, so the optimizer updates equal replicas on every device. Such steps
 // are captured by TinyJit like any other (Note [a state tensor over several devices] in
-// tinygrad/engine/jit.h); combining devices with a process group (ddp over ranks) is refused.
+// tinygrad/engine/jit.h). It combines with ddp over ranks: each rank takes its rows of the global
+// batch first, splits them over its own devices (Note [a rank's devices] in
+// distributed/data_parallel.h: CUDA:<local rank * D + i>, the CPU's virtual devices on every
+// rank), and the ddp buckets all-reduce the devices' summed gradients across the ranks from the
+// first device (Note [gradients over a rank's devices]). zero1 and fsdp shard parameters or
+// optimizer state over the ranks, one device each, and are refused with train.devices.
 namespace {
-std::vector<std::string> parse_train_devices(const std::string& spec) {
+// A count ("4") or a list ("[CPU:0, CPU:1]") of train.devices, without brackets and spaces.
+std::string devices_spec(const Config& cfg) {
   std::string s;
-  for (char c : spec)
+  for (char c : cfg.get_string("train.devices"))
     if (c != ' ' && c != '[' && c != ']') s += c;
-  if (s.empty()) return {};
-  if (std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    int n = std::stoi(s);
-    TG_CHECK(n >= 1, "config: train.devices must be at least 1, got ", n);
-    std::string base = default_device().substr(0, default_device().find(':'));
-    std::vector<std::string> out;
-    for (int i = 0; i < n; i++) out.push_back(canonical_device(base + ":" + std::to_string(i)));
-    return out;
-  }
-  std::vector<std::string> out;
-  for (auto& d : split_devices(s)) out.push_back(canonical_device(d));
-  return out;
+  return s;
+}
+
+bool is_count(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The backend of the run's device (train.device, else the default): "CUDA" for "CUDA:1".
+std::string run_backend(const Config& cfg) {
+  const std::string& device = cfg.get_string("train.device");
+  std::string d = canonical_device(device.empty() ? default_device() : device);
+  return d.substr(0, d.find(':'));
+}
+
+// n devices of the run's backend for one process (tensor parallel, or train.devices outside ranks).
+std::vector<std::string> process_devices(const Config& cfg, int64_t n) {
+  const std::string backend = run_backend(cfg);
+  return dist::rank_devices(backend, n, dist::LocalRanks{}, device_count(backend));
 }
 }  // namespace
+
+std::vector<std::string> train_devices(const Config& cfg, bool in_group) {
+  const std::string spec = devices_spec(cfg);
+  std::vector<std::string> out;
+  if (is_count(spec)) {
+    auto n = parse_count(spec);
+    TG_CHECK(n && *n >= 1, "config: train.devices must be at least 1, got ", spec);
+    if (*n == 1) return {};
+    const std::string backend = run_backend(cfg);
+    out = dist::rank_devices(backend, *n, in_group ? dist::env_local_ranks() : dist::LocalRanks{}, device_count(backend));
+  } else if (!spec.empty()) {
+    for (auto& d : split_devices(spec)) out.push_back(canonical_device(d));  // a list is taken as given
+  }
+  if (out.size() < 2) return {};
+  return out;
+}
+
+std::string group_device(const Config& cfg) {
+  auto devices = train_devices(cfg, /*in_group=*/true);
+  if (!devices.empty()) return devices[0];
+  const std::string& device = cfg.get_string("train.device");
+  return dist::rank_device(device.empty() ? default_device() : device, dist::env_local_ranks(), device_count("CUDA"));
+}
+
+void Trainer::check_devices_fit() const {
+  const std::string& strategy = cfg_.get_string("distributed.strategy");
+  TG_CHECK(strategy != "zero1" && strategy != "fsdp", "config: distributed.strategy=", strategy, " with train.devices=",
+           cfg_.get_string("train.devices"), " is not supported: ", strategy, " shards ",
+           strategy == "zero1" ? "the optimizer state" : "the parameters", " over the ranks, one device each (use ",
+           "distributed.strategy=ddp with train.devices, or ", strategy, " with one device per rank)");
+  const auto n = static_cast<int64_t>(devices_.size());
+  const int64_t batch = cfg_.get_int("data.batch_size"), accum = cfg_.get_int("train.grad_accum");
+  const int64_t micro = batch / world_size() / accum;  // what each backward splits over the devices
+  const std::string share = micro == batch ? "" : " (" + std::to_string(micro) + " examples per rank and micro-batch, over " +
+                                                      std::to_string(world_size()) + " rank(s) and train.grad_accum=" +
+                                                      std::to_string(accum) + ")";
+  TG_CHECK(micro % n == 0, "config: data.batch_size ", batch, share, " does not split over the ", n, " devices of train.devices");
+}
 
 // Note [tensor parallel over devices]: model.tensor_parallel=N splits the model's layers over N
 // devices of the default device's backend (Note [tensor parallel] in tinygrad/nn/module.cpp)
@@ -236,9 +286,7 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   TG_CHECK(group_ || cfg_.get_string("distributed.strategy") == "none", "trainer: distributed.strategy='",
            cfg_.get_string("distributed.strategy"), "' needs a process group");
   std::string device = cfg_.get_string("train.device");
-  // Note [a rank's device] in distributed/process_group.h
-  if (group_) device = dist::rank_device(device.empty() ? default_device() : device, dist::env_local_ranks(),
-                                         device_count("CUDA"));
+  if (group_) device = group_device(cfg_);  // Note [a rank's device] in distributed/process_group.h
   if (!device.empty()) {
     // The engine's tensors go to the default device, so train.device sets it (the DEVICE knob) for
     // the whole process. An unknown or unavailable device fails here, naming it.
@@ -260,20 +308,15 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   const int64_t accum = cfg_.get_int("train.grad_accum"), per_rank = cfg_.get_int("data.batch_size") / world_size();
   TG_CHECK(per_rank % accum == 0, "config: each rank's batch (data.batch_size ", cfg_.get_int("data.batch_size"), " over ",
            world_size(), " ranks: ", per_rank, ") does not split into train.grad_accum=", accum, " micro-batches");
-  devices_ = parse_train_devices(cfg_.get_string("train.devices"));
-  if (devices_.size() > 1) {
-    TG_CHECK(!group_, "config: train.devices with distributed.strategy='", cfg_.get_string("distributed.strategy"),
-             "' is not supported yet (use one of them)");
-    TG_CHECK(cfg_.get_int("data.batch_size") % static_cast<int64_t>(devices_.size()) == 0, "config: data.batch_size ",
-             cfg_.get_int("data.batch_size"), " does not split over the ", devices_.size(), " devices of train.devices");
-  }
+  devices_ = train_devices(cfg_, group_ != nullptr);
   if (const int64_t tp = cfg_.get_int("model.tensor_parallel"); tp > 1) {  // Note [tensor parallel over devices]
     TG_CHECK(devices_.size() < 2, "config: model.tensor_parallel=", tp, " with train.devices='",
              cfg_.get_string("train.devices"), "' is not supported yet (use one of them)");
     TG_CHECK(!group_, "config: model.tensor_parallel=", tp, " with distributed.strategy='",
              cfg_.get_string("distributed.strategy"), "' is not supported yet (use one of them)");
-    tp_devices_ = parse_train_devices(std::to_string(tp));
+    tp_devices_ = process_devices(cfg_, tp);
   }
+  if (!devices_.empty()) check_devices_fit();  // Note [data parallel over devices]
   fill_sizes_from_data(cfg_, data_);
   Tensor::manual_seed(static_cast<uint64_t>(cfg_.get_int("train.seed")));
   model_ = make_model(cfg_);
@@ -281,7 +324,7 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   if (auto* gpt = dynamic_cast<nn::GPT*>(model_.get())) flops_per_token_ = gpt_flops_per_token(*gpt);
   // train.precision=bf16: Note [compute dtype] in tinygrad/nn/layers.cpp (training and evaluation)
   if (cfg_.get_string("train.precision") == "bf16") model_->set_compute_dtype(DType::BFloat16);
-  if (devices_.size() > 1)
+  if (!devices_.empty())
     for (Tensor* p : model_->parameters()) p->shard_(devices_);  // Note [data parallel over devices]
   model_->tensor_parallel(tp_devices_);  // Note [tensor parallel over devices]
   const bool zero1 = cfg_.get_string("distributed.strategy") == "zero1";
@@ -336,11 +379,12 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
 // without checks takes the norm of the all-reduced gradients (StepOptions::report_norm), a zero1
 // step all-reduces its shard's sum of squares. It is read only at a log step, with the loss.
 Tensors Trainer::train_step(const Tensors& batch) {
-  Tensor x = place_batch(batch[0]), y = place_batch(batch[1]);
-  if (dp_) {
+  Tensor x = batch[0], y = batch[1];
+  if (dp_) {  // this rank's rows, before they are split over its devices (accumulated_backward)
     x = dist::shard_batch(x, rank(), world_size());
     y = dist::shard_batch(y, rank(), world_size());
   }
+  if (tp_devices_.size() > 1) x = place_batch(x), y = place_batch(y);
   if (fsdp_) fsdp_->unshard();  // Note [an fsdp step on the graph] in distributed/fsdp.cpp
   for (Tensor* p : model_->parameters()) p->zero_grad();
   Tensor loss = accumulated_backward(x, y);
@@ -384,18 +428,21 @@ Tensor Trainer::loss_of(const Tensor& x, const Tensor& y) {
 // micro-batches whose losses (each over 1/k of the examples, so divided by k) go backward one
 // after the other; each micro-batch's gradients are realized before the next starts, so only
 // one micro-batch's activations are alive at a time, and the summed gradients equal those of the
-// whole batch's mean loss. The returned loss is the batch's mean.
+// whole batch's mean loss. The returned loss is the batch's mean. With train.devices each
+// micro-batch is split over the devices (Note [data parallel over devices]): cut from a batch
+// already split, it would be gathered whole onto every device first.
 Tensor Trainer::accumulated_backward(const Tensor& x, const Tensor& y) {
   const int64_t k = cfg_.get_int("train.grad_accum");
+  auto spread = [&](const Tensor& t) { return devices_.empty() ? t : place_batch(t); };
   if (k == 1) {
-    Tensor loss = loss_of(x, y);
+    Tensor loss = loss_of(spread(x), spread(y));
     loss.backward();
     return loss;
   }
   Tensors xs = x.chunk(k, 0), ys = y.chunk(k, 0);
   std::optional<Tensor> total;
   for (int64_t i = 0; i < k; i++) {
-    Tensor part = loss_of(xs[static_cast<size_t>(i)], ys[static_cast<size_t>(i)]) / static_cast<double>(k);
+    Tensor part = loss_of(spread(xs[static_cast<size_t>(i)]), spread(ys[static_cast<size_t>(i)])) / static_cast<double>(k);
     part.backward();
     Tensors now{part};
     for (Tensor* p : model_->parameters())

@@ -171,6 +171,7 @@ class Trainer {
   // model.tensor_parallel (Note [tensor parallel over devices] in trainer.cpp); empty: none.
   std::vector<std::string> tp_devices_;
   Tensor place_batch(const Tensor& t) const;
+  void check_devices_fit() const;  // the strategy and the batch suit train.devices, or an error says why
   dist::StepOutcome step_outcome_;  // of the last step (ddp: settled from its outputs, so replays too)
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
   EvalResult last_eval_;
@@ -193,6 +194,14 @@ std::string shard_path(const std::string& checkpoint, int rank, const std::strin
 // adamw decays matrices only (nn::decay_matrices_only: no weight decay for biases and norms)
 // where the parameters keep their shapes; a zero1 shard is one flat block (flat_shards), so
 // there every element decays.
+// The devices of train.devices for this rank (Note [a rank's devices] in
+// distributed/data_parallel.h; under a process group, `in_group`, they follow the local rank);
+// empty for one device.
+std::vector<std::string> train_devices(const Config& cfg, bool in_group);
+// The device this rank's process group runs on: the first of its train.devices, else its one
+// device (Note [a rank's device] in distributed/process_group.h).
+std::string group_device(const Config& cfg);
+
 std::unique_ptr<nn::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor*> params, bool flat_shards = false);
 std::unique_ptr<nn::LRSchedule> make_schedule(const Config& cfg, int64_t total_steps);
 
