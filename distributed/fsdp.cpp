@@ -145,9 +145,9 @@ void Fsdp::release() {
 // again from the same shards would be the forward's node itself. The backward's gather reads
 // each shard through one more DETACH (no kernel: existing_buffer looks through it), which makes
 // its input, and so the gather, nodes of their own.
-Tensor Fsdp::gathered_unit(const FsdpUnit& u, bool again) {
+Tensor Fsdp::gathered(const std::vector<size_t>& params, bool again) {
   Tensors flat;
-  for (size_t i : u.params) {
+  for (size_t i : params) {
     Tensor shard = again ? shards_[i]->detach().detach() : shards_[i]->detach();
     flat.push_back(shard.reshape({params_[i].numel()}));
   }
@@ -155,11 +155,11 @@ Tensor Fsdp::gathered_unit(const FsdpUnit& u, bool again) {
 }
 
 namespace {
-// Parameter p's full value from its unit's gathered [world * shard_numel] (rank r's flat shard at
-// r * shard_numel): its columns of the [world, shard_numel] view, rows stacked, padding dropped.
-Tensor full_view(const FsdpParam& p, const Tensor& gathered, int64_t world, int64_t unit_numel) {
+// Parameter p's full value from a gather of [world * numel] (rank r's flat shard at r * numel,
+// p's part of it at `offset`): its columns of the [world, numel] view, rows stacked, padding dropped.
+Tensor full_view(const FsdpParam& p, const Tensor& gathered, int64_t world, int64_t numel, int64_t offset) {
   Shape rows = rows_first(p.shape);
-  Tensor t = gathered.reshape({world, unit_numel}).shrink({{0, world}, {p.offset, p.offset + p.numel()}});
+  Tensor t = gathered.reshape({world, numel}).shrink({{0, world}, {offset, offset + p.numel()}});
   Shape stacked = rows;
   stacked[0] = p.rows * world;
   t = t.reshape(stacked);
@@ -176,10 +176,10 @@ void Fsdp::unshard() {
   NoGradGuard no_grad;
   gathered_.clear();
   for (auto& u : units_) {
-    Tensor g = gathered_unit(u);
+    Tensor g = gathered(u.params);
     gathered_.push_back(g);
     for (size_t i : u.params) {
-      Tensor leaf = full_view(params_[i], g, pg_.size(), u.shard_numel).detach();
+      Tensor leaf = full_view(params_[i], g, pg_.size(), u.shard_numel, params_[i].offset).detach();
       leaf.requires_grad_(true);
       *params_[i].param = leaf;
     }
@@ -190,8 +190,9 @@ void Fsdp::materialize() {
   NoGradGuard no_grad;
   Tensors values;
   for (auto& u : units_) {
-    Tensor g = gathered_unit(u);
-    for (size_t i : u.params) values.push_back(full_view(params_[i], g, pg_.size(), u.shard_numel).contiguous());
+    Tensor g = gathered(u.params);
+    for (size_t i : u.params)
+      values.push_back(full_view(params_[i], g, pg_.size(), u.shard_numel, params_[i].offset).contiguous());
   }
   Tensor::realize_all(values);
   for (size_t i = 0; i < params_.size(); i++) *params_[i].param = values[i];
@@ -268,11 +269,15 @@ LazyStepOutcome Fsdp::step_lazy(const Tensors& also_realize, const StepOptions& 
 //    Note [where kernels end]'s list that the forward computes, found from `also_realize`), which
 //    backward shares with the forward as before. Elementwise forward nodes between a leaf and a
 //    kernel end (a bias added to a product, an activation of it) are computed again, inline, in
-//    the backward kernels that read them. The last unit's forward gather serves its backward,
-//    which follows at once. The cost is one more ALLGATHER per unit but the last, overlapped
-//    with backward; the gain, a step's peak of gathered parameters of about two units instead of
-//    all (test_fsdp's ForwardGathersStayTwoUnitsAhead measures it, docs/PERFORMANCE.md has the
-//    figures).
+//    the backward kernels that read them. The backward gather holds only the unit's parameters
+//    that the rewritten gradients read: of the first Linear, whose input needs no gradient, only
+//    the bias (its activation's gradient recomputes the pre-activation); of the others, weight
+//    and bias. A unit's weight gradient reads the activation below it, which it recomputes
+//    from the unit below's backward gather, so backward holds about three units at a time (the
+//    unit, the one below, the next one prefetched). The last unit's forward gather serves its
+//    backward, which follows at once. The cost is one more ALLGATHER per unit but the last,
+//    overlapped with backward; the gain, about two units' gathered parameters alive in the
+//    forward pass instead of all (test_fsdp measures it, docs/PERFORMANCE.md has the figures).
 //  - AllAtTop: the layout before: every gather an output, at the top, kept to the step's end.
 namespace {
 
@@ -312,26 +317,50 @@ std::vector<UOpPtr> substitute_outside(const std::vector<UOpPtr>& roots,
   return out;
 }
 
+// The nodes of `leaves` that `roots` read outside the nodes of `kept`.
+std::unordered_set<const UOp*> leaves_read(const std::vector<UOpPtr>& roots, const std::unordered_set<const UOp*>& leaves,
+                                           const std::unordered_set<const UOp*>& kept) {
+  auto descend = [&](const UOp& u) { return !is_resident(u) && !kept.count(&u) && !leaves.count(&u); };
+  std::unordered_set<const UOp*> read;
+  for (const UOpPtr& u : toposort(roots, descend))
+    if (leaves.count(u.get())) read.insert(u.get());
+  return read;
+}
+
 }  // namespace
 
 std::vector<std::optional<Tensor>> Fsdp::backward_gradients(const Tensors& forward) {
   std::vector<std::optional<Tensor>> grads;
   for (auto& p : params_) grads.push_back(p.param->grad());
   if (opt_.gathers != FsdpGathers::Resharded || units_.size() < 2) return grads;
-  std::unordered_map<const UOp*, UOpPtr> subst;  // a forward leaf -> its view of the backward gather
-  for (size_t k = 0; k + 1 < units_.size(); k++) {
-    Tensor again = gathered_unit(units_[k], true);
-    for (size_t i : units_[k].params)
-      subst[params_[i].param->uop().get()] = full_view(params_[i], again, pg_.size(), units_[k].shard_numel).detach().uop();
-  }
-  std::vector<UOpPtr> fwd_roots;
+  std::vector<UOpPtr> fwd_roots, roots;
   for (auto& t : forward) fwd_roots.push_back(t.uop());
   std::unordered_set<const UOp*> kept;
   for (auto& u : toposort(fwd_roots, [](const UOp& u) { return !is_resident(u); }))
     if (forward_kernel_end(*u)) kept.insert(u.get());
-  std::vector<UOpPtr> roots;
   for (auto& g : grads)
     if (g) roots.push_back(g->uop());
+  std::unordered_set<const UOp*> leaves;
+  for (size_t k = 0; k + 1 < units_.size(); k++)
+    for (size_t i : units_[k].params) leaves.insert(params_[i].param->uop().get());
+  const std::unordered_set<const UOp*> read = leaves_read(roots, leaves, kept);
+  std::unordered_map<const UOp*, UOpPtr> subst;  // a forward leaf -> its view of the backward gather
+  for (size_t k = 0; k + 1 < units_.size(); k++) {
+    std::vector<size_t> needed;
+    int64_t numel = 0;
+    for (size_t i : units_[k].params)
+      if (read.count(params_[i].param->uop().get())) {
+        needed.push_back(i);
+        numel += params_[i].numel();
+      }
+    if (needed.empty()) continue;
+    Tensor again = gathered(needed, true);
+    int64_t offset = 0;
+    for (size_t i : needed) {
+      subst[params_[i].param->uop().get()] = full_view(params_[i], again, pg_.size(), numel, offset).detach().uop();
+      offset += params_[i].numel();
+    }
+  }
   std::vector<UOpPtr> rewritten = substitute_outside(roots, subst, kept);
   for (size_t i = 0, j = 0; i < grads.size(); i++)
     if (grads[i]) grads[i] = Tensor(rewritten[j++]);

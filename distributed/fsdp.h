@@ -98,7 +98,8 @@ class Fsdp {
 
  private:
   void add_parameter(const std::string& name, Tensor* p);
-  Tensor gathered_unit(const FsdpUnit& u, bool again = false);  // the unit's ALLGATHER output [world * shard_numel]
+  // The ALLGATHER of these parameters' shards, flat, in this order ([world * their shard numel]).
+  Tensor gathered(const std::vector<size_t>& params, bool again = false);
   std::vector<std::optional<Tensor>> backward_gradients(const Tensors& forward);  // Note [gathers layer by layer]
   Tensor reduced_unit(const FsdpUnit& u, const std::vector<std::optional<Tensor>>& grads);  // averaged gradient shard
   Tensor slice_shard(const FsdpParam& p, const Tensor& full) const;  // this rank's rows of a full tensor
