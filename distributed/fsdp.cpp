@@ -72,6 +72,13 @@ int64_t state_param_index(const std::string& key) {
 
 }  // namespace
 
+FsdpGathers fsdp_gathers(const std::string& name) {
+  if (name == "kept") return FsdpGathers::KeptForBackward;
+  if (name == "top") return FsdpGathers::AllAtTop;
+  TG_CHECK(name == "resharded", "fsdp: gathers are resharded, kept or top, not '", name, "'");
+  return FsdpGathers::Resharded;
+}
+
 Fsdp::Fsdp(ProcessGroup& pg, nn::Module& model, const OptimizerFactory& make_optimizer, FsdpOptions opt)
     : pg_(pg), opt_(opt) {
   TG_CHECK(opt_.grad_dtype == DType::Float32 || opt_.grad_dtype == DType::BFloat16, "fsdp: gradients travel in ",

@@ -49,6 +49,9 @@ enum class FsdpGathers {
   Resharded,        // as KeptForBackward, and gathered again for backward (FSDP's reshard_after_forward)
 };
 
+// "resharded", "kept" or "top" (the config's distributed.fsdp_gathers).
+FsdpGathers fsdp_gathers(const std::string& name);
+
 struct FsdpOptions {
   // The dtype gradients cross in (Note [bfloat16 gradients] in data_parallel.cpp).
   DType grad_dtype = DType::Float32;

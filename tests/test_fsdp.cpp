@@ -1,10 +1,12 @@
 // Fully sharded data parallelism under mpirun (2 and 4 ranks): N steps of fsdp end with ddp's
 // parameters within 1e-5 relative (SGD with momentum, Adam with clipping, AdamW, an uneven dim 0);
-// one ALLGATHER per unit before the forward pass and one REDUCE_SCATTER per unit after backward;
-// steps replayed by TinyJit equal steps run without it, a NaN on one rank skipped everywhere;
-// LAMB refused; the memory held between steps for parameters, gradients and optimizer state (the
-// device pool's bytes in use) is about 1/world of ddp's. Sharded checkpoints are tested through
-// tg train (test_fsdp_train.cpp).
+// one ALLGATHER per unit one unit ahead of its forward kernels, another for backward, and one
+// REDUCE_SCATTER per unit after backward; steps replayed by TinyJit equal steps run without it, a
+// NaN on one rank skipped everywhere; LAMB refused; the memory held between steps for parameters,
+// gradients and optimizer state (the device pool's bytes in use) is about 1/world of ddp's; the
+// order of a step's gathers, the peak memory of a step and of its forward pass against every
+// gather at the top, and the share of the gathers' time that kernels hid. Sharded checkpoints are
+// tested through tg train (test_fsdp_train.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>

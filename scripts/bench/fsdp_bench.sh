@@ -6,12 +6,12 @@
 #      (the device pool's bytes in use, as test_fsdp measures it);
 #   3. the arena of the captured step's intermediates (TinyJit, DEBUG=1), which holds what a step
 #      needs while it runs: under fsdp the gathered parameters and full gradients too;
-#   4. with PREV_TG=<a tg binary of an earlier fsdp> (e.g. one built before gathers ran a unit
-#      ahead): fsdp's step time and arena of both binaries, fmnist_mlp and a 4-unit MLP (hidden
-#      512 x 3), the two binaries' runs interleaved three times, so their ratio is taken under
-#      the same load.
-# Needs a build in build/ with tg and test_fsdp.
-# Usage: [PREV_TG=path] bash scripts/bench/fsdp_bench.sh [STEPS] [RANKS]
+#   4. fsdp's gathers (distributed.fsdp_gathers): top (every gather at the top of the step, kept to
+#      its end), kept (one unit ahead, kept for backward) and resharded (one unit ahead, gathered
+#      again for backward, the default): the captured step's arena and the step time, fmnist_mlp
+#      and a 4-unit MLP (hidden 512 x 3), the three runs of a round one after the other (the
+#      first of them rotating), three rounds, so ratios within a round are under the same load.
+# Needs a build in build/ with tg and test_fsdp. Usage: bash scripts/bench/fsdp_bench.sh [STEPS] [RANKS]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 steps="${1:-100}"
@@ -44,22 +44,27 @@ for s in ddp zero1 fsdp; do
   echo "captured step's arena of intermediates, fmnist_mlp, $ranks ranks, $s: $arena"
 done
 
-# 4. this build's fsdp against PREV_TG's, runs interleaved.
-[[ -n "${PREV_TG:-}" ]] || exit 0
-fsdp_ms() {  # binary model-override tag -> mean step ms
-  mpirun --oversubscribe -np "$ranks" "$1" train "${common[@]}" "$2" distributed.strategy=fsdp train.run_dir="$tmp/$3" >/dev/null
+# 4. fsdp's gathers against each other.
+fsdp_ms() {  # gathers model-override tag -> mean step ms
+  mpirun --oversubscribe -np "$ranks" ./build/launcher/tg train "${common[@]}" "$2" distributed.strategy=fsdp \
+    distributed.fsdp_gathers="$1" train.run_dir="$tmp/$3" >/dev/null
   step_ms "$tmp/$3/metrics.jsonl"
 }
-fsdp_arena() {  # binary model-override tag -> the captured step's arena
-  DEBUG=1 mpirun --oversubscribe -np "$ranks" "$1" train "${common[@]}" "$2" train.steps=3 distributed.strategy=fsdp \
-    train.run_dir="$tmp/$3" >"$tmp/$3.log" 2>&1
-  grep 'captured' "$tmp/$3.log" | head -1 | sed 's/.*collectives;.*intermediates in \(.*\) of arena.*/\1/'
+fsdp_arena() {  # gathers model-override -> the captured step's arena
+  DEBUG=1 mpirun --oversubscribe -np "$ranks" ./build/launcher/tg train "${common[@]}" "$2" train.steps=3 \
+    distributed.strategy=fsdp distributed.fsdp_gathers="$1" train.run_dir="$tmp/arena" >"$tmp/arena.log" 2>&1
+  grep 'captured' "$tmp/arena.log" | head -1 | sed 's/.*collectives;.*intermediates in \(.*\) of arena.*/\1/'
 }
+modes=(top kept resharded)
 for model in "model.hidden=[256]" "model.hidden=[512,512,512]"; do
-  echo "fsdp, $model, $ranks ranks: captured step's arena: previous $(fsdp_arena "$PREV_TG" "$model" pa), this build $(fsdp_arena ./build/launcher/tg "$model" na)"
-  for i in 1 2 3; do  # the pair's first run alternates
-    if ((i % 2)); then a="$(fsdp_ms "$PREV_TG" "$model" "p$i")"; b="$(fsdp_ms ./build/launcher/tg "$model" "n$i")"
-    else b="$(fsdp_ms ./build/launcher/tg "$model" "n$i")"; a="$(fsdp_ms "$PREV_TG" "$model" "p$i")"; fi
-    echo "fsdp, $model, $ranks ranks, $steps steps, pair $i: previous $a ms, this build $b ms ($(python3 -c "print(f'{$b / $a:.3f}')")x)"
+  echo "fsdp, $model, $ranks ranks: captured step's arena: top $(fsdp_arena top "$model"), kept $(fsdp_arena kept "$model"), resharded $(fsdp_arena resharded "$model")"
+  for round in 0 1 2; do
+    declare -A ms=()
+    for k in 0 1 2; do
+      m="${modes[$(((k + round) % 3))]}"
+      ms[$m]="$(fsdp_ms "$m" "$model" "$m$round")"
+    done
+    echo "fsdp, $model, $ranks ranks, $steps steps, round $((round + 1)): top ${ms[top]} ms, kept ${ms[kept]} ms, resharded ${ms[resharded]} ms;" \
+      "/ top: kept $(python3 -c "print(f'{${ms[kept]} / ${ms[top]}:.3f}')"), resharded $(python3 -c "print(f'{${ms[resharded]} / ${ms[top]}:.3f}')")"
   done
 done
