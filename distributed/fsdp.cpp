@@ -334,24 +334,22 @@ std::unordered_set<const UOp*> leaves_read(const std::vector<UOpPtr>& roots, con
   return read;
 }
 
+// The forward's kernel ends, found from the tensors it computes.
+std::unordered_set<const UOp*> kernel_ends_under(const Tensors& forward) {
+  std::vector<UOpPtr> roots;
+  for (auto& t : forward) roots.push_back(t.uop());
+  std::unordered_set<const UOp*> ends;
+  for (auto& u : toposort(roots, [](const UOp& u) { return !is_resident(u); }))
+    if (forward_kernel_end(*u)) ends.insert(u.get());
+  return ends;
+}
+
 }  // namespace
 
-std::vector<std::optional<Tensor>> Fsdp::backward_gradients(const Tensors& forward) {
-  std::vector<std::optional<Tensor>> grads;
-  for (auto& p : params_) grads.push_back(p.param->grad());
-  if (opt_.gathers != FsdpGathers::Resharded || units_.size() < 2) return grads;
-  std::vector<UOpPtr> fwd_roots, roots;
-  for (auto& t : forward) fwd_roots.push_back(t.uop());
-  std::unordered_set<const UOp*> kept;
-  for (auto& u : toposort(fwd_roots, [](const UOp& u) { return !is_resident(u); }))
-    if (forward_kernel_end(*u)) kept.insert(u.get());
-  for (auto& g : grads)
-    if (g) roots.push_back(g->uop());
-  std::unordered_set<const UOp*> leaves;
-  for (size_t k = 0; k + 1 < units_.size(); k++)
-    for (size_t i : units_[k].params) leaves.insert(params_[i].param->uop().get());
-  const std::unordered_set<const UOp*> read = leaves_read(roots, leaves, kept);
-  std::unordered_map<const UOp*, UOpPtr> subst;  // a forward leaf -> its view of the backward gather
+// For each parameter leaf of `read` (of a unit but the last): its view of its unit's backward
+// gather, which holds the unit's parameters of `read` only.
+std::unordered_map<const UOp*, UOpPtr> Fsdp::backward_leaves(const std::unordered_set<const UOp*>& read) {
+  std::unordered_map<const UOp*, UOpPtr> leaves;
   for (size_t k = 0; k + 1 < units_.size(); k++) {
     std::vector<size_t> needed;
     int64_t numel = 0;
@@ -364,10 +362,25 @@ std::vector<std::optional<Tensor>> Fsdp::backward_gradients(const Tensors& forwa
     Tensor again = gathered(needed, true);
     int64_t offset = 0;
     for (size_t i : needed) {
-      subst[params_[i].param->uop().get()] = full_view(params_[i], again, pg_.size(), numel, offset).detach().uop();
+      leaves[params_[i].param->uop().get()] = full_view(params_[i], again, pg_.size(), numel, offset).detach().uop();
       offset += params_[i].numel();
     }
   }
+  return leaves;
+}
+
+std::vector<std::optional<Tensor>> Fsdp::backward_gradients(const Tensors& forward) {
+  std::vector<std::optional<Tensor>> grads;
+  for (auto& p : params_) grads.push_back(p.param->grad());
+  if (opt_.gathers != FsdpGathers::Resharded || units_.size() < 2) return grads;
+  const std::unordered_set<const UOp*> kept = kernel_ends_under(forward);
+  std::vector<UOpPtr> roots;
+  for (auto& g : grads)
+    if (g) roots.push_back(g->uop());
+  std::unordered_set<const UOp*> forward_leaves;
+  for (size_t k = 0; k + 1 < units_.size(); k++)
+    for (size_t i : units_[k].params) forward_leaves.insert(params_[i].param->uop().get());
+  auto subst = backward_leaves(leaves_read(roots, forward_leaves, kept));
   std::vector<UOpPtr> rewritten = substitute_outside(roots, subst, kept);
   for (size_t i = 0, j = 0; i < grads.size(); i++)
     if (grads[i]) grads[i] = Tensor(rewritten[j++]);

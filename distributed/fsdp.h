@@ -13,6 +13,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "distributed/coordinated_step.h"
@@ -104,6 +106,7 @@ class Fsdp {
   // The ALLGATHER of these parameters' shards, flat, in this order ([world * their shard numel]).
   Tensor gathered(const std::vector<size_t>& params, bool again = false);
   std::vector<std::optional<Tensor>> backward_gradients(const Tensors& forward);  // Note [gathers layer by layer]
+  std::unordered_map<const UOp*, UOpPtr> backward_leaves(const std::unordered_set<const UOp*>& read);
   Tensor reduced_unit(const FsdpUnit& u, const std::vector<std::optional<Tensor>>& grads);  // averaged gradient shard
   Tensor slice_shard(const FsdpParam& p, const Tensor& full) const;  // this rank's rows of a full tensor
   Tensor placeholder(const FsdpParam& p) const;
