@@ -54,6 +54,8 @@ void trace_args(trace::Span& span, uint64_t seq, size_t bytes, ProcessGroup& pg)
   span.arg("backend", pg.backend());
 }
 
+size_t timing_slot(Op kind) { return kind == Op::ALLREDUCE ? 0 : kind == Op::REDUCE_SCATTER ? 1 : 2; }
+
 }  // namespace
 
 Tensor all_reduce_node(ProcessGroup& pg, const Tensor& x, ReduceOp op) {
@@ -190,10 +192,14 @@ CollectiveWait CollectiveEngine::start(const ScheduleItem& item) {
       case Op::REDUCE_SCATTER: pg_.reduce_scatter(src, dst, n_out, dtype, op)->wait(); break;
       default: pg_.all_gather(src, dst, n_in, dtype)->wait(); break;
     }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (async_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      timing_[timing_slot(kind)].busy_s += took;
+    }
     if (knobs::DEBUG >= 1 && async_)
       std::fprintf(stderr, "*** comm   %4llu %s done in %.3f ms\n", static_cast<unsigned long long>(id),
-                   collective_name(kind),
-                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                   collective_name(kind), took * 1e3);
   };
   if (!async_) {
     task();
@@ -209,12 +215,24 @@ CollectiveWait CollectiveEngine::start(const ScheduleItem& item) {
     queue_.push_back([job] { (*job)(); });
   }
   cv_.notify_one();
-  return [done, kind, id] {
+  return [this, done, kind, id] {
     trace::Span span("wait", "wait");
     span.arg("for", collective_name(kind));
     span.arg("seq", static_cast<double>(id));
+    auto t0 = std::chrono::steady_clock::now();
     done.get();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(mu_);
+    timing_[timing_slot(kind)].waited_s += waited;
   };
+}
+
+// Note [hidden communication]: busy_s minus waited_s is the communication that ran while the
+// scheduling thread did other work (launched kernels): what the order of a schedule hid. A
+// collective waited for at once (issued just before its reader) adds as much to both.
+CollectiveEngine::Timing CollectiveEngine::timing(Op kind) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timing_[timing_slot(kind)];
 }
 
 }  // namespace tg::dist

@@ -43,6 +43,15 @@ class CollectiveEngine : public CollectiveRunner {
   uint64_t collectives_run() const { return count_; }
   // Sequences compared with the other ranks so far (Note [collective sequence check]).
   uint64_t sequences_checked() const { return checked_.size(); }
+  // Note [hidden communication]: seconds the communication thread spent running collectives of
+  // one kind (ALLREDUCE, REDUCE_SCATTER or ALLGATHER), and seconds the scheduling thread spent
+  // waiting for them (host groups with `async`).
+  struct Timing {
+    double busy_s = 0;
+    double waited_s = 0;
+    double hidden_s() const { return busy_s - waited_s; }
+  };
+  Timing timing(Op kind) const;
 
   void check_sequence(const std::vector<const ScheduleItem*>& items) override;
   CollectiveWait start(const ScheduleItem& item) override;
@@ -56,7 +65,8 @@ class CollectiveEngine : public CollectiveRunner {
   int64_t id_ = 0;
   uint64_t count_ = 0;
   std::unordered_set<uint64_t> checked_;  // hashes of sequences every rank agreed on
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  Timing timing_[3];  // by kind (ALLREDUCE, REDUCE_SCATTER, ALLGATHER), under mu_
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;

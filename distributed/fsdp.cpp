@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "distributed/collective_runner.h"
 #include "tinygrad/engine/jit.h"
@@ -70,6 +72,13 @@ int64_t state_param_index(const std::string& key) {
 
 }  // namespace
 
+FsdpGathers fsdp_gathers(const std::string& name) {
+  if (name == "kept") return FsdpGathers::KeptForBackward;
+  if (name == "top") return FsdpGathers::AllAtTop;
+  TG_CHECK(name == "resharded", "fsdp: gathers are resharded, kept or top, not '", name, "'");
+  return FsdpGathers::Resharded;
+}
+
 Fsdp::Fsdp(ProcessGroup& pg, nn::Module& model, const OptimizerFactory& make_optimizer, FsdpOptions opt)
     : pg_(pg), opt_(opt) {
   TG_CHECK(opt_.grad_dtype == DType::Float32 || opt_.grad_dtype == DType::BFloat16, "fsdp: gradients travel in ",
@@ -131,26 +140,33 @@ void Fsdp::reload_parameters() {
 // while only the shards are resident. unshard() replaces each by a leaf view of its unit's
 // ALLGATHER for one step; materialize() by a realized full copy (every rank takes part in the
 // gathers) for an evaluation on rank 0; release() puts the placeholders back. A model read
-// between steps without materialize() sees zeros. The step's ALLGATHER outputs are realized
-// (they are outputs of its schedule, Note [an fsdp step on the graph]); their buffers are dropped
-// after the step, since every lazy node that reads them (the loss's graph, which a caller may
-// keep) is realized already or reads them no more.
+// between steps without materialize() sees zeros. The step's ALLGATHERs are intermediates of
+// its schedule (Note [gathers layer by layer]); under FsdpGathers::AllAtTop they are outputs,
+// and their buffers are dropped after the step, since every lazy node that reads them (the
+// loss's graph, which a caller may keep) is realized already or reads them no more.
 void Fsdp::release() {
   for (auto& p : params_) *p.param = placeholder(p);
 }
 
-Tensor Fsdp::gathered_unit(const FsdpUnit& u) {
+// Note [a second gather of the same shards]: graph nodes are hash-consed, so a gather built
+// again from the same shards would be the forward's node itself. The backward's gather reads
+// each shard through one more DETACH (no kernel: existing_buffer looks through it), which makes
+// its input, and so the gather, nodes of their own.
+Tensor Fsdp::gathered(const std::vector<size_t>& params, bool again) {
   Tensors flat;
-  for (size_t i : u.params) flat.push_back(shards_[i]->detach().reshape({params_[i].numel()}));
+  for (size_t i : params) {
+    Tensor shard = again ? shards_[i]->detach().detach() : shards_[i]->detach();
+    flat.push_back(shard.reshape({params_[i].numel()}));
+  }
   return all_gather_node(pg_, flat.size() == 1 ? flat[0] : Tensor::cat(flat, 0));
 }
 
 namespace {
-// Parameter p's full value from its unit's gathered [world * shard_numel] (rank r's flat shard at
-// r * shard_numel): its columns of the [world, shard_numel] view, rows stacked, padding dropped.
-Tensor full_view(const FsdpParam& p, const Tensor& gathered, int64_t world, int64_t unit_numel) {
+// Parameter p's full value from a gather of [world * numel] (rank r's flat shard at r * numel,
+// p's part of it at `offset`): its columns of the [world, numel] view, rows stacked, padding dropped.
+Tensor full_view(const FsdpParam& p, const Tensor& gathered, int64_t world, int64_t numel, int64_t offset) {
   Shape rows = rows_first(p.shape);
-  Tensor t = gathered.reshape({world, unit_numel}).shrink({{0, world}, {p.offset, p.offset + p.numel()}});
+  Tensor t = gathered.reshape({world, numel}).shrink({{0, world}, {offset, offset + p.numel()}});
   Shape stacked = rows;
   stacked[0] = p.rows * world;
   t = t.reshape(stacked);
@@ -167,10 +183,10 @@ void Fsdp::unshard() {
   NoGradGuard no_grad;
   gathered_.clear();
   for (auto& u : units_) {
-    Tensor g = gathered_unit(u);
+    Tensor g = gathered(u.params);
     gathered_.push_back(g);
     for (size_t i : u.params) {
-      Tensor leaf = full_view(params_[i], g, pg_.size(), u.shard_numel).detach();
+      Tensor leaf = full_view(params_[i], g, pg_.size(), u.shard_numel, params_[i].offset).detach();
       leaf.requires_grad_(true);
       *params_[i].param = leaf;
     }
@@ -181,19 +197,20 @@ void Fsdp::materialize() {
   NoGradGuard no_grad;
   Tensors values;
   for (auto& u : units_) {
-    Tensor g = gathered_unit(u);
-    for (size_t i : u.params) values.push_back(full_view(params_[i], g, pg_.size(), u.shard_numel).contiguous());
+    Tensor g = gathered(u.params);
+    for (size_t i : u.params)
+      values.push_back(full_view(params_[i], g, pg_.size(), u.shard_numel, params_[i].offset).contiguous());
   }
   Tensor::realize_all(values);
   for (size_t i = 0; i < params_.size(); i++) *params_[i].param = values[i];
 }
 
-Tensor Fsdp::reduced_unit(const FsdpUnit& u) {
+Tensor Fsdp::reduced_unit(const FsdpUnit& u, const std::vector<std::optional<Tensor>>& grads) {
   const int64_t n = pg_.size();
   Tensors cols;
   for (size_t i : u.params) {
     const FsdpParam& p = params_[i];
-    auto g = p.param->grad();
+    const auto& g = grads[i];
     Tensor t = (g ? g->detach().cast(DType::Float32) : placeholder(p)).reshape(rows_first(p.shape));
     t = pad_rows(t, p.rows * n);
     cols.push_back(t.reshape({n, p.numel()}));
@@ -205,14 +222,11 @@ Tensor Fsdp::reduced_unit(const FsdpUnit& u) {
 }
 
 // Note [an fsdp step on the graph]: a training step is one schedule. Its outputs come in this
-// order: the units' ALLGATHERs (so each starts at the top of the schedule, on the communication
-// thread, and a layer's kernels wait only for their own unit: the gathers of the later layers
-// overlap the forward compute of the earlier ones), the units' REDUCE_SCATTERs in reverse order
-// (each scheduled right after the backward kernels that make its gradients, overlapping the rest
-// of backward), the caller's tensors (the loss), the decision, and the shard updates. In backward
-// the gathered parameters are kept, not gathered again: the matrix products' gradients read the
-// same gathered buffers as the forward pass, which live until the last kernel that reads them
-// (under TinyJit, in the capture's arena of intermediates). After the step the model holds
+// order: the units' REDUCE_SCATTERs in reverse order (each scheduled right after the backward
+// kernels that make its gradients, overlapping the rest of backward), the caller's tensors (the
+// loss), the decision, and the shard updates. The units' ALLGATHERs are not outputs but
+// intermediates, which the scheduler issues one unit ahead of their readers and frees after
+// their last reader (Note [gathers layer by layer]). After the step the model holds
 // placeholders again and no full parameter or gradient is left (Note [fsdp placeholders]); each
 // shard keeps its averaged gradient (keep_gradients), as a data-parallel parameter keeps its full one.
 // The decision is zero1's: an ALLREDUCE sum of [non-finite flag, this rank's shards' sum of
@@ -222,9 +236,11 @@ LazyStepOutcome Fsdp::step_lazy(const Tensors& also_realize, const StepOptions& 
   TG_CHECK(opt.max_norm >= 0, "fsdp: max_norm must be non-negative, got ", opt.max_norm);
   TG_CHECK(gathered_.size() == units_.size(), "fsdp: step without unshard() before the forward pass");
   NoGradGuard no_grad;
+  const auto grads_in = backward_gradients(also_realize);
   Tensors reduced(units_.size());
-  for (size_t k = units_.size(); k-- > 0;) reduced[k] = reduced_unit(units_[k]);
-  Tensors values = gathered_;
+  for (size_t k = units_.size(); k-- > 0;) reduced[k] = reduced_unit(units_[k], grads_in);
+  Tensors values;
+  if (opt_.gathers == FsdpGathers::AllAtTop) values = gathered_;  // outputs first: issued at the top, kept
   for (size_t k = units_.size(); k-- > 0;) values.push_back(reduced[k]);
   values.insert(values.end(), also_realize.begin(), also_realize.end());
   Tensors grads = shard_gradients(reduced);
@@ -238,6 +254,137 @@ LazyStepOutcome Fsdp::step_lazy(const Tensors& also_realize, const StepOptions& 
   for (auto& p : params_) p.param->set_grad(std::nullopt);
   release();
   return out;
+}
+
+// Note [gathers layer by layer]: a unit's gathered parameters are needed from its first
+// forward kernel on, so the step does not issue every unit's ALLGATHER at its top (which held
+// every unit's full parameters through the whole forward pass): the gathers are intermediates of
+// the step's schedule, and the scheduler issues each one unit ahead (Note [gathers one reader
+// ahead] in tinygrad/schedule/schedule.cpp): unit k+1's gather runs on the communication thread
+// while unit k's kernels run, unit k+1's first kernel waits for it, and a gathered buffer goes
+// back to the pool after its last reader. Backward needs parameters again (a product's input
+// gradient reads its weight; an activation's gradient reads its pre-activation, which reads the
+// bias). FsdpGathers says what it reads:
+//  - KeptForBackward: the forward's gathered buffers, which then live from their unit's forward
+//    to its backward: at the turn from forward to backward every unit's are alive.
+//  - Resharded (the default, FSDP's reshard_after_forward): every unit but the last is gathered
+//    again (Note [a second gather of the same shards]) and the gradients read that gather, so a
+//    forward gather dies after its unit's forward kernels and the backward gathers run one unit
+//    ahead of backward as the forward's did. The gradients are rewritten: every node of their
+//    graphs that reads a unit's parameter leaf reads the backward gather's view instead, except
+//    the forward's kernel ends (reductions, contiguous and collective nodes, and the rest of
+//    Note [where kernels end]'s list that the forward computes, found from `also_realize`), which
+//    backward shares with the forward as before. Elementwise forward nodes between a leaf and a
+//    kernel end (a bias added to a product, an activation of it) are computed again, inline, in
+//    the backward kernels that read them. The backward gather holds only the unit's parameters
+//    that the rewritten gradients read: of the first Linear, whose input needs no gradient, only
+//    the bias (its activation's gradient recomputes the pre-activation); of the others, weight
+//    and bias. A unit's weight gradient reads the activation below it, which it recomputes
+//    from the unit below's backward gather, so backward holds about three units at a time (the
+//    unit, the one below, the next one prefetched). The last unit's forward gather serves its
+//    backward, which follows at once. The cost is one more ALLGATHER per unit but the last,
+//    overlapped with backward; the gain, about two units' gathered parameters alive in the
+//    forward pass instead of all (test_fsdp measures it, docs/PERFORMANCE.md has the figures).
+//  - AllAtTop: the layout before: every gather an output, at the top, kept to the step's end.
+namespace {
+
+bool forward_kernel_end(const UOp& u) {
+  return u.op == Op::REDUCE_AXIS || u.op == Op::CONTIGUOUS || u.op == Op::COPY || u.op == Op::CUSTOM_GRAD ||
+         u.op == Op::SCATTER_ADD || u.op == Op::TEMPLATE_KERNEL || op_group(u.op) == OpGroup::Collective;
+}
+
+bool is_resident(const UOp& u) { return u.op == Op::BUFFER || u.realized; }
+
+// `roots` with `subst` applied everywhere under them but under the nodes of `kept`.
+std::vector<UOpPtr> substitute_outside(const std::vector<UOpPtr>& roots,
+                                       const std::unordered_map<const UOp*, UOpPtr>& subst,
+                                       const std::unordered_set<const UOp*>& kept) {
+  auto descend = [&](const UOp& u) { return !is_resident(u) && !kept.count(&u) && !subst.count(&u); };
+  std::unordered_map<const UOp*, UOpPtr> now;
+  for (const UOpPtr& u : toposort(roots, descend)) {
+    if (auto it = subst.find(u.get()); it != subst.end()) {
+      now[u.get()] = it->second;
+      continue;
+    }
+    if (!descend(*u)) continue;
+    std::vector<UOpPtr> src;
+    bool changed = false;
+    for (const UOpPtr& s : u->src) {
+      auto it = now.find(s.get());
+      src.push_back(it == now.end() ? s : it->second);
+      changed = changed || src.back() != s;
+    }
+    if (changed) now[u.get()] = make_uop(u->op, u->dtype, std::move(src), u->arg, u->shape, u->device);
+  }
+  std::vector<UOpPtr> out;
+  for (const UOpPtr& r : roots) {
+    auto it = now.find(r.get());
+    out.push_back(it == now.end() ? r : it->second);
+  }
+  return out;
+}
+
+// The nodes of `leaves` that `roots` read outside the nodes of `kept`.
+std::unordered_set<const UOp*> leaves_read(const std::vector<UOpPtr>& roots, const std::unordered_set<const UOp*>& leaves,
+                                           const std::unordered_set<const UOp*>& kept) {
+  auto descend = [&](const UOp& u) { return !is_resident(u) && !kept.count(&u) && !leaves.count(&u); };
+  std::unordered_set<const UOp*> read;
+  for (const UOpPtr& u : toposort(roots, descend))
+    if (leaves.count(u.get())) read.insert(u.get());
+  return read;
+}
+
+// The forward's kernel ends, found from the tensors it computes.
+std::unordered_set<const UOp*> kernel_ends_under(const Tensors& forward) {
+  std::vector<UOpPtr> roots;
+  for (auto& t : forward) roots.push_back(t.uop());
+  std::unordered_set<const UOp*> ends;
+  for (auto& u : toposort(roots, [](const UOp& u) { return !is_resident(u); }))
+    if (forward_kernel_end(*u)) ends.insert(u.get());
+  return ends;
+}
+
+}  // namespace
+
+// For each parameter leaf of `read` (of a unit but the last): its view of its unit's backward
+// gather, which holds the unit's parameters of `read` only.
+std::unordered_map<const UOp*, UOpPtr> Fsdp::backward_leaves(const std::unordered_set<const UOp*>& read) {
+  std::unordered_map<const UOp*, UOpPtr> leaves;
+  for (size_t k = 0; k + 1 < units_.size(); k++) {
+    std::vector<size_t> needed;
+    int64_t numel = 0;
+    for (size_t i : units_[k].params)
+      if (read.count(params_[i].param->uop().get())) {
+        needed.push_back(i);
+        numel += params_[i].numel();
+      }
+    if (needed.empty()) continue;
+    Tensor again = gathered(needed, true);
+    int64_t offset = 0;
+    for (size_t i : needed) {
+      leaves[params_[i].param->uop().get()] = full_view(params_[i], again, pg_.size(), numel, offset).detach().uop();
+      offset += params_[i].numel();
+    }
+  }
+  return leaves;
+}
+
+std::vector<std::optional<Tensor>> Fsdp::backward_gradients(const Tensors& forward) {
+  std::vector<std::optional<Tensor>> grads;
+  for (auto& p : params_) grads.push_back(p.param->grad());
+  if (opt_.gathers != FsdpGathers::Resharded || units_.size() < 2) return grads;
+  const std::unordered_set<const UOp*> kept = kernel_ends_under(forward);
+  std::vector<UOpPtr> roots;
+  for (auto& g : grads)
+    if (g) roots.push_back(g->uop());
+  std::unordered_set<const UOp*> forward_leaves;
+  for (size_t k = 0; k + 1 < units_.size(); k++)
+    for (size_t i : units_[k].params) forward_leaves.insert(params_[i].param->uop().get());
+  auto subst = backward_leaves(leaves_read(roots, forward_leaves, kept));
+  std::vector<UOpPtr> rewritten = substitute_outside(roots, subst, kept);
+  for (size_t i = 0, j = 0; i < grads.size(); i++)
+    if (grads[i]) grads[i] = Tensor(rewritten[j++]);
+  return grads;
 }
 
 Tensors Fsdp::shard_gradients(const Tensors& reduced) const {

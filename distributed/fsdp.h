@@ -1,8 +1,9 @@
 // Fully sharded data parallelism (ZeRO-3, as PyTorch's FSDP2 `fully_shard`): every rank keeps
 // only its dim-0 shard of each parameter (Note [fsdp shards]) and the optimizer state of that
 // shard. Parameters are grouped into units, one per module that owns parameters (a Linear's
-// weight and bias); before the forward pass each unit's shards are all-gathered with one
-// ALLGATHER graph node, and the model's parameters become views of it. After backward each
+// weight and bias); each unit's shards are all-gathered with one ALLGATHER graph node, issued
+// while the unit before it computes (Note [gathers layer by layer]), the model's parameters
+// are views of it, and backward gathers the unit again. After backward each
 // unit's gradients are reduce-scattered (one REDUCE_SCATTER node), so every rank holds the
 // average of its shards, and an ordinary optimizer updates the shards. The whole step is one
 // schedule of graph nodes and kernels (Note [an fsdp step on the graph]), so TinyJit replays it.
@@ -10,7 +11,10 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "distributed/coordinated_step.h"
@@ -40,9 +44,20 @@ struct FsdpUnit {
   int64_t shard_numel = 0;        // elements of this rank's flat shard of the unit
 };
 
+// Where a step gathers each unit's parameters (Note [gathers layer by layer] in fsdp.cpp).
+enum class FsdpGathers {
+  AllAtTop,         // every unit's ALLGATHER at the top of the step, kept to its end
+  KeptForBackward,  // each unit's gather one unit ahead of its first kernel, kept for backward
+  Resharded,        // as KeptForBackward, and gathered again for backward (FSDP's reshard_after_forward)
+};
+
+// "resharded", "kept" or "top" (the config's distributed.fsdp_gathers).
+FsdpGathers fsdp_gathers(const std::string& name);
+
 struct FsdpOptions {
   // The dtype gradients cross in (Note [bfloat16 gradients] in data_parallel.cpp).
   DType grad_dtype = DType::Float32;
+  FsdpGathers gathers = FsdpGathers::Resharded;
 };
 
 class Fsdp {
@@ -57,8 +72,9 @@ class Fsdp {
   // gradients) that views its unit's lazy ALLGATHER.
   void unshard();
   // After backward: reduce-scatter of the gradients, the decision (skip check, clipping), the
-  // update of the shards, realized with `also_realize` (the loss) in one schedule whose
-  // all-gathers come first. The model's parameters are placeholders again afterwards.
+  // update of the shards, realized with `also_realize` (the loss: it marks the forward pass,
+  // Note [gathers layer by layer]) in one schedule. The model's parameters are placeholders
+  // again afterwards.
   LazyStepOutcome step_lazy(const Tensors& also_realize, const StepOptions& opt);
   StepOutcome step(const Tensors& also_realize, const StepOptions& opt);
 
@@ -87,8 +103,11 @@ class Fsdp {
 
  private:
   void add_parameter(const std::string& name, Tensor* p);
-  Tensor gathered_unit(const FsdpUnit& u);           // the unit's ALLGATHER output [world * shard_numel]
-  Tensor reduced_unit(const FsdpUnit& u);            // the unit's averaged gradient shard [shard_numel]
+  // The ALLGATHER of these parameters' shards, flat, in this order ([world * their shard numel]).
+  Tensor gathered(const std::vector<size_t>& params, bool again = false);
+  std::vector<std::optional<Tensor>> backward_gradients(const Tensors& forward);  // Note [gathers layer by layer]
+  std::unordered_map<const UOp*, UOpPtr> backward_leaves(const std::unordered_set<const UOp*>& read);
+  Tensor reduced_unit(const FsdpUnit& u, const std::vector<std::optional<Tensor>>& grads);  // averaged gradient shard
   Tensor slice_shard(const FsdpParam& p, const Tensor& full) const;  // this rank's rows of a full tensor
   Tensor placeholder(const FsdpParam& p) const;
   Tensors shard_gradients(const Tensors& reduced) const;  // each shard's slice of its unit's reduced gradient

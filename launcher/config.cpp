@@ -94,6 +94,7 @@ std::vector<ConfigField>& schema_storage() {
       {"distributed.strategy", ValueType::String, std::string("none"), "none | ddp (data parallel over the ranks of mpirun, tg launch or srun) | zero1 (ddp with sharded optimizer state) | fsdp (parameters, gradients and optimizer state sharded)"},
       {"distributed.backend", ValueType::String, std::string("auto"), "auto (nccl when train.device is CUDA, else mpi under mpirun and gloo otherwise) | mpi | nccl | gloo: the process group's backend"},
       {"distributed.grad_dtype", ValueType::String, std::string("fp32"), "fp32 | bf16: the dtype gradients are all-reduced in (averaged and applied in float32)"},
+      {"distributed.fsdp_gathers", ValueType::String, std::string("resharded"), "fsdp: resharded (each unit gathered one unit ahead, again for backward) | kept (gathered once, kept for backward) | top (every gather at the top of the step)"},
       {"distributed.bucket_mb", ValueType::Float, 25.0, "ddp: gradient bucket size in MB (one all-reduce per bucket)"},
       {"distributed.timeout_s", ValueType::Float, 300.0, "ddp: a collective not done in this many seconds ends the run"},
       {"distributed.rdzv_port", ValueType::Int, int64_t{0},
@@ -420,6 +421,7 @@ void Config::validate() const {
   oneof("distributed.strategy", {"none", "ddp", "zero1", "fsdp"});
   oneof("distributed.backend", {"auto", "mpi", "nccl", "gloo"});
   oneof("distributed.grad_dtype", {"fp32", "bf16"});
+  oneof("distributed.fsdp_gathers", {"resharded", "kept", "top"});
   oneof("train.precision", {"fp32", "bf16"});
   oneof("train.progress", {"auto", "bar", "plain", "off"});
   TG_CHECK(get_float("distributed.bucket_mb") > 0, "config: distributed.bucket_mb must be > 0, got ",

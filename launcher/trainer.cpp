@@ -351,7 +351,7 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
     if (fsdp)  // the shards keep their parameters' ranks, so adamw still decays matrices only
       fsdp_ = std::make_unique<dist::Fsdp>(
           *group_, *model_, [this](std::vector<Tensor*> ps) { return make_optimizer(cfg_, std::move(ps)); },
-          dist::FsdpOptions{.grad_dtype = grad_dtype});
+          dist::FsdpOptions{.grad_dtype = grad_dtype, .gathers = dist::fsdp_gathers(cfg_.get_string("distributed.fsdp_gathers"))});
   }
 }
 

@@ -1,6 +1,7 @@
 // `tg train` with distributed.strategy=fsdp under mpirun. With 4 ranks (test_fsdp_train_np4): an
 // fsdp run ends with the parameters of a ddp run within 1e-5 and writes one file per rank plus the
-// metadata file (world size, layout; no parameters in it). With 2 ranks (test_fsdp_resume_np2,
+// metadata file (world size, layout; no parameters in it), and every gather at the top of the step
+// (distributed.fsdp_gathers=top) trains the same parameters. With 2 ranks (test_fsdp_resume_np2,
 // after np4): the step-3 checkpoint of the 4-rank fsdp run resumes under 2-rank ddp, and on one
 // process, and both end at step 6 with the 4-rank run's parameters within 1e-5; the same
 // checkpoint loaded without training gives back the parameters the shards hold; with one rank's
@@ -98,6 +99,19 @@ TEST(FsdpTrain, EqualsDdpAndWritesOneFilePerRank) {
   double err = max_rel_diff(model_of(f.last_checkpoint), model_of(d.last_checkpoint));
   std::printf("tg train fsdp vs ddp (world 4): max |a-b| / (|b| + 0.01) %.3g\n", err);
   EXPECT_LT(err, 1e-5);
+}
+
+// distributed.fsdp_gathers=top (every gather at the top of the step, kept to its end) trains the
+// same parameters as the default (resharded: gathered a unit ahead, again for backward).
+TEST(FsdpTrain, GathersAtTheTopTrainTheSame) {
+  if (dist::env_world_size() != 4) GTEST_SKIP() << "the 4-rank run (test_fsdp_train_np4)";
+  const std::string resharded = FSDP4 + "/checkpoints/step_6.safetensors";
+  if (!fs::exists(resharded)) GTEST_SKIP() << "needs EqualsDdpAndWritesOneFilePerRank's run";
+  TrainSummary f = run_train(config(BASE + "_fsdp4_top", {"distributed.strategy=fsdp", "distributed.fsdp_gathers=top",
+                                                          "train.checkpoint_every=0"}),
+                             {.progress = false});
+  if (dist::env_rank() != 0) return;
+  EXPECT_EQ(max_rel_diff(model_of(f.last_checkpoint), model_of(resharded)), 0.0);
 }
 
 TEST(FsdpTrain, CheckpointOfFourFsdpRanksResumesUnderTwoDdpRanksAndOneProcess) {

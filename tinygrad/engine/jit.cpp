@@ -2,6 +2,7 @@
 // into inputs, state, fresh and fixed ones, sharing fixed intermediates, and replaying it.
 #include "tinygrad/engine/jit.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -266,9 +267,9 @@ namespace {
 // buffer, which would hold all of a step's intermediates at once. So intermediates whose lives
 // (first to last item that uses them) do not overlap share memory. A later item never uses a
 // buffer at the item where an earlier one's life ends (a kernel may read one view and write
-// another), and a buffer that a collective touches keeps its memory to the end of the list (the
-// collective may still run after its item; run_exec_items waits for it only before an item
-// that touches the same buffer object).
+// another), and a buffer that a collective touches keeps its memory until the collective has been
+// waited for: run_exec_items waits for it only before the first later item that touches one of
+// its buffer objects (or at the end of the list), and until then it may still run.
 //
 // Note [one arena for a captured step's intermediates]: where a buffer is an address
 // (Feature::AddressableMemory: host memory, CUDA), a device's intermediates are views into one
@@ -283,18 +284,31 @@ struct Intermediate {
   size_t first, last;
 };
 
+// Where run_exec_items waits for the collective at items[c]: before the first later item that
+// touches one of its buffers, or at the end (items.size()).
+size_t collective_waited_at(const std::vector<ExecItem>& items, size_t c) {
+  const auto& mine = items[c].item.buffers;
+  for (size_t j = c + 1; j < items.size(); j++)
+    for (auto& b : items[j].item.buffers)
+      if (std::find(mine.begin(), mine.end(), b) != mine.end()) return j;
+  return items.size();
+}
+
 // The fixed intermediates of a captured list, in order of first use.
 std::vector<Intermediate> intermediates(const std::vector<ExecItem>& items, const std::unordered_set<const Buffer*>& written) {
   std::vector<Intermediate> all;
   std::unordered_map<const Buffer*, size_t> index;
-  for (size_t i = 0; i < items.size(); i++)
+  for (size_t i = 0; i < items.size(); i++) {
+    const bool collective = items[i].item.kind == ScheduleItem::Kind::Collective;
+    const size_t until = collective ? collective_waited_at(items, i) : i;
     for (auto& b : items[i].item.buffers) {
       if (!b || !written.count(b.get()) || b->numel() == 0) continue;
       auto [it, fresh] = index.emplace(b.get(), all.size());
       if (fresh) all.push_back({b, i, i});
       auto& x = all[it->second];
-      x.last = std::max(x.last, items[i].item.kind == ScheduleItem::Kind::Collective ? items.size() : i);
+      x.last = std::max(x.last, until);
     }
+  }
   return all;
 }
 

@@ -377,6 +377,109 @@ NodeSet realize_points(const Graph& g) {
   return realize;
 }
 
+// ---- the order of collectives on resident data (Note [gathers one reader ahead]) ----
+
+// Note [gathers one reader ahead]: a collective whose input is resident data (existing buffers,
+// or one kernel that reads only existing buffers: fsdp's gather of a unit's parameter shards)
+// can be issued at any point of a schedule. Left where the graph's order puts it, just before
+// its first reader, that reader would wait for all of it; issued at the top, every such result
+// would be alive from the start. So these collectives, taken in the order of their first
+// readers, are each issued no later than just before the first reader of the one before them:
+// unit k+1's gather is queued on the communication thread before unit k's first kernel, runs
+// while unit k's kernels do, and is waited for only by unit k+1's first kernel, while at most
+// about two units' results are alive (each is freed after its last reader, Note [intermediates
+// die after their last reader] in engine/realize.cpp). The first of them stays where it is, and
+// none is moved later than the order had it (outputs listed first stay at the top). The kernel
+// that makes the input moves with its collective; it reads existing buffers only, and buffers
+// are never written twice, so any earlier place computes the same value.
+
+// The realize points that must run to issue collective c (its input's kernel, when it has one,
+// then c), or nothing when c's input is not resident data.
+std::vector<const UOp*> resident_collective(const UOp* c, const NodeSet& realize, const NodeSet& joined) {
+  const UOp* in = c->src[0].get();
+  std::vector<const UOp*> stack{in};
+  NodeSet seen;
+  while (!stack.empty()) {
+    const UOp* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second || existing_buffer(n)) continue;
+    if (is_collective(*n) || (n != in && realize.count(n)) || joined.count(n)) return {};
+    for (auto& s : n->src) stack.push_back(s.get());
+  }
+  if (existing_buffer(in)) return {c};
+  return {in, c};
+}
+
+// The position in `order` of the first realize point whose kernel reads c (reached through
+// nodes computed inline), or order.size() when none does.
+size_t first_reader(const UOp* c, const Readers& readers, const NodeSet& realize,
+                    const std::unordered_map<const UOp*, size_t>& pos, size_t none) {
+  size_t first = none;
+  std::vector<const UOp*> stack{c};
+  NodeSet seen;
+  while (!stack.empty()) {
+    const UOp* n = stack.back();
+    stack.pop_back();
+    auto it = readers.find(n);
+    if (it == readers.end()) continue;
+    for (const UOp* r : it->second) {
+      if (!seen.insert(r).second) continue;
+      if (realize.count(r)) first = std::min(first, pos.at(r));
+      else stack.push_back(r);
+    }
+  }
+  return first;
+}
+
+// The order in which create_schedule makes items: g.order, with the collectives on resident
+// data moved up (Note [gathers one reader ahead]).
+std::vector<UOpPtr> issue_order(const Graph& g, const NodeSet& realize,
+                                const std::unordered_map<const UOp*, std::vector<UOpPtr>>& several) {
+  NodeSet joined;
+  for (auto& [k, us] : several) {
+    joined.insert(k);
+    for (auto& u : us) joined.insert(u.get());
+  }
+  std::unordered_map<const UOp*, size_t> pos;
+  for (size_t i = 0; i < g.order.size(); i++) pos[g.order[i].get()] = i;
+  struct Moved {
+    std::vector<const UOp*> items;
+    size_t reader;
+  };
+  std::vector<Moved> ahead;
+  Readers readers;
+  for (auto& u : g.order) {
+    if (!is_collective(*u) || !realize.count(u.get()) || existing_buffer(u.get())) continue;
+    auto items = resident_collective(u.get(), realize, joined);
+    if (items.empty()) continue;
+    if (readers.empty()) readers = readers_of(g);
+    size_t reader = first_reader(u.get(), readers, realize, pos, g.order.size());
+    if (reader < g.order.size()) ahead.push_back({items, reader});
+  }
+  if (ahead.size() < 2) return g.order;
+  std::stable_sort(ahead.begin(), ahead.end(), [](const Moved& a, const Moved& b) { return a.reader < b.reader; });
+  std::unordered_map<size_t, std::vector<const UOp*>> before;  // position -> the items issued just before it
+  NodeSet moved;
+  for (size_t k = 1; k < ahead.size(); k++) {
+    const size_t at = ahead[k - 1].reader;
+    for (const UOp* u : ahead[k].items) {
+      if (pos.at(u) < at) continue;  // never later than the order had it
+      before[at].push_back(u);
+      moved.insert(u);
+    }
+  }
+  std::unordered_map<const UOp*, UOpPtr> node_of;
+  for (auto& u : g.order) node_of[u.get()] = u;
+  std::vector<UOpPtr> out;
+  out.reserve(g.order.size());
+  for (size_t i = 0; i < g.order.size(); i++) {
+    if (auto it = before.find(i); it != before.end())
+      for (const UOp* u : it->second) out.push_back(node_of.at(u));
+    if (!moved.count(g.order[i].get())) out.push_back(g.order[i]);
+  }
+  return out;
+}
+
 // ---- schedule items ----
 
 // Makes the buffers and schedule items of the realize points, visited sources first.
@@ -507,8 +610,10 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
                                           std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
   Graph g = graph_to_compute(outputs);
   NodeSet realize = realize_points(g);
-  ItemMaker maker(realize, kernels_with_several_outputs(g, realize));
-  for (auto& u : g.order) {
+  auto several = kernels_with_several_outputs(g, realize);
+  std::vector<UOpPtr> order = issue_order(g, realize, several);  // Note [gathers one reader ahead]
+  ItemMaker maker(realize, std::move(several));
+  for (auto& u : order) {
     if (!realize.count(u.get()) || existing_buffer(u.get())) continue;
     auto out = maker.add(u);
     bool keeps = u->op == Op::CUSTOM_GRAD || u->op == Op::TEMPLATE_KERNEL;
