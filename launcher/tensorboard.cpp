@@ -110,7 +110,7 @@ std::string encode_event(const Event& e) {
     }
     put_bytes(out, 5, summary);
   }
-  if (e.session_start) put_bytes(out, 6, std::string{'\x08', '\x01'});  // SessionLog{status: START}
+  if (e.session_start) put_bytes(out, 7, std::string{'\x08', '\x01'});  // Event.session_log = SessionLog{status: START}
   return out;
 }
 

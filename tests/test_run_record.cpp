@@ -297,7 +297,7 @@ Event decode_event(std::string_view data) {
         }
         break;
       }
-      case (6 << 3 | 2): e.session_start = r.bytes() == std::string_view("\x08\x01", 2); break;
+      case (7 << 3 | 2): e.session_start = r.bytes() == std::string_view("\x08\x01", 2); break;  // Event.session_log
       default: throw std::runtime_error("Event: unexpected field key " + std::to_string(key));
     }
   }
@@ -349,6 +349,10 @@ TEST(LauncherTensorBoard, Crc32cAndEventEncodingMatchTheFormat) {
   back = decode_event(encode_event(scalars));
   EXPECT_EQ(back.step, 300);
   EXPECT_EQ(back.scalars, scalars.scalars);
+  // A restart: Event{wall_time, step: 5, session_log (field 7): SessionLog{status: START}}, the
+  // field TensorBoard's EventAccumulator purges on (field 6 is the deprecated log_message).
+  Event start{.wall_time = 1.5, .step = 5, .session_start = true};
+  EXPECT_EQ(encode_event(start), std::string("\x09\x00\x00\x00\x00\x00\x00\xf8\x3f\x10\x05\x3a\x02\x08\x01", 15));
   std::string rec = tfrecord("abc");
   ASSERT_EQ(rec.size(), 8u + 4 + 3 + 4);
   EXPECT_EQ(rec.substr(0, 8), std::string("\x03\0\0\0\0\0\0\0", 8));
