@@ -87,7 +87,8 @@ TEST(GPT, IsCausal) {
   EXPECT_TRUE(later_changed);
 }
 
-// bfloat16 autocast (set_compute_dtype) covers the attention's products too: the logits move by
+// bfloat16 autocast (set_compute_dtype) covers the attention's products and the tied output
+// projection too (the head's weight is cast to bfloat16 for its product): the logits move by
 // bfloat16's rounding, not more.
 TEST(GPT, ComputesInBfloat16) {
   Tensor::manual_seed(9);
@@ -97,6 +98,11 @@ TEST(GPT, ComputesInBfloat16) {
   m.set_compute_dtype(DType::BFloat16);
   Tensor logits = m(x);
   EXPECT_EQ(logits.dtype(), DType::Float32);
+  const Shape head{tiny().n_embd, tiny().vocab_size};  // wte.weight^T
+  auto nodes = toposort({logits.uop()});
+  EXPECT_TRUE(std::any_of(nodes.begin(), nodes.end(), [&](const UOpPtr& n) {
+    return n->op == Op::CAST && n->dtype == DType::BFloat16 && n->shape == head;
+  })) << "the output projection's product is not in bfloat16";
   auto bf = logits.to_vector<float>();
   double diff = 0, norm = 0;
   for (size_t i = 0; i < f32.size(); i++) diff = std::max(diff, std::abs(static_cast<double>(bf[i] - f32[i]))),

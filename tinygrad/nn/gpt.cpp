@@ -176,7 +176,12 @@ Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
   for (size_t i = 0; i < transformer.h.size(); i++)
     x = dynamic_cast<GPTBlock&>(transformer.h[i]).forward(x, caches ? &(*caches)[i] : nullptr);
   x = transformer.ln_f(x);
-  return x.matmul(transformer.wte.weight.transpose(0, 1));
+  // with a compute dtype the head's product runs in it too, like a Linear's (Note [compute dtype]
+  // in layers.cpp): the logits come back in float32 for the loss
+  Tensor head = transformer.wte.weight.transpose(0, 1);
+  std::optional<DType> cd = compute_dtype();
+  if (!cd) return x.matmul(head);
+  return x.cast(*cd).matmul(head.cast(*cd)).cast(x.dtype());
 }
 
 // ---- sampling ----
