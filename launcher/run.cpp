@@ -231,7 +231,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
     if (!init.empty()) trainer.load_weights(init);
     if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
     RunRecord record{.command_line = opt.command_line, .config_name = cfg.name, .world_size = trainer.world_size()};
-    record.devices = group ? all_strings(*group, default_device()) : std::vector<std::string>{default_device()};
+    record.devices = group ? all_strings(*group, trainer.rank_devices()) : std::vector<std::string>{trainer.rank_devices()};
     if (!lead) {
       // zero1, fsdp: every rank writes its shard whenever rank 0 writes a checkpoint
       const std::string& strategy = cfg.get_string("distributed.strategy");

@@ -50,7 +50,7 @@ struct RunRecord {
   std::vector<std::string> command_line;  // argv as given (empty when run_train was called directly)
   std::string config_name, config_file;   // the config's name; the resolved config written beside
   int resume_index = 0;
-  std::vector<std::string> devices;  // each rank's device, rank 0 first
+  std::vector<std::string> devices;  // each rank's devices (comma-separated: Trainer::rank_devices), rank 0 first
   std::string device_description;    // rank 0's device, described
   int world_size = 1;
   InitialWeights initial_weights;

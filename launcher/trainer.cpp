@@ -267,6 +267,14 @@ void Trainer::check_devices_fit() const {
   TG_CHECK(micro % n == 0, "config: data.batch_size ", batch, share, " does not split over the ", n, " devices of train.devices");
 }
 
+std::string Trainer::rank_devices() const {
+  const auto& list = !devices_.empty() ? devices_ : tp_devices_;
+  if (list.empty()) return default_device();
+  std::string out;
+  for (const auto& d : list) out += (out.empty() ? "" : ",") + d;
+  return out;
+}
+
 // Note [tensor parallel over devices]: model.tensor_parallel=N splits the model's layers over N
 // devices of the default device's backend (Note [tensor parallel] in tinygrad/nn/module.cpp)
 // once it is built, before the optimizer, whose state then follows each parameter's layout. Each

@@ -133,6 +133,9 @@ class Trainer {
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   int rank() const { return group_ ? group_->rank() : 0; }
   int world_size() const { return group_ ? group_->size() : 1; }
+  // The devices this rank trains on, comma-separated ("CPU:0,CPU:1" under train.devices=2 or
+  // model.tensor_parallel=2; the default device alone otherwise), as run.json records them.
+  std::string rank_devices() const;
   dist::DataParallel* data_parallel() { return dp_.get(); }
   // The step's JIT (see Note [the trainer's step under TinyJit] in trainer.cpp).
   const TinyJit& jit() const { return *jit_; }

@@ -249,6 +249,8 @@ TEST(LauncherTrainer, DataParallelOverDevicesMatchesOneDevice) {
   // at least the two gradients of each step the rewrite sees: the first and the one TinyJit
   // captures (the replays run the captured collectives without rewriting)
   EXPECT_GE(multi_stats().allreduces - allreduces, 2u * 2u);
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(four / "run.json"))["devices"],
+            nlohmann::json({"CPU,CPU:1,CPU:2,CPU:3"}));  // run.json names every device of the rank
   auto a = train_losses(one), b = train_losses(four);
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), a.size());

@@ -2,7 +2,7 @@
 # `tg train configs/fmnist_mlp.yaml train.devices=2` under `mpirun -np 2` (ddp, each rank over two
 # virtual CPU devices, 20 steps): it ends with the parameters of the same global batch over
 # 4 ranks of one device (within 1e-5), rank 0 alone writes the run directory, run.json names
-# every rank's device, and its step-10 checkpoint resumed over 2 ranks x 2 devices ends on the
+# both devices of every rank, and its step-10 checkpoint resumed over 2 ranks x 2 devices ends on the
 # same parameters bit for bit. Exit 77 (skipped) without Fashion-MNIST.
 # Usage: dist_devices_train.sh TG SOURCE_DIR MPIEXEC
 set -u
@@ -26,7 +26,7 @@ tail -n 3 devices.out
 python3 "$src/tests/scripts/compare_checkpoints.py" "$work/devices/$FINAL" "$work/ranks/$FINAL" 1e-5 ||
   no "2 ranks x 2 devices and 4 ranks x 1 device end with different parameters"
 grep -q '"world_size": 2' "$work/devices/run.json" || no "run.json does not name a world of 2"
-[ "$(grep -c '"CPU"' "$work/devices/run.json")" -ge 2 ] || no "run.json does not name both ranks' devices"
+[ "$(grep -c '"CPU,CPU:1"' "$work/devices/run.json")" -ge 2 ] || no "run.json does not name both devices of both ranks"
 grep -q 'test accuracy' "$work/devices/train.log" || no "train.log has no evaluation"
 
 cp -r "$work/devices" "$work/resumed" && rm "$work/resumed/$FINAL"
