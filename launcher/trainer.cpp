@@ -269,10 +269,7 @@ void Trainer::check_devices_fit() const {
 
 std::string Trainer::rank_devices() const {
   const auto& list = !devices_.empty() ? devices_ : tp_devices_;
-  if (list.empty()) return default_device();
-  std::string out;
-  for (const auto& d : list) out += (out.empty() ? "" : ",") + d;
-  return out;
+  return list.empty() ? default_device() : join_devices(list);
 }
 
 // Note [tensor parallel over devices]: model.tensor_parallel=N splits the model's layers over N
@@ -330,7 +327,7 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   model_ = make_model(cfg_);
   TG_CHECK(model_, "model '", cfg_.get_string("model.name"), "': the factory returned no model");
   if (auto* gpt = dynamic_cast<nn::GPT*>(model_.get())) flops_per_token_ = gpt_flops_per_token(*gpt);
-  // train.precision=bf16: Note [compute dtype] in tinygrad/nn/layers.cpp (training and evaluation)
+  // train.precision=bf16: Note [compute dtype] in tinygrad/nn/layers.h (training and evaluation)
   if (cfg_.get_string("train.precision") == "bf16") model_->set_compute_dtype(DType::BFloat16);
   if (!devices_.empty())
     for (Tensor* p : model_->parameters()) p->shard_(devices_);  // Note [data parallel over devices]

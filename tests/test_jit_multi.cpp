@@ -45,6 +45,20 @@ using MakeOpt = std::function<std::unique_ptr<nn::Optimizer>(std::vector<Tensor*
 const MakeOpt sgd = [](std::vector<Tensor*> ps) { return std::make_unique<nn::SGD>(std::move(ps), 0.05, 0.9); };
 const MakeOpt adamw = [](std::vector<Tensor*> ps) { return std::make_unique<nn::AdamW>(std::move(ps), 1e-2); };
 
+// A training step of `model` over the four devices for a TinyJit: the batch split across them
+// (data parallel) or replicated on each (tensor parallel), the loss's gradients, one update.
+TinyJit::StepFn mlp_step(nn::Module& model, nn::Optimizer& opt, Layout layout = Layout::DataParallel) {
+  return [&model, &opt, layout](const Tensors& in) {
+    Tensor x = layout == Layout::DataParallel ? in[0].shard(kFour, 0) : in[0].to(kFour);
+    Tensor y = layout == Layout::DataParallel ? in[1].shard(kFour, 0) : in[1].to(kFour);
+    Tensor loss = model(x).sparse_categorical_crossentropy(y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step({loss});
+    return Tensors{loss};
+  };
+}
+
 struct Trained : testutil::StepResults {
   int64_t captures = 0, replays = 0;
   std::string disabled_reason;
@@ -60,15 +74,7 @@ Trained train(Layout layout, const MakeOpt& make_opt, int jit) {
   else
     model->tensor_parallel(kFour);
   auto opt = make_opt(model->parameters());
-  TinyJit step([&](const Tensors& in) {
-    Tensor x = layout == Layout::DataParallel ? in[0].shard(kFour, 0) : in[0].to(kFour);
-    Tensor y = layout == Layout::DataParallel ? in[1].shard(kFour, 0) : in[1].to(kFour);
-    Tensor loss = (*model)(x).sparse_categorical_crossentropy(y);
-    opt->zero_grad();
-    loss.backward();
-    opt->step({loss});
-    return Tensors{loss};
-  });
+  TinyJit step(mlp_step(*model, *opt, layout));
   Tensors losses;
   for (int s = 0; s < kSteps; s++) {
     opt->lr = 0.01 * (s + 1);
@@ -126,13 +132,7 @@ TEST(JitMulti, ReplaysScheduleCompileAndRewriteNothing) {
   auto model = make_mlp();
   for (Tensor* p : model->parameters()) p->shard_(kFour);
   nn::SGD opt(model->parameters(), 0.05, 0.9);
-  TinyJit step([&](const Tensors& in) {
-    Tensor loss = (*model)(in[0].shard(kFour, 0)).sparse_categorical_crossentropy(in[1].shard(kFour, 0));
-    opt.zero_grad();
-    loss.backward();
-    opt.step({loss});
-    return Tensors{loss};
-  });
+  TinyJit step(mlp_step(*model, opt));
   auto [x0, y0] = batch(0);
   step({x0, y0});
   auto& c = GlobalCounters::get();
@@ -164,13 +164,7 @@ TEST(JitMulti, StateReplacedBetweenCallsIsSeen) {
     auto model = make_mlp();
     for (Tensor* p : model->parameters()) p->shard_(kFour);
     nn::SGD opt(model->parameters(), 0.05);
-    TinyJit step([&](const Tensors& in) {
-      Tensor loss = (*model)(in[0].shard(kFour, 0)).sparse_categorical_crossentropy(in[1].shard(kFour, 0));
-      opt.zero_grad();
-      loss.backward();
-      opt.step({loss});
-      return Tensors{loss};
-    });
+    TinyJit step(mlp_step(*model, opt));
     std::vector<float> losses;
     for (int s = 0; s < 5; s++) {
       if (s == 3)

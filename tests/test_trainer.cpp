@@ -206,7 +206,7 @@ TEST(LauncherRunDir, ResumePassesOverDamagedCheckpointsAndSaysWhy) {
   for (const auto& p : {dir, init}) fs::remove_all(p);
 }
 
-// train.precision=bf16 (Note [compute dtype] in tinygrad/nn/layers.cpp): an MLP learns as it does
+// train.precision=bf16 (Note [compute dtype] in tinygrad/nn/layers.h): an MLP learns as it does
 // in float32, and its parameters and optimizer state stay float32.
 TEST(LauncherTrainer, Bf16PrecisionTrainsLikeFloat32) {
   std::map<std::string, std::vector<std::pair<int64_t, double>>> losses;

@@ -68,7 +68,7 @@ Tensor CausalSelfAttention::attend(const Tensor& x, KVCache* cache) {
   int64_t b = x.shape(0), t = x.shape(1), d = x.shape(2), hd = d / n_head;
   // [B, T, 3D] -> three [B, H, T, hd]
   Tensors qkv = c_attn(x).reshape({b, t, 3, n_head, hd}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
-  // with a compute dtype the attention's products run in it too (Note [compute dtype] in layers.cpp;
+  // with a compute dtype the attention's products run in it too (Note [compute dtype] in layers.h;
   // its softmax stays float32: Note [attention as a composition])
   std::optional<DType> cd = compute_dtype();
   auto head = [&](const Tensor& z) {
@@ -177,11 +177,9 @@ Tensor GPT::forward(const Tensor& idx, std::vector<KVCache>* caches) {
     x = dynamic_cast<GPTBlock&>(transformer.h[i]).forward(x, caches ? &(*caches)[i] : nullptr);
   x = transformer.ln_f(x);
   // with a compute dtype the head's product runs in it too, like a Linear's (Note [compute dtype]
-  // in layers.cpp): the logits come back in float32 for the loss
-  Tensor head = transformer.wte.weight.transpose(0, 1);
-  std::optional<DType> cd = compute_dtype();
-  if (!cd) return x.matmul(head);
-  return x.cast(*cd).matmul(head.cast(*cd)).cast(x.dtype());
+  // in layers.h): the logits come back in float32 for the loss
+  return at_compute_dtype(compute_dtype(), x, transformer.wte.weight.transpose(0, 1),
+                          [](const Tensor& a, const Tensor& w) { return a.matmul(w); });
 }
 
 // ---- sampling ----

@@ -29,21 +29,6 @@ void check_positive(const char* layer, const char* what, int64_t v) {
   TG_CHECK(v > 0, layer, ": ", what, " must be positive, got ", v);
 }
 
-// Note [compute dtype]: with a compute dtype (Module::set_compute_dtype; `train.precision: bf16`
-// in the trainer), Linear and Conv2d cast their input and weight to it, run the matmul or
-// convolution there (products and sums in float32, the result rounded to the compute dtype:
-// Note [half products in float32] in tensor_nn.cpp) and cast the result back to the dtype they
-// return without one; the bias is added after that, in that dtype. Activations, normalisation
-// and the loss stay in float32. Autograd differentiates the casts: the output gradient is rounded
-// to the compute dtype at the layer, the input and weight gradients come from the rounded
-// operands, and the weight gradient is cast back to the weight's dtype, so the optimizer updates
-// float32 master weights with float32 gradients. The casts fuse into the kernels around them.
-template <class Op>
-Tensor at_compute_dtype(std::optional<DType> compute, const Tensor& x, const Tensor& weight, Op op) {
-  if (!compute) return op(x, weight);
-  return op(x.cast(*compute), weight.cast(*compute)).cast(promote(x.dtype(), weight.dtype()));
-}
-
 }  // namespace
 
 // ---- Linear ----

@@ -12,6 +12,22 @@
 
 namespace tg::nn {
 
+// Note [compute dtype]: with a compute dtype (Module::set_compute_dtype; `train.precision: bf16`
+// in the trainer), Linear and Conv2d cast their input and weight to it, run the matmul or
+// convolution there (products and sums in float32, the result rounded to the compute dtype:
+// Note [half products in float32] in tensor_nn.cpp) and cast the result back to the dtype they
+// return without one; the bias is added after that, in that dtype. Activations, normalisation
+// and the loss stay in float32. Autograd differentiates the casts: the output gradient is rounded
+// to the compute dtype at the layer, the input and weight gradients come from the rounded
+// operands, and the weight gradient is cast back to the weight's dtype, so the optimizer updates
+// float32 master weights with float32 gradients. The casts fuse into the kernels around them.
+// `op` is the product (a linear, a convolution, a matmul) of the two operands it is given.
+template <class Op>
+Tensor at_compute_dtype(std::optional<DType> compute, const Tensor& x, const Tensor& weight, Op op) {
+  if (!compute) return op(x, weight);
+  return op(x.cast(*compute), weight.cast(*compute)).cast(promote(x.dtype(), weight.dtype()));
+}
+
 // y = x @ weight.T + bias; weight [out, in], bias [out], both U(-1/sqrt(in), 1/sqrt(in))
 // (PyTorch's kaiming_uniform(a=sqrt(5)) for the weight and its fan-in bound for the bias).
 class Linear : public Module {

@@ -58,7 +58,7 @@ class Module {
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 
-  // Mixed precision (Note [compute dtype] in layers.cpp) for this module and all descendants:
+  // Mixed precision (Note [compute dtype] in layers.h) for this module and all descendants:
   // Linear and Conv2d cast their input and weight to `t` (bfloat16, float16) for the matmul or
   // convolution and return the result in the input's dtype; parameters keep their own dtype
   // (float32 master weights), so gradients and optimizer state stay in it too. nullopt (the
