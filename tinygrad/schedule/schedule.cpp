@@ -435,6 +435,7 @@ size_t first_reader(const UOp* c, const Readers& readers, const NodeSet& realize
 // data moved up (Note [gathers one reader ahead]).
 std::vector<UOpPtr> issue_order(const Graph& g, const NodeSet& realize,
                                 const std::unordered_map<const UOp*, std::vector<UOpPtr>>& several) {
+  if (std::none_of(g.order.begin(), g.order.end(), [](const UOpPtr& u) { return is_collective(*u); })) return g.order;
   NodeSet joined;
   for (auto& [k, us] : several) {
     joined.insert(k);
