@@ -14,6 +14,8 @@
 #include "tinygrad/device.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/lazy.h"
+#include "tinygrad/schedule/library_operands.h"
 #include "tinygrad/schedule/match_matmul.h"
 #include "tinygrad/schedule/schedule.h"
 
@@ -139,6 +141,84 @@ TEST(MatchMatmul, CpuRunsGeneratedKernels) {
   auto spec = spec_of(input({8, 8}, 1).matmul(input({8, 8}, 2)));
   ASSERT_TRUE(spec);
   EXPECT_EQ(get_device("CPU").get_matmul_program(*spec), nullptr);
+}
+
+// ---- Note [library operands] in schedule/library_operands.cpp --------------------------------
+
+// The first MUL below `root` (depth first), or null.
+UOpPtr first_mul(const UOpPtr& root) {
+  if (root->op == Op::MUL) return root;
+  for (auto& s : root->src)
+    if (UOpPtr m = first_mul(s)) return m;
+  return nullptr;
+}
+
+// `root` rebuilt with `from` replaced by `to`.
+UOpPtr replaced(const UOpPtr& root, const UOp* from, const UOpPtr& to) {
+  if (root.get() == from) return to;
+  std::vector<UOpPtr> src = root->src;
+  bool changed = false;
+  for (auto& s : src)
+    if (UOpPtr r = replaced(s, from, to); r != s) s = r, changed = true;
+  return changed ? make_uop(root->op, root->dtype, std::move(src), root->arg, root->shape, root->device) : root;
+}
+
+// The specs of the products among t's kernels (their inputs realized).
+std::vector<MatmulSpec> product_specs(const UOpPtr& root) {
+  std::vector<MatmulSpec> specs;
+  for (auto& item : create_schedule({root})) {
+    if (item.kind != ScheduleItem::Kind::Kernel) continue;
+    std::vector<DType> dtypes;
+    for (auto& b : item.buffers) dtypes.push_back(b->dtype());
+    if (auto spec = match_matmul(item.ast, dtypes)) specs.push_back(*spec);
+  }
+  return specs;
+}
+
+// Attention's output [B, H, T, D] read as [B*T, H*D] by its projection has no strides: the
+// permuted view below the reshape is replaced by a contiguous copy (in [B, T, H, D] order), after
+// which the product is a library product with the same values. A transposed weight keeps its
+// strided read.
+TEST(LibraryOperands, MergedDimsThatAreNotOneBlockAreCopied) {
+  Tensor y = input({2, 4, 64, 16}, 1), w = input({48, 64}, 2);
+  Tensor rows = y.permute({0, 2, 1, 3}).reshape({128, 64});
+  Tensor out = rows.matmul(w.T());
+  EXPECT_TRUE(product_specs(out.uop()).empty());
+  UOpPtr mul = first_mul(out.uop());
+  ASSERT_TRUE(mul);
+  const UOpPtr& permuted = rows.uop()->src[0];
+  EXPECT_EQ(library_copy_point(mul->src[0]), permuted.get());
+  EXPECT_EQ(library_copy_point(mul->src[1]), nullptr);  // W^T is a strided view
+  UOpPtr rewritten = replaced(out.uop(), permuted.get(), lazy::contiguous(permuted));
+  auto specs = product_specs(rewritten);
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(sizes(specs[0]), (std::vector<int64_t>{1, 128, 48, 64}));
+  EXPECT_EQ(Tensor(rewritten).to_vector<float>(), out.to_vector<float>());
+  // the weight gradient's product copies the same node
+  Tensor grad = rows.T().matmul(input({128, 48}, 3));
+  EXPECT_EQ(library_copy_point(first_mul(grad.uop())->src[0]), permuted.get());
+  // plain, transposed and batched operands are strided views already
+  for (const Tensor& t : {input({32, 64}, 4).matmul(w.T()), input({3, 32, 64}, 5).matmul(input({3, 64, 40}, 6))})
+    for (auto& side : first_mul(t.uop())->src) EXPECT_EQ(library_copy_point(side), nullptr);
+}
+
+// A fused q, k, v gradient: the sum of three parts [3, B, H, T, D] read as [B*T, 3*H*D] is
+// computed into the copy in the product's order; small products (each element of the operand
+// used fewer than 32 times) keep their reads.
+TEST(LibraryOperands, ComputedOperandsAreComputedIntoTheCopy) {
+  Tensor parts = input({3, 2, 4, 64, 16}, 7), w = input({192, 64}, 8);
+  Tensor rows = (parts + parts.exp()).permute({1, 3, 0, 2, 4}).reshape({128, 192});
+  Tensor grad_in = rows.matmul(w);
+  const UOpPtr& permuted = rows.uop()->src[0];
+  ASSERT_EQ(library_copy_point(first_mul(grad_in.uop())->src[0]), permuted.get());
+  EXPECT_EQ(permuted->shape, (Shape{2, 64, 3, 4, 16}));
+  UOpPtr rewritten = replaced(grad_in.uop(), permuted.get(), lazy::contiguous(permuted));
+  EXPECT_EQ(product_specs(rewritten).size(), 1u);
+  std::vector<float> a = Tensor(rewritten).to_vector<float>(), b = grad_in.to_vector<float>();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); i++) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(b[i]))) << i;
+  Tensor small = input({2, 4, 8, 16}, 9).permute({0, 2, 1, 3}).reshape({16, 64}).matmul(input({64, 8}, 10));
+  EXPECT_EQ(library_copy_point(first_mul(small.uop())->src[0]), nullptr);
 }
 
 // ---- CUDA ------------------------------------------------------------------------------------
@@ -340,6 +420,45 @@ TEST_F(CudaMatmul, ComputedOperandsOfATrainingStepAreBuffers) {
   int products = 0;
   for (auto& n : lib_names) products += n.rfind("matmul_", 0) == 0;
   EXPECT_EQ(products, 5) << ::testing::PrintToString(lib_names);
+  ASSERT_EQ(lib.size(), gen.size());
+  for (size_t i = 0; i < lib.size(); i++)
+    ASSERT_NEAR(lib[i], gen[i], 1e-4 * (1 + std::fabs(gen[i]))) << "gradient element " << i;
+}
+
+// GPT-2's attention around the products (Note [library operands]): the projection reads the
+// attention output [B, H, T, D] as [B*T, H*D], and the fused q, k, v projection's gradients read
+// the sum of the three heads' gradients the same way. Every product of the step (two forward,
+// four backward) runs through the library, with the generated kernels' gradients.
+TEST_F(CudaMatmul, AttentionLayoutOperandsAreCopiedForTheLibrary) {
+  auto step = [this](bool library, std::vector<std::string>& names) {
+    matmul_lib_.set(library ? 1 : 0);
+    Tensor x = rnd({2, 64, 64}, 31, -1, 1).to("CUDA").realize();
+    Tensor w_qkv = rnd({192, 64}, 32, -0.3, 0.3).to("CUDA").realize();
+    Tensor w_proj = rnd({64, 64}, 33, -0.3, 0.3).to("CUDA").realize();
+    Tensor b_qkv = rnd({192}, 34, -0.3, 0.3).to("CUDA").realize();
+    for (Tensor* p : {&w_qkv, &w_proj, &b_qkv}) p->requires_grad_();
+    Tensors qkv = x.linear(w_qkv, b_qkv).reshape({2, 64, 3, 4, 16}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
+    Tensor heads = qkv[0].squeeze(0) * qkv[1].squeeze(0).tanh() + qkv[2].squeeze(0);  // [B, H, T, D]
+    Tensor loss = heads.permute({0, 2, 1, 3}).reshape({2, 64, 64}).linear(w_proj).square().sum();
+    Tensors grads = loss.gradients({w_qkv, w_proj, b_qkv});
+    grads.push_back(loss);
+    ExecRecorder rec = [&](const ExecItem& e) { names.push_back(e.launch.name); };
+    ExecRecorder* prev = set_exec_recorder(&rec);
+    Tensor::realize_all(grads);
+    set_exec_recorder(prev);
+    std::vector<float> all;
+    for (auto& g : grads)
+      for (float v : g.to_vector<float>()) all.push_back(v);
+    return all;
+  };
+  std::vector<std::string> lib_names, gen_names;
+  std::vector<float> lib = step(true, lib_names), gen = step(false, gen_names);
+  int products = 0;
+  for (auto& n : lib_names) products += n.rfind("matmul_", 0) == 0;
+  EXPECT_EQ(products, 5) << ::testing::PrintToString(lib_names);
+  int copies = 0;  // the attention output's and the q, k, v gradient's, nothing more
+  for (auto& n : lib_names) copies += n.rfind("E_", 0) == 0;
+  EXPECT_LE(copies, 3) << ::testing::PrintToString(lib_names);
   ASSERT_EQ(lib.size(), gen.size());
   for (size_t i = 0; i < lib.size(); i++)
     ASSERT_NEAR(lib[i], gen[i], 1e-4 * (1 + std::fabs(gen[i]))) << "gradient element " << i;

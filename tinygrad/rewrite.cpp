@@ -107,24 +107,31 @@ Linear linear_of(const UOpPtr& x) {
   l.terms.clear();
   for (auto& [k, v] : merged)
     if (v.second != 0) l.terms.push_back(v);
-  // (x // c) * (c*k) + (x % c) * k  ->  x * k
+  // (x // c) * (c*k) + (x % c) * k  ->  x * k, and (x // (c*d)) * (d*k) + ((x // c) % d) * k  ->
+  // (x // c) * k: the digits of an index that a reshape split, put back together
   bool combined = false;
-  for (size_t i = 0; i < l.terms.size(); i++) {
-    auto t = l.terms[i].first;
+  for (size_t i = 0; i < l.terms.size() && !combined; i++) {
+    UOpPtr t = l.terms[i].first;
     int64_t a = l.terms[i].second;
     if (t->op != Op::IDIV || t->src[1]->op != Op::CONST || a == 0) continue;
     auto c = static_cast<int64_t>(t->src[1]->const_value());
-    if (c <= 0 || a % c != 0) continue;
-    for (size_t j = 0; j < l.terms.size(); j++) {
-      auto& m = l.terms[j].first;
-      if (m->op == Op::MOD && m->src[0] == t->src[0] && is_const(m->src[1], static_cast<double>(c)) &&
-          l.terms[j].second * c == a) {
-        l.terms[i].second = 0;
-        l.terms[j].second = 0;
-        l.terms.push_back({t->src[0], a / c});
-        combined = true;
-        break;
-      }
+    if (c <= 0) continue;
+    for (size_t j = 0; j < l.terms.size() && !combined; j++) {
+      UOpPtr m = l.terms[j].first;
+      int64_t b = l.terms[j].second;
+      if (m->op != Op::MOD || m->src[1]->op != Op::CONST) continue;
+      auto d = static_cast<int64_t>(m->src[1]->const_value());
+      std::optional<std::pair<UOpPtr, int64_t>> whole;
+      if (m->src[0] == t->src[0] && d == c && b * c == a) whole = {{t->src[0], b}};
+      const UOpPtr& inner = m->src[0];
+      if (inner->op == Op::IDIV && inner->src[0] == t->src[0] && inner->src[1]->op == Op::CONST && d > 0 &&
+          static_cast<int64_t>(inner->src[1]->const_value()) * d == c && b * d == a)
+        whole = {{inner, b}};
+      if (!whole) continue;
+      l.terms[i].second = 0;
+      l.terms[j].second = 0;
+      l.terms.push_back(*whole);
+      combined = true;
     }
   }
   if (combined) {

@@ -1,5 +1,8 @@
 // Padded B rows: a layout the scheduler chooses for matrix products on devices whose policy says
-// pad_aliasing_rows (the CPU), by rewriting the lazy graph before it finds kernel boundaries.
+// pad_aliasing_rows (the CPU), by rewriting the lazy graph before it finds kernel boundaries. The
+// same rewrite copies transposed B (copy_transposed_b), rounds bfloat16 operands into buffers
+// (CpuLimits::bf16_dot) and copies the operands a matmul library cannot read (Note [library
+// operands] in library_operands.cpp).
 //
 // Note [padded B rows]: the register tile of a matmul reads a K-block x 16 panel of B, one cache
 // line from each of its rows. When a row of B is a multiple of 1 KB (256, 512, 1024 ... float32
@@ -45,6 +48,7 @@
 
 #include "tinygrad/device.h"
 #include "tinygrad/lazy.h"
+#include "tinygrad/schedule/library_operands.h"
 
 namespace tg {
 
@@ -262,15 +266,20 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
                                             const std::function<bool(const UOp*)>& is_input) {
   // the products to relay out, with their form and their device's policy
   std::unordered_map<const UOp*, std::pair<ProductForm, const DevicePolicy*>> products;
-  std::unordered_set<const UOp*> bf16_products;  // Note [bfloat16 operands in buffers]
+  std::unordered_set<const UOp*> bf16_products;     // Note [bfloat16 operands in buffers]
+  std::unordered_set<const UOp*> library_copies;  // nodes to copy: Note [library operands]
   for (auto& u : order) {
     if (u->op != Op::REDUCE_AXIS || is_input(u.get())) continue;
     auto form = product_of(*u);
     const DevicePolicy& policy = get_device(u->device).policy();
     if (form && (policy.pad_aliasing_rows || policy.copy_transposed_b)) products.emplace(form->mul, std::make_pair(*form, &policy));
-    if (const UOp* mul = summed_product(*u); mul && policy.cpu.bf16_dot) bf16_products.insert(mul);
+    const UOp* mul = summed_product(*u);
+    if (mul && policy.cpu.bf16_dot) bf16_products.insert(mul);
+    if (mul && runs_library_products(u->device))
+      for (auto& side : mul->src)
+        if (const UOp* node = library_copy_point(side)) library_copies.insert(node);
   }
-  if (products.empty() && bf16_products.empty()) return std::nullopt;
+  if (products.empty() && bf16_products.empty() && library_copies.empty()) return std::nullopt;
   // Note [products above products]: rebuild every node, sources first, and relay a product out
   // after its own sources were rebuilt: an MLP's second product reads the first one's rebuilt
   // output. (Relaying each product out of the original graph left the second product reading
@@ -287,6 +296,7 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
     UOpPtr now = changed ? with_src(*u, std::move(src)) : u;
     if (bf16_products.count(u.get()))
       if (auto buffered = with_bf16_buffers(*now)) now = buffered;
+    if (library_copies.count(u.get())) now = lazy::contiguous(now);
     if (auto p = products.find(u.get()); p != products.end())
       if (auto padded = padded_product(*now, p->second.first, *p->second.second)) now = padded;
     if (now == u) continue;

@@ -1,5 +1,6 @@
-// The scheduler's layout rewrite for matrix products whose B rows alias in the cache (Note
-// [padded B rows] in padded_rows.cpp), on devices whose policy says pad_aliasing_rows.
+// The scheduler's layout rewrite for matrix products: B rows that alias in the cache (Note
+// [padded B rows] in padded_rows.cpp) on devices whose policy says pad_aliasing_rows, and the
+// other per-product operand layouts listed at the top of padded_rows.cpp.
 #pragma once
 #include <functional>
 #include <optional>

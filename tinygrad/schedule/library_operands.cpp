@@ -1,0 +1,130 @@
+// Contiguous copies of the operands a matmul library cannot read (library_operands.h).
+//
+// Note [library operands]: a library matmul (cuBLASLt) reads each operand as a strided matrix,
+// batched at most once (Note [matching a matmul kernel] in match_matmul.cpp). A view that merges
+// dims which are not adjacent in memory has no such strides: GPT-2's attention output is
+// [B, H, T, D] in memory and its projection reads it as [B*T, H*D] through a permute and a
+// reshape; the gradient of its fused q, k, v is a sum over [3, B, H, T, D] read as [B*T, 3*H*D].
+// Those products fell back to generated tensor-core kernels at 7 TFLOP/s on an H200, 2.7 ms
+// each, against 0.1-0.4 ms in the library. So on a device whose products run through its
+// library, each product operand is followed from the product's MUL down through its views and
+// casts to the node they view, and its strides are carried back up: the source of the first
+// reshape that merges dims the strides cannot merge is replaced by a contiguous copy of it (the
+// scheduler's layout rewrite replaces the node itself, so that every reader of it shares the
+// copy: a projection and its weight gradient, each through a reshape of its own, and the column
+// sum of a bias gradient, which would otherwise recompute a computed operand through the same
+// strided view). A computed operand is computed into the copy, in the
+// permuted order, so the copy takes the place of its own buffer rather than adding one. One pass
+// over the operand against a product of at least MIN_REUSE times as many multiplies. Operands
+// below a PAD or a FLIP, or with a gather, are left as they are: the library does not take
+// masked or reversed reads either way, and their products stay generated kernels.
+#include "tinygrad/schedule/library_operands.h"
+
+#include <optional>
+#include <vector>
+
+#include "tinygrad/device.h"
+#include "tinygrad/knobs.h"
+
+namespace tg {
+
+namespace {
+
+using Strides = std::vector<int64_t>;
+
+// Note [library operands]: the operand's elements must be reused at least this many times.
+constexpr int64_t MIN_REUSE = 32;
+
+Strides contiguous_strides(const Shape& shape) {
+  Strides st(shape.size(), 0);
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    st[i] = shape[i] == 1 ? 0 : s;
+    s *= shape[i];
+  }
+  return st;
+}
+
+// The strides of `out` viewing a tensor of shape `in` with strides `st`, or nullopt where a group
+// of `in`'s dims that becomes one or several dims of `out` is not one block in memory.
+std::optional<Strides> reshaped(const Shape& in, const Strides& st, const Shape& out) {
+  std::vector<size_t> ins, outs;  // the dims other than 1
+  for (size_t i = 0; i < in.size(); i++)
+    if (in[i] != 1) ins.push_back(i);
+  for (size_t o = 0; o < out.size(); o++)
+    if (out[o] != 1) outs.push_back(o);
+  Strides res(out.size(), 0);
+  size_t i = 0, o = 0;
+  while (i < ins.size() && o < outs.size()) {
+    size_t i0 = i, o0 = o;
+    int64_t in_size = in[ins[i++]], out_size = out[outs[o++]];
+    while (in_size != out_size) {
+      if (in_size < out_size && i < ins.size()) in_size *= in[ins[i++]];
+      else if (out_size < in_size && o < outs.size()) out_size *= out[outs[o++]];
+      else return std::nullopt;
+    }
+    for (size_t k = i0; k + 1 < i; k++)  // the group's input dims must form one block
+      if (st[ins[k]] != st[ins[k + 1]] * in[ins[k + 1]]) return std::nullopt;
+    int64_t s = st[ins[i - 1]];
+    for (size_t k = o; k-- > o0;) {
+      res[outs[k]] = s;
+      s *= out[outs[k]];
+    }
+  }
+  if (i != ins.size() || o != outs.size()) return std::nullopt;
+  return res;
+}
+
+// The strides of view `v` from those of its source.
+std::optional<Strides> strides_above(const UOp& v, const Strides& below) {
+  switch (v.op) {
+    case Op::CAST:
+    case Op::SHRINK:
+      return below;
+    case Op::PERMUTE: {
+      Strides st(below.size());
+      for (size_t i = 0; i < st.size(); i++) st[i] = below[static_cast<size_t>(v.arg_ints()[i])];
+      return st;
+    }
+    case Op::EXPAND: {
+      Strides st = below;
+      for (size_t i = 0; i < st.size(); i++)
+        if (v.src[0]->shape[i] != v.shape[i]) st[i] = 0;
+      return st;
+    }
+    case Op::RESHAPE:
+      return reshaped(v.src[0]->shape, below, v.shape);
+    default:
+      return std::nullopt;
+  }
+}
+
+bool is_view(const UOp& u) {
+  return !u.realized && (u.op == Op::CAST || u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::EXPAND ||
+                         u.op == Op::SHRINK || u.op == Op::PAD || u.op == Op::FLIP);
+}
+
+}  // namespace
+
+bool runs_library_products(const std::string& device) {
+  return knobs::MATMUL_LIB.get() && get_device(device).supports(Feature::MatmulLibrary);
+}
+
+const UOp* library_copy_point(const UOpPtr& side) {
+  std::vector<const UOp*> chain;  // from side down to the node above the viewed one
+  const UOp* n = side.get();
+  for (; is_view(*n); n = n->src[0].get()) {
+    if (n->op == Op::PAD || n->op == Op::FLIP) return nullptr;
+    chain.push_back(n);
+  }
+  if (n->op == Op::GATHER || prod(side->shape) < MIN_REUSE * prod(n->shape)) return nullptr;
+  Strides st = contiguous_strides(n->shape);
+  for (size_t k = chain.size(); k-- > 0;) {
+    auto above = strides_above(*chain[k], st);
+    if (!above) return chain[k]->src[0].get();
+    st = *above;
+  }
+  return nullptr;
+}
+
+}  // namespace tg
