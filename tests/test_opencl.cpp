@@ -157,6 +157,50 @@ TEST_F(OpenCL, ConvolutionStepLayouts) {
   EXPECT_TRUE(kernels["r_32_32_5_5__8"].group_reduces.empty());
 }
 
+// Column sums of row-major tensors (a bias gradient, LayerNorm's weight gradient) laid out for
+// this device (Note [split column sums] in schedule/split_reduce.cpp, Note [column sums] in
+// codegen/opt_gpu.cpp): [16384, 768] in 128 parts of 128 rows, one thread per partial with 8
+// partial sums of rows, neighbouring threads on neighbouring columns, then 768 threads over the
+// 128 partials; [16, 1024, 768] over its first two axes the same way along the 1024; small or
+// short ones stay one kernel.
+TEST_F(OpenCL, ColumnSumLayouts) {
+  auto layouts = [](const Tensor& t) {
+    std::map<std::string, std::pair<LinearKernel, std::string>> out;
+    for (auto& item : create_schedule({t.uop()})) {
+      if (item.kind != ScheduleItem::Kind::Kernel) continue;
+      std::vector<DType> dtypes;
+      for (auto& b : item.buffers) dtypes.push_back(b->dtype());
+      const CodegenTarget cl = CodegenTarget::of(get_device("CL"));
+      auto choice = KernelChoice::generated(gpu_hand_coded_opts(item.ast, *cl.policy.gpu));
+      LinearKernel k = lower_with_choice(item.ast, dtypes, cl, choice).kernel;
+      out[k.name] = {k, choice.str()};
+    }
+    return out;
+  };
+  auto names = [](const auto& ks) {
+    std::string s;
+    for (auto& [n, k] : ks) s += n + " (" + k.second + ") ";
+    return s;
+  };
+  Tensor x = Tensor::empty({16384, 768});
+  auto ks = layouts(x.sum(0));
+  ASSERT_EQ(ks.size(), 2u) << names(ks);
+  ASSERT_TRUE(ks.count("r_128_768__16")) << names(ks);
+  const LinearKernel& parts = ks["r_128_768__16"].first;
+  EXPECT_EQ(ks["r_128_768__16"].second, "UNROLL(2,8)");
+  EXPECT_TRUE(parts.group_reduces.empty());
+  EXPECT_EQ(parts.global_size, (std::vector<int64_t>{768, 128}));  // columns on dimension 0
+  EXPECT_EQ(parts.local_size, (std::vector<int64_t>{256, 1}));
+  ASSERT_TRUE(ks.count("r_768__16")) << names(ks);
+  EXPECT_EQ(ks["r_768__16"].second, "UNROLL(1,8)");
+  EXPECT_EQ(ks["r_768__16"].first.global_size, (std::vector<int64_t>{768}));
+  auto ks3 = layouts(Tensor::empty({16, 1024, 768}).sum({0, 1}));
+  EXPECT_EQ(ks3.size(), 2u) << names(ks3);
+  EXPECT_TRUE(ks3.count("r_128_768__16")) << names(ks3);
+  EXPECT_EQ(layouts(Tensor::empty({1000, 77}).sum(0)).size(), 1u);
+  EXPECT_EQ(layouts(Tensor::empty({3, 5000}).sum(0)).size(), 1u);
+}
+
 TEST_F(OpenCL, ShortReductionsStayInOneThread) {
   Tensor x = rnd({64, 20}, 7);
   Tensor r = x.sum(1);
