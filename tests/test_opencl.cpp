@@ -158,45 +158,59 @@ TEST_F(OpenCL, ConvolutionStepLayouts) {
 }
 
 // Column sums of row-major tensors (a bias gradient, LayerNorm's weight gradient) laid out for
-// this device (Note [split column sums] in schedule/split_reduce.cpp, Note [column sums] in
-// codegen/opt_gpu.cpp): [16384, 768] in 128 parts of 128 rows, one thread per partial with 8
-// partial sums of rows, neighbouring threads on neighbouring columns, then 768 threads over the
-// 128 partials; [16, 1024, 768] over its first two axes the same way along the 1024; small or
-// short ones stay one kernel.
+// this device without running them (Note [split column sums] in schedule/split_reduce.cpp, Note
+// [column sums] in codegen/opt_gpu.cpp): [16384, 768] in 128 parts of 128 rows, 98304 threads
+// in 384 work-groups, neighbouring threads on neighbouring columns, each with 8 partial sums of
+// rows (the kernel's name counts the 16 trips left), then 768 threads over the 128 partials.
+// [16, 1024, 768] over its first two axes splits along the 1024; a weight gradient's contraction
+// and small or short sums stay one kernel without partial sums.
 TEST_F(OpenCL, ColumnSumLayouts) {
-  auto layouts = [](const Tensor& t) {
-    std::map<std::string, std::pair<LinearKernel, std::string>> out;
+  const CodegenTarget cl = CodegenTarget::of(get_device("CL"));
+  struct Lowered {
+    LinearKernel kernel;
+    std::string opts;
+  };
+  auto layouts = [&](const Tensor& t) {
+    std::map<std::string, Lowered> out;
     for (auto& item : create_schedule({t.uop()})) {
       if (item.kind != ScheduleItem::Kind::Kernel) continue;
       std::vector<DType> dtypes;
       for (auto& b : item.buffers) dtypes.push_back(b->dtype());
-      const CodegenTarget cl = CodegenTarget::of(get_device("CL"));
       auto choice = KernelChoice::generated(gpu_hand_coded_opts(item.ast, *cl.policy.gpu));
       LinearKernel k = lower_with_choice(item.ast, dtypes, cl, choice).kernel;
       out[k.name] = {k, choice.str()};
     }
     return out;
   };
-  auto names = [](const auto& ks) {
+  auto names = [](const std::map<std::string, Lowered>& ks) {
     std::string s;
-    for (auto& [n, k] : ks) s += n + " (" + k.second + ") ";
+    for (auto& [n, k] : ks) s += n + " (" + k.opts + ") ";
     return s;
   };
   Tensor x = Tensor::empty({16384, 768});
   auto ks = layouts(x.sum(0));
   ASSERT_EQ(ks.size(), 2u) << names(ks);
   ASSERT_TRUE(ks.count("r_128_768__16")) << names(ks);
-  const LinearKernel& parts = ks["r_128_768__16"].first;
-  EXPECT_EQ(ks["r_128_768__16"].second, "UNROLL(2,8)");
-  EXPECT_TRUE(parts.group_reduces.empty());
-  EXPECT_EQ(parts.global_size, (std::vector<int64_t>{768, 128}));  // columns on dimension 0
-  EXPECT_EQ(parts.local_size, (std::vector<int64_t>{256, 1}));
+  const Lowered& parts = ks["r_128_768__16"];
+  EXPECT_EQ(parts.opts, "UNROLL(2,8)");
+  EXPECT_TRUE(parts.kernel.group_reduces.empty());
+  EXPECT_EQ(parts.kernel.global_size, (std::vector<int64_t>{768, 128}));  // columns on dimension 0
+  EXPECT_EQ(parts.kernel.local_size, (std::vector<int64_t>{256, 1}));
   ASSERT_TRUE(ks.count("r_768__16")) << names(ks);
-  EXPECT_EQ(ks["r_768__16"].second, "UNROLL(1,8)");
-  EXPECT_EQ(ks["r_768__16"].first.global_size, (std::vector<int64_t>{768}));
-  auto ks3 = layouts(Tensor::empty({16, 1024, 768}).sum({0, 1}));
-  EXPECT_EQ(ks3.size(), 2u) << names(ks3);
-  EXPECT_TRUE(ks3.count("r_128_768__16")) << names(ks3);
+  EXPECT_EQ(ks["r_768__16"].opts, "UNROLL(1,8)");
+  EXPECT_EQ(ks["r_768__16"].kernel.global_size, (std::vector<int64_t>{768}));
+  // LayerNorm's weight gradient: the row statistics broadcast along the columns
+  Tensor g = Tensor::empty({16, 1024, 768}), mean = Tensor::empty({16, 1024, 1}), rstd = Tensor::empty({16, 1024, 1});
+  auto ln = layouts((g * ((g - mean) * rstd)).sum({0, 1}));
+  EXPECT_EQ(ln.size(), 2u) << names(ln);
+  ASSERT_TRUE(ln.count("r_128_768__16")) << names(ln);
+  EXPECT_EQ(ln["r_128_768__16"].opts, "UNROLL(3,8)");  // the 8 rows of a part, whole
+  EXPECT_EQ(ln["r_128_768__16"].kernel.global_size, (std::vector<int64_t>{768, 128}));
+  // a weight gradient [16384, 64] x [16384, 64]: no column sum
+  Tensor a = Tensor::empty({16384, 64}), b = Tensor::empty({16384, 64});
+  auto wgrad = layouts((a.reshape({16384, 64, 1}) * b.reshape({16384, 1, 64})).sum(0));
+  ASSERT_EQ(wgrad.size(), 1u) << names(wgrad);
+  EXPECT_EQ(wgrad.begin()->second.opts.find("UNROLL"), std::string::npos) << names(wgrad);
   EXPECT_EQ(layouts(Tensor::empty({1000, 77}).sum(0)).size(), 1u);
   EXPECT_EQ(layouts(Tensor::empty({3, 5000}).sum(0)).size(), 1u);
 }

@@ -106,7 +106,7 @@ int64_t row_tile(int64_t n) {
 
 // Note [column sums]: the partial sums of a column sum, or nothing for other kernels.
 std::optional<Opt> column_sum_unroll(const UOpPtr& ast, const std::vector<KernelAxis>& axes, const GpuLimits& limits) {
-  const KernelAxis *column = nullptr, *row = nullptr;  // the contiguous output loop, the innermost reduce loop
+  const KernelAxis *column = nullptr, *row = nullptr;  // the stores' contiguous loop, the innermost reduce loop
   int64_t n_out = 1, n_red = 1;
   auto stores = stores_of(ast);
   for (auto& a : axes) {
@@ -118,24 +118,33 @@ std::optional<Opt> column_sum_unroll(const UOpPtr& ast, const std::vector<Kernel
     else if (contiguous) column = &a;
   }
   if (!column || !row || n_red < COLUMN_MIN_ROWS || n_out * n_red < COLUMN_MIN_ELEMENTS) return std::nullopt;
-  bool along_column = false;
+  std::vector<std::unordered_set<const UOp*>> others;  // the loops of loads that stay in a column
+  std::unordered_set<const UOp*> column_loops;          // ... and of those that move along it
   for (auto& n : toposort({ast})) {
     if (n->op != Op::LOAD) continue;
     auto moves = ranges_in(n->src[1]);
     if (!moves.count(row->range.get())) continue;
-    if (index_stride(n->src[1], row->range) == 1) return std::nullopt;  // contiguous along the rows
-    if (moves.count(column->range.get())) {
-      if (index_stride(n->src[1], column->range) != 1) return std::nullopt;
-      along_column = true;
+    if (!moves.count(column->range.get())) {
+      others.push_back(std::move(moves));
       continue;
     }
-    for (auto& a : axes)  // an operand of a product: it moves along another output loop
-      if (!a.reduce && a.size > 1 && moves.count(a.range.get())) return std::nullopt;
+    // a gated load (a part of a concatenation) has no address at index 0 to take strides at
+    bool gated = n->src.size() > 2;
+    if (!gated && (index_stride(n->src[1], row->range) == 1 || index_stride(n->src[1], column->range) != 1))
+      return std::nullopt;
+    column_loops.insert(moves.begin(), moves.end());
   }
-  if (!along_column || grouped_reduction(ast, limits)) return std::nullopt;
-  int64_t amount = tile_amount(row->size, COLUMN_UNROLL);
-  if (!amount) return std::nullopt;
-  return Opt{OptOp::UNROLL, row->id, amount};
+  if (column_loops.empty()) return std::nullopt;
+  for (auto& loops : others)  // an operand of a product moves along an output loop the other does not
+    for (const UOp* r : loops)
+      if (!column_loops.count(r)) return std::nullopt;
+  if (grouped_reduction(ast, limits)) return std::nullopt;
+  const KernelAxis* unrolled = nullptr;  // the reduce loop with the most partial sums, the innermost of equals
+  int64_t amount = 0;
+  for (auto& a : axes)
+    if (int64_t t = a.reduce ? tile_amount(a.size, COLUMN_UNROLL) : 0; t && t >= amount) unrolled = &a, amount = t;
+  if (!unrolled) return std::nullopt;
+  return Opt{OptOp::UNROLL, unrolled->id, amount};
 }
 
 }  // namespace

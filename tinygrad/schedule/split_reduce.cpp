@@ -108,10 +108,12 @@ int64_t split_factor(int64_t n, int64_t max_parts, int64_t length, int64_t min_p
 
 // Note [split column sums]: the reduce keeps x's innermost axis, at least COLUMN_MIN_WIDTH wide; no
 // view of the kernel (`nodes`) moves the innermost axis of its source elsewhere (a transpose), so
-// neighbouring outputs read neighbouring elements; and no operand is broadcast along x's axes
-// but its own along an output axis (a matrix product, whose operands each miss one output axis:
-// Note [split long reductions] and the product's own kernels take those), while one that is
-// constant along the outputs, a row's LayerNorm statistics, may be.
+// neighbouring outputs read neighbouring elements; and no operand broadcast to x's shape along a
+// kept axis moves along another kept axis and a reduced one (an operand of a matrix product, which
+// the product's own kernels and Note [split long reductions] take). A row's LayerNorm statistics
+// (broadcast along the columns), a bias or a position embedding (broadcast along rows or the
+// batch) may be broadcast; in a shape of other axes, a constant or a value per row along the
+// innermost axis.
 bool column_sum(const UOp& reduce, const std::vector<const UOp*>& nodes) {
   const Shape& x = reduce.src[0]->shape;
   const auto& axes = reduce.arg_reduce().axes;
@@ -121,12 +123,18 @@ bool column_sum(const UOp& reduce, const std::vector<const UOp*>& nodes) {
     if (n->op == Op::PERMUTE && n->arg_ints().back() != static_cast<int64_t>(n->shape.size()) - 1) return false;
     if (n->op != Op::EXPAND) continue;
     const Shape& from = n->src[0]->shape;
-    if (n->shape != x) {
-      if (prod(from) > 1) return false;
+    if (n->shape != x) {  // in other axes than x's: a constant, or a value per row broadcast along its innermost axis
+      Shape row = n->shape;
+      row.back() = 1;
+      if (prod(from) > 1 && from != row) return false;
       continue;
     }
-    for (size_t a = 0; a < x.size(); a++)
-      if (!reduced(a) && from[a] > 1) return false;
+    bool along_reduced = false, along_kept = false, broadcast_kept = false;
+    for (size_t a = 0; a < x.size(); a++) {
+      if (from[a] > 1) (reduced(a) ? along_reduced : along_kept) = true;
+      broadcast_kept |= !reduced(a) && from[a] == 1 && x[a] > 1;
+    }
+    if (along_reduced && along_kept && broadcast_kept) return false;
   }
   return true;
 }
