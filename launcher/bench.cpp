@@ -142,6 +142,32 @@ BenchResult row_op(const std::string& name, const Shape& shape, int reps, Tensor
   return r;
 }
 
+// GPT-2's column sums (a bias gradient: [16384, 768] summed over its rows) and LayerNorm's
+// backward pass over [16384, 768] (the gradients of x, the weight and the bias: row statistics
+// and column sums), GPU-sized. Bytes: the column sum reads x; the backward pass reads x and the
+// incoming gradient and writes x's gradient (the [768] vectors are not counted).
+constexpr int64_t GPT2_ROWS = 16384, GPT2_WIDTH = 768;
+
+BenchResult column_sum(const std::string& name, int reps) {
+  Tensor x = Tensor::randn({GPT2_ROWS, GPT2_WIDTH}).realize();
+  BenchResult r = measure(name, reps, [&] { x.sum(0).realize(); });
+  r.gbps = 4.0 * static_cast<double>(x.numel()) / (r.ms * 1e6);
+  return r;
+}
+
+BenchResult layernorm_backward(const std::string& name, int reps) {
+  Tensor x = Tensor::randn({GPT2_ROWS, GPT2_WIDTH}).realize(), g = Tensor::randn({GPT2_ROWS, GPT2_WIDTH}).realize();
+  Tensor w = Tensor::randn({GPT2_WIDTH}).realize(), b = Tensor::randn({GPT2_WIDTH}).realize();
+  for (Tensor* t : {&x, &w, &b}) t->requires_grad_();
+  BenchResult r = measure(name, reps, [&] {
+    for (Tensor* t : {&x, &w, &b}) t->set_grad(std::nullopt);
+    ((x.layernorm() * w + b) * g).sum().backward();
+    Tensor::realize_all({*x.grad(), *w.grad(), *b.grad()});
+  });
+  r.gbps = 3.0 * 4 * static_cast<double>(x.numel()) / (r.ms * 1e6);
+  return r;
+}
+
 struct Workload {
   template <class F>
   Workload(F f, bool in_default = true) : run(std::move(f)), by_default(in_default) {}
@@ -212,6 +238,8 @@ const std::map<std::string, Workload>& workloads() {
       {"softmax_8192", {[](int reps) { return row_op("softmax_8192", {8192, 8192}, reps, softmax); }, false}},
       {"layernorm", [](int reps) { return row_op("layernorm", {4096, 1024}, reps, layernorm); }},
       {"layernorm_8192", {[](int reps) { return row_op("layernorm_8192", {8192, 8192}, reps, layernorm); }, false}},
+      {"colsum_16384", {[](int reps) { return column_sum("colsum_16384", reps); }, false}},
+      {"layernorm_bwd_16384", {[](int reps) { return layernorm_backward("layernorm_bwd_16384", reps); }, false}},
       {"conv2d",
        [](int reps) {
          // the CNN's second layer: 32 -> 32 channels, 5x5, on 24x24 maps, batch 512

@@ -259,6 +259,35 @@ TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
   EXPECT_EQ(ks2[0].kernel.global_size.size(), 3u);
 }
 
+// GPT-2's bias gradient, a column sum of [16384, 768], as the scheduler splits it on CUDA (Note
+// [split column sums] in schedule/split_reduce.cpp): 128 parts of 128 rows, then the 768 sums of
+// 128 partials. Each stage runs one thread per output with 8 partial sums of rows (Note [column
+// sums] in codegen/opt_gpu.cpp); the columns are dimension 0, so the 32 threads of a warp read 32
+// neighbouring floats of a row, and the first stage's 98304 threads fill 384 blocks of 256 for the
+// 132 SMs of an H100 or H200. NVRTC compiles both for sm_90.
+TEST(CudaRenderer, ColumnSumsReadRowsCoalesced) {
+  TensorOptions cpu{.device = "CPU"};
+  auto parts = render_cuda({Tensor::empty({128, 128, 768}, cpu).sum(1)});
+  auto partials = render_cuda({Tensor::empty({128, 768}, cpu).sum(0)});
+  ASSERT_EQ(parts.size(), 1u);
+  ASSERT_EQ(partials.size(), 1u);
+  const LinearKernel& k = parts[0].kernel;
+  EXPECT_EQ(k.name, "r_128_768__16");  // 16 trips of 8 rows
+  EXPECT_TRUE(k.group_reduces.empty());
+  EXPECT_EQ(k.global_size, (std::vector<int64_t>{768, 128}));
+  EXPECT_EQ(k.local_size, (std::vector<int64_t>{256, 1}));
+  EXPECT_EQ(k.global_size[0] / k.local_size[0] * k.global_size[1], 384);
+  EXPECT_NE(parts[0].source.find("threadIdx.x"), std::string::npos) << parts[0].source;
+  for (int lane = 0; lane < 8; lane++)  // 8 accumulators
+    EXPECT_NE(parts[0].source.find("acc" + std::to_string(lane) + " = "), std::string::npos) << parts[0].source;
+  EXPECT_EQ(partials[0].kernel.name, "r_768__16");
+  EXPECT_EQ(partials[0].kernel.global_size, (std::vector<int64_t>{768}));
+  if (nvrtc_description().rfind("NVRTC ", 0) != 0) return;
+  for (auto* r : {&parts[0], &partials[0]}) {
+    EXPECT_EQ(cuda_compile(r->name, r->source, 90).image.substr(0, 4), "\x7f" "ELF") << r->source;
+  }
+}
+
 // Note [thread mapping on the graph]: the mapped graph has no output loop left, a grouped
 // reduction's REDUCE runs over the loop each thread walks and carries the group's thread index,
 // and the launch comes back beside the graph.

@@ -299,8 +299,9 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
   EXPECT_EQ(run({"tg", "frobnicate"}).second,
             "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, sample, plot, trace, launch, help)\n");
   EXPECT_EQ(run({"tg", "bench", "matmul_999"}).second,
-            "error: tg bench: unknown workload 'matmul_999' (workloads: cnn_step, cnn_step_bf16, conv2d, copy, copy_8192, "
-            "elementwise, elementwise_8192, gpt2_step, gpt2_step_t4096, gpt_char_step, layernorm, layernorm_8192, matmul_1024, "
+            "error: tg bench: unknown workload 'matmul_999' (workloads: cnn_step, cnn_step_bf16, colsum_16384, conv2d, copy, "
+            "copy_8192, elementwise, elementwise_8192, gpt2_step, gpt2_step_t4096, gpt_char_step, layernorm, "
+            "layernorm_8192, layernorm_bwd_16384, matmul_1024, "
             "matmul_1024_bf16, matmul_2048, matmul_2048_bf16, matmul_8192_bf16, matmul_8192_fp16, mlp_step, mlp_step_b16, "
             "mlp_step_bf16, softmax, softmax_8192)\n");
   EXPECT_EQ(run({"tg", "train"}).first, 1);

@@ -157,6 +157,64 @@ TEST_F(OpenCL, ConvolutionStepLayouts) {
   EXPECT_TRUE(kernels["r_32_32_5_5__8"].group_reduces.empty());
 }
 
+// Column sums of row-major tensors (a bias gradient, LayerNorm's weight gradient) laid out for
+// this device without running them (Note [split column sums] in schedule/split_reduce.cpp, Note
+// [column sums] in codegen/opt_gpu.cpp): [16384, 768] in 128 parts of 128 rows, 98304 threads
+// in 384 work-groups, neighbouring threads on neighbouring columns, each with 8 partial sums of
+// rows (the kernel's name counts the 16 trips left), then 768 threads over the 128 partials.
+// [16, 1024, 768] over its first two axes splits along the 1024; a weight gradient's contraction
+// and small or short sums stay one kernel without partial sums.
+TEST_F(OpenCL, ColumnSumLayouts) {
+  const CodegenTarget cl = CodegenTarget::of(get_device("CL"));
+  struct Lowered {
+    LinearKernel kernel;
+    std::string opts;
+  };
+  auto layouts = [&](const Tensor& t) {
+    std::map<std::string, Lowered> out;
+    for (auto& item : create_schedule({t.uop()})) {
+      if (item.kind != ScheduleItem::Kind::Kernel) continue;
+      std::vector<DType> dtypes;
+      for (auto& b : item.buffers) dtypes.push_back(b->dtype());
+      auto choice = KernelChoice::generated(gpu_hand_coded_opts(item.ast, *cl.policy.gpu));
+      LinearKernel k = lower_with_choice(item.ast, dtypes, cl, choice).kernel;
+      out[k.name] = {k, choice.str()};
+    }
+    return out;
+  };
+  auto names = [](const std::map<std::string, Lowered>& ks) {
+    std::string s;
+    for (auto& [n, k] : ks) s += n + " (" + k.opts + ") ";
+    return s;
+  };
+  Tensor x = Tensor::empty({16384, 768});
+  auto ks = layouts(x.sum(0));
+  ASSERT_EQ(ks.size(), 2u) << names(ks);
+  ASSERT_TRUE(ks.count("r_128_768__16")) << names(ks);
+  const Lowered& parts = ks["r_128_768__16"];
+  EXPECT_EQ(parts.opts, "UNROLL(2,8)");
+  EXPECT_TRUE(parts.kernel.group_reduces.empty());
+  EXPECT_EQ(parts.kernel.global_size, (std::vector<int64_t>{768, 128}));  // columns on dimension 0
+  EXPECT_EQ(parts.kernel.local_size, (std::vector<int64_t>{256, 1}));
+  ASSERT_TRUE(ks.count("r_768__16")) << names(ks);
+  EXPECT_EQ(ks["r_768__16"].opts, "UNROLL(1,8)");
+  EXPECT_EQ(ks["r_768__16"].kernel.global_size, (std::vector<int64_t>{768}));
+  // LayerNorm's weight gradient: the row statistics broadcast along the columns
+  Tensor g = Tensor::empty({16, 1024, 768}), mean = Tensor::empty({16, 1024, 1}), rstd = Tensor::empty({16, 1024, 1});
+  auto ln = layouts((g * ((g - mean) * rstd)).sum({0, 1}));
+  EXPECT_EQ(ln.size(), 2u) << names(ln);
+  ASSERT_TRUE(ln.count("r_128_768__16")) << names(ln);
+  EXPECT_EQ(ln["r_128_768__16"].opts, "UNROLL(3,8)");  // the 8 rows of a part, whole
+  EXPECT_EQ(ln["r_128_768__16"].kernel.global_size, (std::vector<int64_t>{768, 128}));
+  // a weight gradient [16384, 64] x [16384, 64]: no column sum
+  Tensor a = Tensor::empty({16384, 64}), b = Tensor::empty({16384, 64});
+  auto wgrad = layouts((a.reshape({16384, 64, 1}) * b.reshape({16384, 1, 64})).sum(0));
+  ASSERT_EQ(wgrad.size(), 1u) << names(wgrad);
+  EXPECT_EQ(wgrad.begin()->second.opts.find("UNROLL"), std::string::npos) << names(wgrad);
+  EXPECT_EQ(layouts(Tensor::empty({1000, 77}).sum(0)).size(), 1u);
+  EXPECT_EQ(layouts(Tensor::empty({3, 5000}).sum(0)).size(), 1u);
+}
+
 TEST_F(OpenCL, ShortReductionsStayInOneThread) {
   Tensor x = rnd({64, 20}, 7);
   Tensor r = x.sum(1);

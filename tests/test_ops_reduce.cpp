@@ -193,6 +193,45 @@ TEST(Ops, LongReductionsWithManyOutputs) {
   }
 }
 
+// Column sums, a reduction over the rows that keeps the contiguous axis (bias and LayerNorm
+// gradients): on GPU-style devices a large one runs as parts of rows and then a sum of the
+// partials (Note [split column sums] in schedule/split_reduce.cpp), each thread with partial sums
+// of rows (Note [column sums] in codegen/opt_gpu.cpp): [16384, 768] as GPT-2's bias gradients,
+// [16, 1024, 768] over its first two axes, with a row statistic broadcast along the columns as in
+// LayerNorm's weight gradient, and a max. Small and odd ones ([1000, 77], [3, 5000]) stay one
+// kernel. Sums of 16384 values of up to 2 accumulate rounding errors of about 1e-3.
+TEST(Ops, ColumnSums) {
+  bool split = get_device(default_device()).policy().split_reductions;
+  const int64_t R = 16384, C = 768;
+  std::vector<float> xv = rnd_values(R * C, 139), mv = rnd_values(R, 140);
+  Tensor x = Tensor::from_vector(xv, {16, 1024, C}), mean = Tensor::from_vector(mv, {16, 1024, 1});
+  Tensor rows = x.reshape({R, C});
+  Tensors outs{rows.sum(0), x.sum({0, 1}), (x * (x - mean)).sum({0, 1}), rows.max(0)};
+  EXPECT_EQ(create_schedule({outs[0].uop()}).size(), split ? 2u : 1u);
+  EXPECT_EQ(create_schedule({outs[2].uop()}).size(), split ? 2u : 1u);
+  std::vector<double> sum(C), ln(C), max(C, -1e30);  // the references, in float64 on the host
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t c = 0; c < C; c++) {
+      double v = xv[r * C + c];
+      sum[c] += v, ln[c] += v * (v - mv[r]), max[c] = std::max(max[c], v);
+    }
+  Tensor::realize_all(outs);
+  std::vector<std::vector<float>> got;
+  for (auto& t : outs) got.push_back(t.to_vector<float>());
+  for (int64_t c = 0; c < C; c++) {
+    EXPECT_NEAR(got[0][c], sum[c], 1e-2) << c;
+    EXPECT_NEAR(got[1][c], sum[c], 1e-2) << c;
+    EXPECT_NEAR(got[2][c], ln[c], 1e-5 * std::abs(ln[c]) + 1e-2) << c;
+    EXPECT_EQ(got[3][c], static_cast<float>(max[c])) << c;
+  }
+  for (const Shape& s : {Shape{1000, 77}, Shape{3, 5000}}) {
+    Tensor y = rnd(s, 141);
+    Tensors small{y.sum(0), y.mean(0), y.max(0)};
+    EXPECT_EQ(create_schedule({small[0].uop()}).size(), 1u) << shape_str(s);
+    EXPECT_TRUE(match_all(small, Tol{1e-5, 1e-4})) << shape_str(s);
+  }
+}
+
 TEST(Ops, ReduceHandChecked) {
   Tensor x = Tensor::from_vector(std::vector<float>{1, 5, 5, 2, 0, 0, -1, 3}, {2, 4});
   EXPECT_EQ(x.argmax(1).to_vector<int32_t>(), (std::vector<int32_t>{1, 3}));  // first maximum wins

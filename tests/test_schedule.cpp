@@ -119,6 +119,34 @@ TEST(SplitReduce, LongReductionsSplitByOutputs) {
   EXPECT_EQ(parts(wgrad), 16);
 }
 
+// Note [split column sums] in schedule/split_reduce.cpp: a column sum splits a reduced axis into
+// up to 2^17 partials of at least 64 rows; a transposed input (its rows contiguous), a contraction
+// (a weight gradient) and small sums keep the other rules.
+TEST(SplitReduce, ColumnSumsSplitIntoParts) {
+  auto no_input = [](const UOp* u) { return u->realized != nullptr; };
+  auto split_of = [&](const Tensor& r) { return split_reduce(r.uop(), no_input); };
+  auto parts = [&](const Tensor& r) -> int64_t {
+    auto split = split_of(r);
+    return split ? prod(split->partial->shape) / prod(r.shape()) : 1;
+  };
+  EXPECT_EQ(parts(Tensor::empty({16384, 768}).sum(0)), 128);  // 98304 partials of 128 rows
+  EXPECT_EQ(parts(Tensor::empty({16384, 3072}).sum(0)), 32);
+  auto split3 = split_of(Tensor::empty({16, 1024, 768}).sum({0, 1}));
+  ASSERT_TRUE(split3.has_value());
+  EXPECT_EQ(split3->partial->shape, (Shape{1, 128, 1, 768}));  // the 1024 in 128 parts of 8
+  // LayerNorm's weight gradient (statistics broadcast along the columns) and a bias gradient that
+  // adds the bias again (broadcast along the rows)
+  Tensor g = Tensor::empty({16, 1024, 768}), mean = Tensor::empty({16, 1024, 1}), bias = Tensor::empty({768});
+  EXPECT_EQ(parts((g * (g - mean)).sum({0, 1})), 128);
+  EXPECT_EQ(parts((g + bias).relu().sum({0, 1})), 128);
+  EXPECT_EQ(parts(Tensor::empty({768, 16384}).permute({1, 0}).sum(0)), 1);  // rows contiguous: one stage
+  Tensor a = Tensor::empty({16384, 64}), b = Tensor::empty({16384, 64});
+  EXPECT_EQ(parts((a.reshape({16384, 64, 1}) * b.reshape({16384, 1, 64})).sum(0)), 1);  // a contraction
+  EXPECT_EQ(parts(Tensor::empty({1000, 77}).sum(0)), 1);
+  EXPECT_EQ(parts(Tensor::empty({3, 5000}).sum(0)), 1);
+  EXPECT_EQ(parts(Tensor::empty({16384, 4}).sum(0)), 16);  // too narrow: the few-outputs rule
+}
+
 TEST(Fusion, ReshapeOfRealizedNeedsNoKernel) {
   Tensor x = Tensor::rand({4, 4});
   EXPECT_EQ(kernels({x.reshape({16})}), 0u);

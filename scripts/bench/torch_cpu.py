@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 STREAM_N = 1 << 24
 GPU_SIZED = {"matmul_8192_bf16", "matmul_8192_fp16", "copy_8192", "elementwise_8192", "softmax_8192",
-             "layernorm_8192"}  # run only when named, as in `tg bench`
+             "layernorm_8192", "colsum_16384", "layernorm_bwd_16384"}  # run only when named, as in `tg bench`
 BF16 = {"matmul_1024_bf16", "matmul_2048_bf16", "mlp_step_bf16", "cnn_step_bf16"}  # run only when named, too
 DEV = torch.device(os.environ.get("TORCH_DEVICE", "cpu"))
 
@@ -163,6 +163,23 @@ def stream(name, reps, fn, nbytes):
     return r
 
 
+def column_sum(reps):
+    x = torch.randn(16384, 768, device=DEV)
+    return stream("colsum_16384", reps, lambda: x.sum(0), 4.0 * x.numel())
+
+
+def layernorm_backward(reps):
+    x = torch.randn(16384, 768, device=DEV, requires_grad=True)
+    g = torch.randn(16384, 768, device=DEV)
+    w = torch.randn(768, device=DEV, requires_grad=True)
+    b = torch.randn(768, device=DEV, requires_grad=True)
+
+    def step():
+        x.grad = w.grad = b.grad = None
+        (F.layer_norm(x, (768,), w, b) * g).sum().backward()
+    return stream("layernorm_bwd_16384", reps, step, 3.0 * 4 * x.numel())
+
+
 def conv2d(reps):
     x = torch.randn(512, 32, 24, 24, device=DEV, requires_grad=True)
     w = (torch.randn(32, 32, 5, 5, device=DEV) * 0.05).requires_grad_()
@@ -202,6 +219,7 @@ def main():
     workloads = {
         "cnn_step": lambda: cnn(reps),
         "cnn_step_bf16": lambda: cnn(reps, "cnn_step_bf16"),
+        "colsum_16384": lambda: column_sum(reps),
         "conv2d": lambda: conv2d(reps),
         "copy": lambda: copy("copy", STREAM_N),
         "copy_8192": lambda: copy("copy_8192", 8192, 8192),
@@ -210,6 +228,7 @@ def main():
         "gpt_char_step": lambda: gpt_char(reps),
         "layernorm": lambda: rows("layernorm", layernorm, 4096, 1024),
         "layernorm_8192": lambda: rows("layernorm_8192", layernorm, 8192, 8192),
+        "layernorm_bwd_16384": lambda: layernorm_backward(reps),
         "matmul_1024": lambda: matmul("matmul_1024", 1024, reps),
         "matmul_2048": lambda: matmul("matmul_2048", 2048, max(1, reps // 2)),
         "matmul_1024_bf16": lambda: matmul("matmul_1024_bf16", 1024, reps, torch.bfloat16),
@@ -221,7 +240,7 @@ def main():
         "softmax": lambda: rows("softmax", softmax, 4096, 1024),
         "softmax_8192": lambda: rows("softmax_8192", softmax, 8192, 8192),
     }
-    training = ("mlp_step", "cnn_step", "conv2d", "gpt_char_step", "mlp_step_bf16", "cnn_step_bf16")
+    training = ("mlp_step", "cnn_step", "conv2d", "gpt_char_step", "mlp_step_bf16", "cnn_step_bf16", "layernorm_bwd_16384")
     for n in names or sorted(set(workloads) - GPU_SIZED - BF16):
         with torch.no_grad() if n not in training else torch.enable_grad():
             print(json.dumps(workloads[n]()), flush=True)

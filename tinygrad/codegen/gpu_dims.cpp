@@ -62,8 +62,10 @@
 //    tens of thousands of weights, which one thread each would walk serially (28 ms on an
 //    H200 for the CNN's 5x5 32->32 convolution, batch 512).
 // A reduction over a strided axis with many outputs (a column sum) stays one thread per output,
-// whose neighbours read neighbouring addresses; so does a short one whose operands are shared
-// between outputs (a matmul, a convolution's forward pass), whose neighbours share their loads.
+// whose neighbours read neighbouring addresses (Note [column sums] in codegen/opt_gpu.cpp gives
+// each several loads in flight; Note [split column sums] in schedule/split_reduce.cpp makes
+// enough of them); so does a short one whose operands are shared between outputs (a matmul, a
+// convolution's forward pass), whose neighbours share their loads.
 //
 // Note [flat index in 32 bits]: the division and modulo that recover the reduce loops' indices
 // from the flat index run in every iteration. Index arithmetic is 64-bit, and a 64-bit division
@@ -529,6 +531,8 @@ void split_flat_index(UOpPtr flat, std::span<const UOpPtr> loops, int64_t length
     inner *= trip(loops[i]);
   }
 }
+
+bool grouped_reduction(const UOpPtr& ast, const GpuLimits& lim) { return find_grouping(kernel_info(ast), lim).threads > 0; }
 
 ThreadMappedKernel map_threads(const UOpPtr& ast, const GpuLimits& lim) {
   Mapped m = gpu_dims(ast, lim);

@@ -28,6 +28,10 @@ struct ThreadMappedKernel {
 // of `limits` (Note [launch limits] in gpu_dims.cpp).
 ThreadMappedKernel map_threads(const UOpPtr& ast, const GpuLimits& limits);
 
+// Whether map_threads runs the reduction of `ast` over the threads of a work-group (Note [grouped
+// reduction], Note [grouped rows] in gpu_dims.cpp) rather than one thread per output.
+bool grouped_reduction(const UOpPtr& ast, const GpuLimits& limits);
+
 // k (linearized from a thread-mapped graph) takes the launch's name and sizes.
 void set_launch(LinearKernel& k, const GpuLaunch& launch);
 

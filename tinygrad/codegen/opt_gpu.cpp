@@ -1,4 +1,5 @@
-// GPU register tiles. Note [gpu register tiles].
+// GPU register tiles (Note [gpu register tiles]) and partial sums for column sums (Note [column
+// sums]).
 //
 // Note [gpu register tiles]: on a GPU every output loop becomes threads, so a thread computes
 // one output and loads each operand once per multiply-add: a convolution (no library product
@@ -50,10 +51,27 @@
 // 3.06 ms; with rolled loops the forward pass got slower (0.451 -> 0.483 ms). Where no such
 // loop exists (a matmul: each of its output loops moves a different operand) the column is
 // tiled as before.
+//
+// Note [column sums]: a reduction over a strided loop whose innermost output loop is contiguous (a
+// column sum over the rows of a row-major matrix: a bias gradient, LayerNorm's weight gradient,
+// which also reads the row's statistics) runs one thread per output where gpu_dims does not group
+// it (Note [grouped reduction]): neighbouring threads take neighbouring columns, so each load of
+// a warp reads contiguous memory, but a thread's loads follow one another down its column, one
+// in flight at a time. The innermost reduce loop is unrolled by up to COLUMN_UNROLL into partial
+// sums, so a thread has that many independent loads (of rows one stride apart) in flight: the
+// first stage of a split column sum (Note [split column sums] in schedule/split_reduce.cpp) keeps
+// about 3 MB in flight with 98304 threads, what an H100's or H200's memory needs to run at full
+// speed. Kernels with shorter columns (fewer than COLUMN_MIN_ROWS, as the second stages of the
+// other split reductions) or fewer than COLUMN_MIN_ELEMENTS elements keep their loops. A matrix
+// product is no column sum: its operands each move along an output loop that the other does not,
+// where a column sum's loads move along the contiguous output loop or along no output loop.
 #include "tinygrad/codegen/opt_gpu.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
+
+#include "tinygrad/codegen/gpu_dims.h"
 
 namespace tg {
 
@@ -67,6 +85,9 @@ constexpr int64_t SMALL_AXIS = 8;
 constexpr int64_t MAX_LONG_LANES = 32;
 constexpr int64_t LONG_OTHER_TILE = 4;
 constexpr int64_t MIN_GROUPS = 128;
+constexpr int64_t COLUMN_UNROLL = 8;
+constexpr int64_t COLUMN_MIN_ROWS = 64;
+constexpr int64_t COLUMN_MIN_ELEMENTS = int64_t{1} << 16;
 
 // The largest of tile, tile/2, ... 2 that divides n (0: none).
 int64_t tile_amount(int64_t n, int64_t tile) {
@@ -83,10 +104,53 @@ int64_t row_tile(int64_t n) {
   return 0;
 }
 
+// Note [column sums]: the partial sums of a column sum, or nothing for other kernels.
+std::optional<Opt> column_sum_unroll(const UOpPtr& ast, const std::vector<KernelAxis>& axes, const GpuLimits& limits) {
+  const KernelAxis *column = nullptr, *row = nullptr;  // the stores' contiguous loop, the innermost reduce loop
+  int64_t n_out = 1, n_red = 1;
+  auto stores = stores_of(ast);
+  for (auto& a : axes) {
+    if (a.size <= 1) continue;
+    (a.reduce ? n_red : n_out) *= a.size;
+    bool contiguous = !a.reduce && !a.carried;
+    for (auto& s : stores) contiguous = contiguous && index_stride(s->src[1], a.range) == 1;
+    if (a.reduce) row = &a;  // axes are in loop order
+    else if (contiguous) column = &a;
+  }
+  if (!column || !row || n_red < COLUMN_MIN_ROWS || n_out * n_red < COLUMN_MIN_ELEMENTS) return std::nullopt;
+  std::vector<std::unordered_set<const UOp*>> others;  // the loops of loads that stay in a column
+  std::unordered_set<const UOp*> column_loops;          // ... and of those that move along it
+  for (auto& n : toposort({ast})) {
+    if (n->op != Op::LOAD) continue;
+    auto moves = ranges_in(n->src[1]);
+    if (!moves.count(row->range.get())) continue;
+    if (!moves.count(column->range.get())) {
+      others.push_back(std::move(moves));
+      continue;
+    }
+    // a gated load (a part of a concatenation) has no address at index 0 to take strides at
+    bool gated = n->src.size() > 2;
+    if (!gated && (index_stride(n->src[1], row->range) == 1 || index_stride(n->src[1], column->range) != 1))
+      return std::nullopt;
+    column_loops.insert(moves.begin(), moves.end());
+  }
+  if (column_loops.empty()) return std::nullopt;
+  for (auto& loops : others)  // an operand of a product moves along an output loop the other does not
+    for (const UOp* r : loops)
+      if (!column_loops.count(r)) return std::nullopt;
+  if (grouped_reduction(ast, limits)) return std::nullopt;
+  const KernelAxis* unrolled = nullptr;  // the reduce loop with the most partial sums, the innermost of equals
+  int64_t amount = 0;
+  for (auto& a : axes)
+    if (int64_t t = a.reduce ? tile_amount(a.size, COLUMN_UNROLL) : 0; t && t >= amount) unrolled = &a, amount = t;
+  if (!unrolled) return std::nullopt;
+  return Opt{OptOp::UNROLL, unrolled->id, amount};
+}
+
 }  // namespace
 
 // Note [gpu register tiles]
-std::vector<Opt> gpu_hand_coded_opts(const UOpPtr& ast) {
+std::vector<Opt> gpu_hand_coded_opts(const UOpPtr& ast, const GpuLimits& limits) {
   std::vector<const KernelAxis*> outputs;
   auto axes = kernel_axes(ast);
   int64_t n_out = 1, n_red = 1;
@@ -100,6 +164,7 @@ std::vector<Opt> gpu_hand_coded_opts(const UOpPtr& ast) {
     }
   }
   if (n_red == 1) return {};
+  if (auto unroll = column_sum_unroll(ast, axes, limits)) return {*unroll};  // Note [column sums]
   std::vector<std::unordered_set<const UOp*>> loads;  // the loops each load's address moves along
   std::vector<UOpPtr> store_index;
   for (auto& n : toposort({ast})) {

@@ -4,11 +4,12 @@
 #include <vector>
 
 #include "tinygrad/codegen/opt.h"
+#include "tinygrad/device_policy.h"
 
 namespace tg {
 
-// Opts for a kernel graph (rooted at STORE or SINK) that runs on a GPU; empty for kernels
-// without a reduction.
-std::vector<Opt> gpu_hand_coded_opts(const UOpPtr& ast);
+// Opts for a kernel graph (rooted at STORE or SINK) that runs on a GPU whose thread mapping has
+// `limits`; empty for kernels without a reduction.
+std::vector<Opt> gpu_hand_coded_opts(const UOpPtr& ast, const GpuLimits& limits = {});
 
 }  // namespace tg

@@ -183,7 +183,7 @@ std::optional<KernelChoice> bf16_dot_choice(const ScheduleItem& item, Device& de
 
 std::vector<Opt> hand_coded_for(const UOpPtr& ast, const DevicePolicy& policy) {
   if (knobs::NOOPT.get()) return {};
-  return policy.gpu ? gpu_hand_coded_opts(ast) : hand_coded_opts(ast, policy.cpu);
+  return policy.gpu ? gpu_hand_coded_opts(ast, *policy.gpu) : hand_coded_opts(ast, policy.cpu);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Long reductions in two stages, with few outputs (Note [split reductions]) or many (Note [split
-// long reductions]).
+// Long reductions in two stages, with few outputs (Note [split reductions]), many (Note [split
+// long reductions]) or over rows of a matrix whose columns are the outputs (Note [split column
+// sums]).
 //
 // Note [split reductions]: a GPU runs a reduction with few outputs as one work-group per output
 // (Note [grouped reduction] in codegen/gpu_dims.cpp). BatchNorm's statistics and their gradient
@@ -44,8 +45,26 @@
 // them, which then run on the tensor cores, 0.186 -> 0.154 ms) left the step where it was (1.90
 // ms) and the CNN's accuracy lower (mean 89.03% over three seeds against 89.35%): not kept.
 // SPLIT_PARTS=n sets the number for every device, SPLIT_PARTS=1 turns only this off.
+//
+// Note [split column sums]: a reduction over the outer axes of a row-major tensor whose innermost
+// axis it keeps (a column sum: a bias gradient, LayerNorm's weight and bias gradients, the sum
+// of a [B, T, C] gradient over B and T) reads memory coalesced only with neighbouring threads on
+// neighbouring columns, one thread per output walking down the rows (Note [column sums] in
+// codegen/opt_gpu.cpp). GPT-2's [16 * 1024, 768] ones have 768 outputs: as one work-group per
+// output (Note [grouped reduction]) every load of a warp touched 32 rows 3 KB apart (0.57 ms on
+// an H100, for 50 MB that take 0.02 ms at the memory's speed), and as 768 threads on 132
+// multiprocessors nearly all of the chip would idle. So such a reduce (its innermost axis kept,
+// at least COLUMN_MIN_WIDTH wide and not moved by the kernel's views, COLUMN_MIN_ELEMENTS
+// elements or more in all) is split along a reduced axis into S parts, S*outputs up to
+// COLUMN_PARTIALS and each part at least COLUMN_MIN_PART rows: the first stage runs S*outputs
+// threads (98304 for 768 columns in 128 parts of 128 rows), each with several loads in flight,
+// whose warps read 128 contiguous bytes per row; the second sums S partials per column, again
+// one thread per column. This rule comes before the two above: a column sum with few outputs
+// would otherwise get a strided grouped first stage, one with many at most SPLIT_PARTS parts.
 #include "tinygrad/schedule/split_reduce.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -65,6 +84,10 @@ constexpr int64_t LONG_MIN_LENGTH = int64_t{1} << 16;
 constexpr int64_t LONG_MIN_PART = 4096;  // opt_gpu's LONG_REDUCE, gpu_dims' group_long_length
 constexpr int64_t LONG_MAX_PARTIALS = int64_t{1} << 20;
 constexpr int64_t LONG_PARTS = 8, TENSOR_CORE_PARTS = 32;
+constexpr int64_t COLUMN_MIN_WIDTH = 8;  // a 32-byte sector of float32
+constexpr int64_t COLUMN_MIN_ELEMENTS = int64_t{1} << 20;
+constexpr int64_t COLUMN_PARTIALS = int64_t{1} << 17;
+constexpr int64_t COLUMN_MIN_PART = 64;
 
 size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
 
@@ -83,6 +106,39 @@ int64_t split_factor(int64_t n, int64_t max_parts, int64_t length, int64_t min_p
   return 1;
 }
 
+// Note [split column sums]: the reduce keeps x's innermost axis, at least COLUMN_MIN_WIDTH wide; no
+// view of the kernel (`nodes`) moves the innermost axis of its source elsewhere (a transpose), so
+// neighbouring outputs read neighbouring elements; and no operand broadcast to x's shape along a
+// kept axis moves along another kept axis and a reduced one (an operand of a matrix product, which
+// the product's own kernels and Note [split long reductions] take). A row's LayerNorm statistics
+// (broadcast along the columns), a bias or a position embedding (broadcast along rows or the
+// batch) may be broadcast; in a shape of other axes, a constant or a value per row along the
+// innermost axis.
+bool column_sum(const UOp& reduce, const std::vector<const UOp*>& nodes) {
+  const Shape& x = reduce.src[0]->shape;
+  const auto& axes = reduce.arg_reduce().axes;
+  auto reduced = [&](size_t a) { return std::find(axes.begin(), axes.end(), static_cast<int64_t>(a)) != axes.end(); };
+  if (x.empty() || x.back() < COLUMN_MIN_WIDTH || reduced(x.size() - 1)) return false;
+  for (const UOp* n : nodes) {
+    if (n->op == Op::PERMUTE && n->arg_ints().back() != static_cast<int64_t>(n->shape.size()) - 1) return false;
+    if (n->op != Op::EXPAND) continue;
+    const Shape& from = n->src[0]->shape;
+    if (n->shape != x) {  // in other axes than x's: a constant, or a value per row broadcast along its innermost axis
+      Shape row = n->shape;
+      row.back() = 1;
+      if (prod(from) > 1 && from != row) return false;
+      continue;
+    }
+    bool along_reduced = false, along_kept = false, broadcast_kept = false;
+    for (size_t a = 0; a < x.size(); a++) {
+      if (from[a] > 1) (reduced(a) ? along_reduced : along_kept) = true;
+      broadcast_kept |= !reduced(a) && from[a] == 1 && x[a] > 1;
+    }
+    if (along_reduced && along_kept && broadcast_kept) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 // Note [split reductions]
@@ -91,12 +147,14 @@ std::optional<SplitReduce> split_reduce(const UOpPtr& root, const std::function<
   UOpPtr reduce;
   std::vector<const UOp*> stack{root.get()};
   std::unordered_set<const UOp*> seen;
+  std::vector<const UOp*> nodes;  // the kernel's nodes, inputs excluded
   std::unordered_map<const UOp*, UOpPtr> owner;  // raw pointer -> shared pointer of the kernel's nodes
   owner[root.get()] = root;
   while (!stack.empty()) {
     const UOp* n = stack.back();
     stack.pop_back();
     if (!seen.insert(n).second || (n != root.get() && is_input(n))) continue;
+    nodes.push_back(n);
     if (n->op == Op::REDUCE_AXIS) {
       if (reduce) return std::nullopt;
       reduce = owner.at(n);
@@ -113,7 +171,10 @@ std::optional<SplitReduce> split_reduce(const UOpPtr& root, const std::function<
   if (outputs <= 0) return std::nullopt;
   int64_t length = prod(x->shape) / outputs;
   int64_t max_parts = 1, min_part = 0;
-  if (outputs * 2 <= SPLIT_GROUPS && length >= SPLIT_MIN_LENGTH) {
+  bool columns = outputs * length >= COLUMN_MIN_ELEMENTS && column_sum(*reduce, nodes);
+  if (columns) {  // Note [split column sums]
+    max_parts = COLUMN_PARTIALS / outputs, min_part = COLUMN_MIN_PART;
+  } else if (outputs * 2 <= SPLIT_GROUPS && length >= SPLIT_MIN_LENGTH) {
     max_parts = SPLIT_GROUPS / outputs, min_part = SPLIT_MIN_PART;
   } else if (outputs * 2 > SPLIT_GROUPS && outputs <= LONG_MAX_OUTPUTS && length >= LONG_MIN_LENGTH) {
     // Note [split long reductions]
@@ -126,6 +187,10 @@ std::optional<SplitReduce> split_reduce(const UOpPtr& root, const std::function<
     if (f > s) axis = a, s = f;
   }
   if (s < 2) return std::nullopt;
+  if (knobs::DEBUG >= 3)
+    std::fprintf(stderr, "split %s of %s over %s: %lld parts of axis %lld%s\n", op_name(ra.op), shape_str(x->shape).c_str(),
+                 shape_str(ra.axes).c_str(), static_cast<long long>(s), static_cast<long long>(axis),
+                 columns ? " (column sum)" : "");
 
   // first stage: (.., D, ..) as (.., S, D/S, ..), reduced over all but S
   bool half = reduce->dtype == DType::Float16 || reduce->dtype == DType::BFloat16;
