@@ -258,6 +258,17 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
 // schedule; nothing where x is a buffer already). The forward convolution keeps reading the
 // activation fused: its tile amortizes the recompute over more outputs, and realizing it there
 // would keep one more activation alive from the forward pass to the backward one.
+//
+// Note [transposed convolutions skip the padded rows]: the input gradient reads the output
+// gradient padded by d*(k-1) - p on each side; a 5x5 one over the CNN's 20 x 20 rows computes
+// 24 x 24 outputs of 25 taps, 44% of them on the padding. On channel-last devices the columns
+// are padded in memory (the kernel's register tile spans several output columns, whose taps
+// reach different columns) and the rows through a view: each row's load is then gated by the
+// row's validity, and the CPU pipeline runs the tap-row loop of every output row over the taps
+// that reach a row of the gradient only (Note [reduce loops skip gated zeros] in
+// codegen/reduce_bounds.cpp): 20 x 5 tap rows instead of 24 x 5. bfloat16 dot tiles (Note [bf16
+// dot tiles] in codegen/cpu_dot.cpp) keep their loops and would load the gated rows element by
+// element: where they take the convolution, both dims are padded in memory.
 std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
   const auto& a = node->arg_ints();  // {rule, sy, sx, py, px, dy, dx, groups}
   std::vector<int64_t> stride{a[1], a[2]}, padding{a[3], a[4]}, dilation{a[5], a[6]};
@@ -300,7 +311,11 @@ std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
   int64_t ty = dilation[0] * (kh - 1) - padding[0], tx = dilation[1] * (kw - 1) - padding[1];
   int64_t by = h + dilation[0] * (kh - 1) - ty - gd.shape(2), bx = wd + dilation[1] * (kw - 1) - tx - gd.shape(3);
   // materialized padded: the convolution's inner loop then loads without bounds checks
-  gd = gd.pad({{0, 0}, {0, 0}, {ty, by}, {tx, bx}}).contiguous();
+  // (channel-last: the columns; Note [transposed convolutions skip the padded rows])
+  if (channels_last(x.device()) && copy_dtype(g, acc) == acc)
+    gd = gd.pad({{0, 0}, {0, 0}, {0, 0}, {tx, bx}}).contiguous().pad({{0, 0}, {0, 0}, {ty, by}, {0, 0}});
+  else
+    gd = gd.pad({{0, 0}, {0, 0}, {ty, by}, {tx, bx}}).contiguous();
   Tensor wt = w.reshape({groups, cog, cg, kh, kw}).permute({0, 2, 1, 3, 4}).reshape({cin, cog, kh, kw}).flip({2, 3});
   // NCHW (GPUs): the flipped weight is copied once (a weight-sized kernel), so the transposed
   // convolution indexes it directly; through the view, each of its loads took several 64-bit

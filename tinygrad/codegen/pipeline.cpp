@@ -32,6 +32,7 @@
 #include "tinygrad/codegen/gpu_dims.h"
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt_gpu.h"
+#include "tinygrad/codegen/reduce_bounds.h"
 #include "tinygrad/codegen/tensor_core.h"
 #include "tinygrad/codegen/transcendental.h"
 #include "tinygrad/engine/beam.h"
@@ -229,6 +230,11 @@ LoweredKernel lower_with_choice(const UOpPtr& ast, const std::vector<DType>& par
   UOpPtr g = choice.opts.empty() ? ast : apply_opts(ast, choice.opts);
   log.graph("optimize", g, ast);
   std::optional<ThreadMappedKernel> mapped;
+  if (!target.policy.gpu) {  // Note [reduce loops skip gated zeros] in codegen/reduce_bounds.cpp
+    UOpPtr before = g;
+    g = bound_reduce_loops(g);
+    log.graph("reduce bounds", g, before);
+  }
   if (target.policy.gpu) {
     mapped = map_threads(g, *target.policy.gpu);
     log.graph("map threads", mapped->ast, g);
