@@ -5,6 +5,8 @@
 //   choose      the optimizer's choice: hand-coded heuristics, or BEAM's search (BEAM=n), among
 //               generated kernels with opts, the tensor-core layout and the device's library
 //   optimize    apply the opts (codegen/opt.h): register tiles, unrolls, cache blocks
+//   reduce bounds CPU-style devices: sum-reduce loops skip the iterations a gate on their
+//               variable makes zero (codegen/reduce_bounds.h)
 //   map threads GPU-style devices: output loops become thread indices, long reductions are
 //               shared by a work-group, on the graph (codegen/gpu_dims.h); the launch sizes
 //               come back beside it
