@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include "tests/test_util.h"
 #include "tinygrad/codegen/linearize.h"
@@ -476,4 +477,123 @@ TEST(KernelCache, EveryCodegenKnobIsInTheKey) {
   size_t after_noopt = cpu.compiled_count();
   EXPECT_EQ(run(), optimized);
   EXPECT_EQ(cpu.compiled_count(), after_noopt) << "back at NOOPT=0 the first program was compiled again";
+}
+
+namespace {
+
+// The value of a kernel-graph index expression with its loops at the given values.
+int64_t eval_index(const UOpPtr& u, const std::map<const UOp*, int64_t>& at) {
+  auto s = [&](size_t i) { return eval_index(u->src[i], at); };
+  switch (u->op) {
+    case Op::CONST: return static_cast<int64_t>(u->const_value());
+    case Op::RANGE: return at.at(u.get());
+    case Op::ADD: return s(0) + s(1);
+    case Op::MUL: return s(0) * s(1);
+    case Op::MAX: return std::max(s(0), s(1));
+    case Op::CMPLT: return s(0) < s(1);
+    case Op::WHERE: return s(0) ? s(1) : s(2);
+    default: ADD_FAILURE() << "eval_index: " << op_name(u->op); return 0;
+  }
+}
+
+// The lowered kernel's reduce loops whose trip count the outer loops set (Note [reduce loops
+// skip gated zeros] in codegen/reduce_bounds.cpp).
+std::vector<UOpPtr> bounded_loops(const ScheduleItem& item, const std::vector<Opt>& opts) {
+  LoweredKernel k = lower_with_choice(item.ast, param_dtypes(item), CodegenTarget::of(get_device(item.device)),
+                                      KernelChoice::generated(opts));
+  std::vector<UOpPtr> out;
+  for (auto& u : k.kernel.uops)
+    if (u->op == Op::RANGE && u->src[0]->op != Op::CONST) out.push_back(u);
+  return out;
+}
+
+// The outer loop an expression depends on (exactly one).
+const UOp* only_loop_in(const UOpPtr& e) {
+  std::vector<const UOp*> loops;
+  for (auto& n : toposort({e}))
+    if (n->op == Op::RANGE) loops.push_back(n.get());
+  EXPECT_EQ(loops.size(), 1u);
+  return loops.empty() ? nullptr : loops[0];
+}
+
+}  // namespace
+
+// Note [reduce loops skip gated zeros] and Note [transposed convolutions skip the padded rows]:
+// the input gradient of a 5x5 convolution over 24 x 24 pixels is a transposed convolution of the
+// 20 x 20 output gradient padded by 4 rows and columns. With the CPU's tile (4 columns x 16
+// channels) the tap-row loop of output row y runs over the taps that reach a row of the output
+// gradient only: 20 x 5 tap rows in all instead of 24 x 5, and the result is the definition's.
+TEST(ReduceBounds, TransposedConvolutionSkipsThePaddedRows) {
+  if (!get_device("CPU").policy().channels_last_convolutions) GTEST_SKIP() << "the CPU keeps NCHW convolutions";
+  const int64_t n = 2, c = 32, hw = 24, k = 5, o = hw - k + 1;
+  Tensor x = realized_randn({n, c, hw, hw}, 31), w = realized_randn({c, c, k, k}, 32);
+  x.requires_grad_(true);
+  Tensor g = realized_randn({n, c, o, o}, 33);
+  Tensor dx = (x.conv2d(w) * g).sum().gradients({x})[0];
+  std::vector<ScheduleItem> convs;
+  for (auto& item : create_schedule({dx.uop()})) {
+    if (bounded_loops(item, {}).size() == 1) convs.push_back(item);
+    if (convs.empty()) run_with(item, {});  // the transposed convolution's inputs
+  }
+  ASSERT_EQ(convs.size(), 1u) << "one kernel of the backward pass bounds a loop: the transposed convolution";
+  ScheduleItem conv = convs[0];
+  auto axes = kernel_axes(conv.ast);  // n, y, x, channel, then the reduce loops
+  ASSERT_EQ(axes.size(), 7u);
+  std::vector<Opt> tile{{OptOp::UPCAST, axes[2].id, 4}, {OptOp::UPCAST, axes[3].id, 16}};
+  auto loops = bounded_loops(conv, tile);
+  ASSERT_EQ(loops.size(), 1u);
+  const UOp* row = only_loop_in(loops[0]->src[0]);
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->arg_int(), axes[1].id);  // the output row sets it
+  int64_t taps = 0;
+  for (int64_t y = 0; y < hw; y++) {
+    int64_t trip = eval_index(loops[0]->src[0], {{row, y}}), useful = 0;
+    for (int64_t i = 0; i < k; i++) useful += y + i - (k - 1) >= 0 && y + i - (k - 1) < o;
+    EXPECT_EQ(trip, useful) << "output row " << y;
+    taps += trip;
+  }
+  EXPECT_EQ(taps, o * k);
+  // lanes along the rows reach different taps: that loop keeps its trip count
+  EXPECT_TRUE(bounded_loops(conv, {{OptOp::UPCAST, axes[1].id, 2}, {OptOp::UPCAST, axes[3].id, 16}}).empty());
+
+  // the definition: dx[b, ci, y, x] = sum of g[b, co, y - i, x - j] * w[co, ci, i, j]
+  auto xv = dx.to_vector<float>(), gv = g.to_vector<float>(), wv = w.to_vector<float>();
+  std::vector<float> want(xv.size());
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t co = 0; co < c; co++)
+      for (int64_t y = 0; y < o; y++)
+        for (int64_t xx = 0; xx < o; xx++) {
+          float gg = gv[static_cast<size_t>(((b * c + co) * o + y) * o + xx)];
+          for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t i = 0; i < k; i++)
+              for (int64_t j = 0; j < k; j++)
+                want[static_cast<size_t>(((b * c + ci) * hw + y + i) * hw + xx + j)] +=
+                    gg * wv[static_cast<size_t>(((co * c + ci) * k + i) * k + j)];
+        }
+  expect_close(xv, want, 1e-4);
+  expect_close(run_with(conv, tile), run_with(conv, {}));
+  expect_close(run_with(conv, {{OptOp::UPCAST, axes[1].id, 2}}), run_with(conv, {}));
+}
+
+// A cumulative sum reads a padded window: output o sums o + 1 elements instead of n.
+TEST(ReduceBounds, CumsumRunsATriangle) {
+  Tensor x = realized_randn({3, 40}, 34);
+  ScheduleItem item = only_kernel(x.cumsum(1));
+  auto loops = bounded_loops(item, {});
+  ASSERT_EQ(loops.size(), 1u);
+  const UOp* col = only_loop_in(loops[0]->src[0]);
+  ASSERT_NE(col, nullptr);
+  for (int64_t o = 0; o < 40; o++) EXPECT_EQ(eval_index(loops[0]->src[0], {{col, o}}), o + 1);
+  auto xv = x.to_vector<float>();
+  std::vector<float> want(xv.size());
+  for (size_t r = 0; r < 3; r++)
+    for (size_t o = 0; o < 40; o++) want[r * 40 + o] = (o ? want[r * 40 + o - 1] : 0.0f) + xv[r * 40 + o];
+  expect_close(run_with(item, {}), want, 1e-5);
+}
+
+// A max over padding (-inf outside, not 0) keeps its loops.
+TEST(ReduceBounds, MaxPoolingKeepsItsLoops) {
+  Tensor x = realized_randn({1, 2, 6, 6}, 35);
+  ScheduleItem item = only_kernel(x.max_pool2d({3, 3}, {1, 1}, {1, 1}));
+  EXPECT_TRUE(bounded_loops(item, {}).empty());
 }

@@ -258,26 +258,51 @@ Tensor Tensor::conv2d(const Tensor& weight, const std::optional<Tensor>& bias, s
 // schedule; nothing where x is a buffer already). The forward convolution keeps reading the
 // activation fused: its tile amortizes the recompute over more outputs, and realizing it there
 // would keep one more activation alive from the forward pass to the backward one.
+//
+// Note [transposed convolutions skip the padded rows]: the input gradient reads the output
+// gradient padded by d*(k-1) - p on each side; a 5x5 one over the CNN's 20 x 20 rows computes
+// 24 x 24 outputs of 25 taps, 44% of them on the padding. On channel-last devices the columns
+// are padded in memory (the kernel's register tile spans several output columns, whose taps
+// reach different columns) and the rows through a view: each row's load is then gated by the
+// row's validity, and the CPU pipeline runs the tap-row loop of every output row over the taps
+// that reach a row of the gradient only (Note [reduce loops skip gated zeros] in
+// codegen/reduce_bounds.cpp): 20 x 5 tap rows instead of 24 x 5. bfloat16 dot tiles (Note [bf16
+// dot tiles] in codegen/cpu_dot.cpp) keep their loops and would load the gated rows element by
+// element: where they take the convolution, both dims are padded in memory.
+//
+// Note [the output gradient channel-last]: both channel-last gradients read copies of the output
+// gradient g, never g itself: the weight gradient [N, oy, ox, Cout], the transposed convolution
+// g dilated and padded. So in float32 on the CPU g is realized once as [N, oy, ox, Cout] (the
+// transposing write that made the weight gradient's copy, now from g's own expression) and the
+// padded copy is made from it in the same layout, [N, oy', ox', Cout], which the transposed
+// convolution reads through an NCHW view; a plain NCHW realize of g (a pass over it, 3 to 5 ms
+// for the CNN's 32 x 20 x 20 at batch 512) is gone. g is still realized: its expression (the
+// BatchNorm's and max-pool's backward) is too costly to compute in both copies: the padded copy
+// took many times as long from it.
 std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
   const auto& a = node->arg_ints();  // {rule, sy, sx, py, px, dy, dx, groups}
   std::vector<int64_t> stride{a[1], a[2]}, padding{a[3], a[4]}, dilation{a[5], a[6]};
   int64_t groups = a[7];
-  // g is realized once: both gradients read each of its elements kh*kw times or more
-  Tensor x(node->src[1]), w(node->src[2]), g = Tensor(grad).contiguous();
+  Tensor x(node->src[1]), w(node->src[2]), g(grad);
   int64_t n = x.shape(0), cin = x.shape(1), h = x.shape(2), wd = x.shape(3);
   int64_t cout = w.shape(0), cg = w.shape(1), kh = w.shape(2), kw = w.shape(3), cog = cout / groups;
   int64_t oy = g.shape(2), ox = g.shape(3);
+  DType acc = arith_dtype(promote(x.dtype(), g.dtype()));  // Note [half products in float32]
+  // g is realized once: both gradients read each of its elements kh*kw times or more; in float32
+  // on the CPU as [N, oy, ox, Cout] (Note [the output gradient channel-last])
+  bool gt_first = channels_last(x.device()) && copy_dtype(g, acc) == acc;
+  Tensor gt = gt_first ? g.permute({0, 2, 3, 1}).cast(acc).contiguous() : Tensor();
+  g = gt_first ? gt.permute({0, 3, 1, 2}) : g.contiguous();
 
   // Note [a weight gradient reads its input from memory]
   Tensor xin = channels_last(x.device()) ? x.contiguous() : x;
   Tensor win = xin.pad({{0, 0}, {0, 0}, {padding[0], padding[0]}, {padding[1], padding[1]}})
                    .pool_windows({kh, kw}, stride, dilation);  // [N, Cin, oy, ox, kh, kw]
-  DType acc = arith_dtype(promote(x.dtype(), g.dtype()));  // Note [half products in float32]
   Tensor wa = win.cast(acc), ga = g.cast(acc);
   Tensor dw;
   if (channels_last(x.device())) {
     // Note [channel-last convolutions]: partial sums over blocks of images, [blocks, G, kh, kw, cg, cog]
-    Tensor gt = g.permute({0, 2, 3, 1}).cast(copy_dtype(g, acc)).contiguous().cast(acc);  // [N, oy, ox, Cout]
+    if (!gt_first) gt = g.permute({0, 2, 3, 1}).cast(copy_dtype(g, acc)).contiguous().cast(acc);  // [N, oy, ox, Cout]
     int64_t nb = batch_block(n, oy * ox), blocks = n / nb;
     Tensor wv = wa.reshape({blocks, nb, groups, cg, oy, ox, kh, kw})
                     .permute({0, 1, 4, 5, 2, 6, 7, 3})
@@ -300,7 +325,15 @@ std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
   int64_t ty = dilation[0] * (kh - 1) - padding[0], tx = dilation[1] * (kw - 1) - padding[1];
   int64_t by = h + dilation[0] * (kh - 1) - ty - gd.shape(2), bx = wd + dilation[1] * (kw - 1) - tx - gd.shape(3);
   // materialized padded: the convolution's inner loop then loads without bounds checks
-  gd = gd.pad({{0, 0}, {0, 0}, {ty, by}, {tx, bx}}).contiguous();
+  // (channel-last: the columns; Note [transposed convolutions skip the padded rows])
+  if (gt_first)
+    gd = gd.pad({{0, 0}, {0, 0}, {0, 0}, {tx, bx}})
+             .permute({0, 2, 3, 1})
+             .contiguous()
+             .permute({0, 3, 1, 2})
+             .pad({{0, 0}, {0, 0}, {ty, by}, {0, 0}});
+  else
+    gd = gd.pad({{0, 0}, {0, 0}, {ty, by}, {tx, bx}}).contiguous();
   Tensor wt = w.reshape({groups, cog, cg, kh, kw}).permute({0, 2, 1, 3, 4}).reshape({cin, cog, kh, kw}).flip({2, 3});
   // NCHW (GPUs): the flipped weight is copied once (a weight-sized kernel), so the transposed
   // convolution indexes it directly; through the view, each of its loads took several 64-bit

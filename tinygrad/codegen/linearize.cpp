@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tinygrad/codegen/reduce_bounds.h"
 #include "tinygrad/error.h"
 #include "tinygrad/rewrite.h"
 
@@ -144,7 +145,7 @@ std::string kernel_name(const UOpPtr& ast) {
   if (first_reduce) {
     auto rl = reduce_loops(first_reduce);
     for (size_t i = 0; i < rl.size(); i++)
-      name += (i == 0 ? "__" : "_") + std::to_string(static_cast<int64_t>(rl[i]->src[0]->const_value()));
+      name += (i == 0 ? "__" : "_") + std::to_string(max_trip(*rl[i]));
   }
   auto n_outputs = static_cast<int64_t>(outputs.size());
   if (stores > n_outputs) name += "_x" + std::to_string(stores / n_outputs);  // upcast lanes
@@ -327,7 +328,7 @@ std::vector<int64_t> launch_size(const LinearKernel& k) {
   double iterations = 1;
   for (auto& u : k.uops) {
     if (is_accumulating_store(*u)) return {};  // Note [accumulating stores] in schedule/lower.cpp
-    if (u->op == Op::RANGE) iterations *= u->src[0]->const_value();
+    if (u->op == Op::RANGE) iterations *= static_cast<double>(max_trip(*u));
   }
   double work = iterations * static_cast<double>(k.uops.size());
   return work >= THREAD_MIN_WORK ? k.global_size : std::vector<int64_t>{};

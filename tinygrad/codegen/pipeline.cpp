@@ -5,6 +5,8 @@
 //   choose      the optimizer's choice: hand-coded heuristics, or BEAM's search (BEAM=n), among
 //               generated kernels with opts, the tensor-core layout and the device's library
 //   optimize    apply the opts (codegen/opt.h): register tiles, unrolls, cache blocks
+//   reduce bounds CPU-style devices: sum-reduce loops skip the iterations a gate on their
+//               variable makes zero (codegen/reduce_bounds.h)
 //   map threads GPU-style devices: output loops become thread indices, long reductions are
 //               shared by a work-group, on the graph (codegen/gpu_dims.h); the launch sizes
 //               come back beside it
@@ -32,6 +34,7 @@
 #include "tinygrad/codegen/gpu_dims.h"
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt_gpu.h"
+#include "tinygrad/codegen/reduce_bounds.h"
 #include "tinygrad/codegen/tensor_core.h"
 #include "tinygrad/codegen/transcendental.h"
 #include "tinygrad/engine/beam.h"
@@ -229,6 +232,11 @@ LoweredKernel lower_with_choice(const UOpPtr& ast, const std::vector<DType>& par
   UOpPtr g = choice.opts.empty() ? ast : apply_opts(ast, choice.opts);
   log.graph("optimize", g, ast);
   std::optional<ThreadMappedKernel> mapped;
+  if (!target.policy.gpu) {  // Note [reduce loops skip gated zeros] in codegen/reduce_bounds.cpp
+    UOpPtr before = g;
+    g = bound_reduce_loops(g);
+    log.graph("reduce bounds", g, before);
+  }
   if (target.policy.gpu) {
     mapped = map_threads(g, *target.policy.gpu);
     log.graph("map threads", mapped->ast, g);
