@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/checkpoint.h"
 #include "launcher/config.h"
 #include "distributed/collective_runner.h"
 #include "distributed/data_parallel.h"
@@ -189,9 +190,6 @@ class Trainer {
 // and names that are no valid step are passed over, each noted in `passed_over` as
 // "<path>: <why>".
 std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over = nullptr);
-// The shard file of `rank` next to a zero1 checkpoint (its optimizer block) or an fsdp one
-// (its parameter shards and their optimizer state): step_<N>.<strategy>-rank<r>.safetensors.
-std::string shard_path(const std::string& checkpoint, int rank, const std::string& strategy = "zero1");
 
 // Builders from the config, also used on their own.
 // adamw decays matrices only (nn::decay_matrices_only: no weight decay for biases and norms)
