@@ -106,13 +106,16 @@ class Trainer {
   // meanwhile; at most train.eval_batches batches, 0: all).
   EvalResult evaluate();
 
-  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint. With
-  // zero1 every rank r also writes its optimizer shard to step_<N>.zero1-rank<r>.safetensors
-  // (with fsdp its parameter shards and their optimizer state to step_<N>.fsdp-rank<r>.safetensors,
-  // and the main file holds the layout and the model's buffers: Note [fsdp checkpoints])
-  // (so every rank calls this), and the main file holds the model and metadata only.
+  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint; under
+  // zero1 and fsdp every rank calls this. With zero1 every rank r also writes its optimizer block
+  // to step_<N>.zero1-rank<r>.safetensors, and the main file holds the model and the layout (Note
+  // [zero1 checkpoints]); with fsdp its parameter shards and their optimizer state to
+  // step_<N>.fsdp-rank<r>.safetensors, and the main file holds the layout and the model's buffers
+  // (Note [fsdp checkpoints]).
   std::string save_checkpoint();
-  // Restores model, optimizer and step from a checkpoint written by save_checkpoint.
+  // Restores model, optimizer and step from a checkpoint written by save_checkpoint under any
+  // strategy and world size (Note [checkpoints that reshard] in checkpoint.cpp); a checkpoint of
+  // another batch size, optimizer or model is an error naming the difference.
   void load_checkpoint(const std::string& path);
   // Loads model weights only (keys with or without the "model." prefix), e.g. train.init_weights.
   void load_weights(const std::string& path);
