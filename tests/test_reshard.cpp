@@ -5,8 +5,8 @@
 //    run's step-3 checkpoint resumed by one process ends within 1e-6 of the run that never
 //    stopped; the zero1 one, its layout taken out of the metadata (as zero1 wrote it before it
 //    recorded one), resumed by zero1 of 2 ranks ends bit for bit on it; resumed by a model of
-//    another size it fails naming the parameters, and leaves the run directory as it was but for
-//    the error line in train.log.
+//    another size it fails naming the parameters, and by another optimizer naming both, and
+//    leaves the run directory as it was but for the error lines in train.log.
 //  - test_reshard_np4: the zero1 run's step-3 checkpoint resumed by fsdp of 4 ranks ends within
 //    1e-6 of the zero1 run; an fsdp run of 4 ranks.
 //  - test_reshard_back_np2: that fsdp run's step-3 checkpoint resumed by zero1 of 2 ranks ends
@@ -134,12 +134,20 @@ TEST(Reshard, AnotherModelIsNamedAndNothingIsWritten) {
   EXPECT_NE(what.find("step_3.safetensors' does not fit this model"), std::string::npos) << what;
   EXPECT_NE(what.find("parameter '1.weight' is [30,784] in the checkpoint, [40,784] in this model"), std::string::npos) << what;
   EXPECT_NE(what.find("parameter '3.weight' is [10,30] in the checkpoint, [10,40] in this model"), std::string::npos) << what;
+  what.clear();
+  try {
+    run_train(short_run_config(dir, {"distributed.strategy=zero1", "optim.name=sgd", "train.resume=true", "train.overwrite=false"}),
+              {.progress = false});
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("holds the state of optimizer Adam, this run's is SGD"), std::string::npos) << what;
   barrier();
   if (dist::env_rank() == 0) {
     std::map<std::string, std::string> after = files_of(dir);
     ASSERT_EQ(after.size(), before.size()) << "no file was added or removed";
     for (auto& [name, text] : before)
-      if (name == "train.log") EXPECT_EQ(after[name].rfind(text, 0), 0u) << "train.log only gains the error";
+      if (name == "train.log") EXPECT_EQ(after[name].rfind(text, 0), 0u) << "train.log only gains the errors";
       else EXPECT_EQ(after[name], text) << name << " changed";
     fs::remove_all(dir);
   }
