@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "distributed/fsdp.h"
@@ -28,9 +29,10 @@ namespace tg::launcher {
 // load_full_optimizer_state). Resharding copies values and never computes them, so the
 // parameters and optimizer state a run resumes from are bit for bit those saved; what follows
 // differs from the saving run only where the new layout sums the gradients in another order.
-// Before anything is assembled the checkpoint's parameters are checked against the loading
-// model (names, global shapes, the order its layout records, which the optimizer state's
-// indices follow), so a checkpoint of another model fails with every difference named, and
+// Before anything is assembled the checkpoint's tensors are checked against the loading model
+// (every parameter's name and global shape, nothing but buffers besides, and the order a layout
+// records, which the optimizer state's indices follow), so a checkpoint of another model fails
+// with every difference named, and
 // nothing of the run directory is written before a load succeeds (run_train loads first).
 namespace {
 
@@ -72,10 +74,11 @@ std::vector<dist::ParamLayout> fsdp_params(const std::string& path, const nn::Me
   return out;
 }
 
-// Every way the checkpoint's parameters (`saved` by name; `order`: the names its layout lists,
-// empty when it lists none) differ from the loading model's `params`, one per line.
+// Every way the checkpoint's tensors (`saved` by name; `order`: the parameter names its layout
+// lists, empty when it lists none) differ from the loading model's `params` and `buffers`, one per
+// line.
 std::string differences(const Shapes& saved, const std::vector<std::string>& order,
-                        const std::vector<dist::ParamLayout>& params) {
+                        const std::vector<dist::ParamLayout>& params, const std::set<std::string>& buffers) {
   std::ostringstream err;
   for (const auto& p : params) {
     auto it = saved.find(p.name);
@@ -84,20 +87,21 @@ std::string differences(const Shapes& saved, const std::vector<std::string>& ord
       err << "\n  parameter '" << p.name << "' is " << shape_str(it->second) << " in the checkpoint, " << shape_str(p.shape)
           << " in this model";
   }
+  std::set<std::string> known = buffers;
+  for (const auto& p : params) known.insert(p.name);
+  for (const auto& [name, shape] : saved)
+    if (!known.count(name)) err << "\n  the checkpoint's '" << name << "' " << shape_str(shape) << " is not in this model";
   if (!order.empty()) {
     std::vector<std::string> mine;
     for (const auto& p : params) mine.push_back(p.name);
-    for (const auto& name : order)
-      if (std::find(mine.begin(), mine.end(), name) == mine.end())
-        err << "\n  the checkpoint's parameter '" << name << "' is not in this model";
     if (err.str().empty() && order != mine) err << "\n  the checkpoint lists the parameters in another order";
   }
   return err.str();
 }
 
 void check_fits(const std::string& path, const Shapes& saved, const std::vector<std::string>& order,
-                const std::vector<dist::ParamLayout>& params) {
-  std::string diff = differences(saved, order, params);
+                const std::vector<dist::ParamLayout>& params, const std::set<std::string>& buffers) {
+  std::string diff = differences(saved, order, params, buffers);
   TG_CHECK(diff.empty(), "checkpoint '", path, "' does not fit this model:", diff);
 }
 
@@ -128,7 +132,7 @@ int64_t metadata_int(const nn::Metadata& meta, const std::string& key, const std
 }
 
 FullCheckpoint read_full_checkpoint(const std::string& path, const nn::Metadata& meta,
-                                    const std::vector<dist::ParamLayout>& params) {
+                                    const std::vector<dist::ParamLayout>& params, const std::set<std::string>& buffers) {
   const int64_t fsdp_ranks = rank_count(meta, "fsdp_ranks", path), zero1_ranks = rank_count(meta, "zero1_ranks", path);
   TG_CHECK(!(fsdp_ranks && zero1_ranks), "checkpoint '", path, "' names both fsdp and zero1 shards");
   FullCheckpoint out;
@@ -144,7 +148,8 @@ FullCheckpoint read_full_checkpoint(const std::string& path, const nn::Metadata&
       saved.emplace(p.name, p.shape);
       order.push_back(p.name);
     }
-    check_fits(path, saved, order, params);
+    for (auto& [name, v] : out.model) saved.emplace(name, v.shape());  // the buffers
+    check_fits(path, saved, order, params, buffers);
     auto [model, optim] = dist::unshard_checkpoint(rank_files(path, "fsdp", fsdp_ranks), meta);
     out.model.merge(model);
     out.optim = std::move(optim);
@@ -153,7 +158,7 @@ FullCheckpoint read_full_checkpoint(const std::string& path, const nn::Metadata&
   std::vector<dist::ParamLayout> layout = dist::zero1_layout(meta);
   std::vector<std::string> order;
   for (auto& p : layout) order.push_back(p.name);
-  check_fits(path, shapes_of(out.model), order, params);
+  check_fits(path, shapes_of(out.model), order, params, buffers);
   if (zero1_ranks)  // a layout-less zero1 checkpoint was written before zero1_layout: Note [zero1 checkpoints]
     out.optim = dist::unshard_zero1_optimizer(zero1_blocks(path, zero1_ranks), layout.empty() ? params : layout);
   return out;

@@ -5,6 +5,7 @@
 // every strategy then cuts its own part from (Note [checkpoints that reshard]).
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,13 @@ struct FullCheckpoint {
 };
 
 // The checkpoint at `path` (its metadata `meta`) as full tensors. `params` are the loading
-// model's parameters in order: the checkpoint must hold each of them with its shape and, where
-// it records a layout, in that order (an error names the checkpoint and every difference); they
-// are also the layout of zero1 checkpoints written before zero1_layout was recorded. Every
-// shard file is read (each rank reads them all).
+// model's parameters in order, `buffers` its buffers' names: the checkpoint must hold each
+// parameter with its shape and, where it records a layout, in that order, and nothing else but
+// buffers (an error names the checkpoint and every difference); `params` are also the layout of
+// zero1 checkpoints written before zero1_layout was recorded. Every shard file is read (each
+// rank reads them all).
 FullCheckpoint read_full_checkpoint(const std::string& path, const nn::Metadata& meta,
-                                    const std::vector<dist::ParamLayout>& params);
+                                    const std::vector<dist::ParamLayout>& params, const std::set<std::string>& buffers);
 
 // A non-negative integer of a checkpoint's metadata; an error names the file, the key and the value.
 int64_t metadata_int(const nn::Metadata& meta, const std::string& key, const std::string& path);

@@ -631,7 +631,9 @@ void Trainer::load_checkpoint(const std::string& path) {
            " (optim.name must stay)");
   std::vector<dist::ParamLayout> params;
   for (auto& [name, p] : model_->named_parameters()) params.push_back({name, p->shape()});
-  FullCheckpoint full = read_full_checkpoint(path, meta, params);  // Note [checkpoints that reshard]
+  std::set<std::string> buffers;
+  for (auto& [name, b] : model_->named_buffers()) buffers.insert(name);
+  FullCheckpoint full = read_full_checkpoint(path, meta, params, buffers);  // Note [checkpoints that reshard]
   model_->load_state_dict(full.model);
   if (fsdp_) {
     fsdp_->reload_parameters();
