@@ -38,21 +38,6 @@ std::string owner_of(const std::string& name) {
   return dot == std::string::npos ? "" : name.substr(0, dot);
 }
 
-std::string shape_csv(const Shape& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); i++) out += (i ? "," : "") + std::to_string(s[i]);
-  return out;
-}
-
-Shape parse_csv(const std::string& s) {
-  Shape out;
-  std::stringstream ss(s);
-  std::string part;
-  while (std::getline(ss, part, ','))
-    if (!part.empty()) out.push_back(std::stoll(part));
-  return out;
-}
-
 // t ([d0, ...]) with zero rows appended up to `rows` rows.
 Tensor pad_rows(const Tensor& t, int64_t rows) {
   if (rows == t.shape(0)) return t;
@@ -494,7 +479,7 @@ std::pair<nn::StateDict, nn::StateDict> unshard_checkpoint(const std::vector<nn:
     Entry e;
     std::string shape;
     ls >> e.name >> e.rows >> shape;
-    e.shape = parse_csv(shape);
+    e.shape = parse_shape_csv(shape, "fsdp checkpoint: layout of '" + e.name + "'");
     entries.push_back(e);
   }
   auto assemble = [&](const Entry& e, const std::string& key) {
@@ -502,6 +487,8 @@ std::pair<nn::StateDict, nn::StateDict> unshard_checkpoint(const std::vector<nn:
     for (size_t r = 0; r < ranks.size(); r++) {
       auto it = ranks[r].find(key);
       TG_CHECK(it != ranks[r].end(), "fsdp checkpoint: rank ", r, "'s file has no '", key, "'");
+      TG_CHECK(it->second.ndim() > 0 && it->second.shape(0) == e.rows, "fsdp checkpoint: rank ", r, "'s '", key, "' is ",
+               it->second.describe(), "; the layout gives it ", e.rows, " rows");
       parts.push_back(it->second);
     }
     Tensor full = parts.size() == 1 ? parts[0] : Tensor::cat(parts, 0);

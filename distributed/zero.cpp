@@ -2,6 +2,9 @@
 #include "distributed/zero.h"
 
 #include <cmath>
+#include <map>
+#include <optional>
+#include <sstream>
 
 #include "distributed/collective_runner.h"
 #include "tinygrad/engine/jit.h"
@@ -13,7 +16,38 @@ namespace {
 
 std::vector<float> host_of(const Tensor& t) { return t.to_vector<float>(); }
 
+// "<i>.<state>" -> {i, state}; {-1, key} for other keys ("step").
+std::pair<int64_t, std::string> split_state_key(const std::string& key) {
+  auto dot = key.find('.');
+  if (dot == std::string::npos || dot == 0 || key.find_first_not_of("0123456789") != dot) return {-1, key};
+  return {std::stoll(key.substr(0, dot)), key.substr(dot + 1)};
+}
+
+int64_t numel_of(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
 }  // namespace
+
+std::string shape_csv(const Shape& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); i++) out += (i ? "," : "") + std::to_string(s[i]);
+  return out;
+}
+
+Shape parse_shape_csv(const std::string& text, const std::string& what) {
+  Shape out;
+  std::stringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    TG_CHECK(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos && part.size() < 19, what,
+             ": '", text, "' is not a shape (comma-separated sizes)");
+    out.push_back(std::stoll(part));
+  }
+  return out;
+}
 
 Zero1::Zero1(ProcessGroup& pg, std::vector<Tensor*> params, const OptimizerFactory& make_optimizer, DType grad_dtype)
     : pg_(pg), params_(std::move(params)), grad_dtype_(grad_dtype) {
@@ -112,6 +146,120 @@ LazyStepOutcome Zero1::step_lazy(const Tensors& also_realize, const StepOptions&
 
 StepOutcome Zero1::step(const Tensors& also_realize, const StepOptions& opt) {
   return settle_step(*optim_, step_lazy(also_realize, opt));
+}
+
+// Note [zero1 checkpoints]: every rank writes its block's optimizer state (keys "0.<state>" of
+// shape [block], and "step") to a file of its own, and the metadata file records the layout:
+// zero1_ranks (the world size) and zero1_layout, one line per parameter in the flat order,
+// "<name> <offset in the flat vector> <global shape, comma-separated>". A reader of any world size
+// or strategy stacks the ranks' blocks into the flat vector, drops the padding and cuts each
+// parameter's state out at its offset with its shape (unshard_zero1_optimizer): the per-parameter
+// state "<i>.<state>" that a data-parallel optimizer of the same parameters holds. A zero1 run
+// takes its own block of such a full state (load_full_optimizer_state: the parameters' states
+// flattened in order, zero-padded, block r), so a state moves between world sizes and
+// strategies by copies alone, bit for bit. Checkpoints written before the layout was recorded
+// have no zero1_layout; their reader passes the loading model's parameters as the layout, which
+// the blocks' size must fit.
+nn::Metadata Zero1::layout_metadata(const std::vector<std::string>& names) const {
+  TG_ASSERT(names.size() == params_.size());
+  std::string layout;
+  int64_t offset = 0;
+  for (size_t i = 0; i < params_.size(); i++) {
+    layout += names[i] + " " + std::to_string(offset) + " " + shape_csv(params_[i]->shape()) + "\n";
+    offset += params_[i]->numel();
+  }
+  return {{"zero1_ranks", std::to_string(pg_.size())}, {"zero1_layout", layout}};
+}
+
+void Zero1::load_full_optimizer_state(const nn::StateDict& full) {
+  NoGradGuard no_grad;
+  std::map<std::string, std::vector<std::optional<Tensor>>> states;  // state name -> per parameter
+  nn::StateDict mine;
+  for (auto& [k, v] : full) {
+    auto [i, name] = split_state_key(k);
+    if (i < 0) {
+      mine.emplace(k, v);  // the step count (anything else load_state_dict names as unexpected)
+      continue;
+    }
+    TG_CHECK(i < static_cast<int64_t>(params_.size()), "zero1: optimizer state '", k, "' names parameter ", i, " of ",
+             params_.size());
+    const Tensor& p = *params_[static_cast<size_t>(i)];
+    TG_CHECK(v.shape() == p.shape(), "zero1: optimizer state '", k, "' is ", v.describe(), ", its parameter ",
+             p.describe());
+    auto& slots = states[name];
+    slots.resize(params_.size());
+    slots[static_cast<size_t>(i)] = v;
+  }
+  const int64_t n = pg_.size();
+  for (auto& [name, slots] : states) {
+    Tensors flat;
+    for (size_t i = 0; i < params_.size(); i++) {
+      TG_CHECK(slots[i].has_value(), "zero1: the optimizer state has '", name, "' without parameter ", i, "'s ('", i,
+               ".", name, "')");
+      flat.push_back(slots[i]->detach().cast(DType::Float32).reshape({params_[i]->numel()}));
+    }
+    if (shard_ * n > total_) flat.push_back(Tensor::zeros({shard_ * n - total_}, {.device = flat[0].device()}));
+    Tensor all = flat.size() == 1 ? flat[0] : Tensor::cat(flat, 0);
+    mine.emplace("0." + name, all.shrink({{shard_ * pg_.rank(), shard_ * (pg_.rank() + 1)}}).contiguous());
+  }
+  optim_->load_state_dict(mine);
+}
+
+std::vector<ParamLayout> zero1_layout(const nn::Metadata& meta) {
+  std::vector<ParamLayout> out;
+  auto it = meta.find("zero1_layout");
+  if (it == meta.end()) return out;
+  std::stringstream lines(it->second);
+  std::string line;
+  int64_t offset = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    std::stringstream ls(line);
+    ParamLayout p;
+    int64_t at = -1;
+    std::string shape;
+    ls >> p.name >> at >> shape;
+    TG_CHECK(!p.name.empty() && at == offset, "zero1 checkpoint: layout line '", line, "' does not follow the one before (",
+             "offset ", offset, " expected)");
+    p.shape = parse_shape_csv(shape, "zero1 checkpoint: layout of '" + p.name + "'");
+    offset += numel_of(p.shape);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+nn::StateDict unshard_zero1_optimizer(const std::vector<nn::StateDict>& ranks, const std::vector<ParamLayout>& params) {
+  TG_CHECK(!ranks.empty() && !params.empty(), "zero1 checkpoint: no ranks or no parameters");
+  const int64_t n = static_cast<int64_t>(ranks.size());
+  int64_t total = 0;
+  for (auto& p : params) total += numel_of(p.shape);
+  const int64_t block = (total + n - 1) / n;
+  nn::StateDict full;
+  for (auto& [k, v] : ranks[0]) {
+    auto [i, name] = split_state_key(k);
+    if (i < 0) {
+      full.emplace(k, v);
+      continue;
+    }
+    TG_CHECK(i == 0, "zero1 checkpoint: optimizer state '", k, "' (a zero1 optimizer holds one flat block, '0.*')");
+    Tensors blocks;
+    for (int64_t r = 0; r < n; r++) {
+      auto it = ranks[static_cast<size_t>(r)].find(k);
+      TG_CHECK(it != ranks[static_cast<size_t>(r)].end(), "zero1 checkpoint: rank ", r, "'s file has no '", k, "'");
+      TG_CHECK(it->second.shape() == Shape{block}, "zero1 checkpoint: rank ", r, "'s '", k, "' is ", it->second.describe(),
+               "; ", params.size(), " parameters of ", total, " elements over ", n, " ranks make blocks of ", block,
+               " (a checkpoint of another model?)");
+      blocks.push_back(it->second);
+    }
+    Tensor flat = blocks.size() == 1 ? blocks[0] : Tensor::cat(blocks, 0);
+    int64_t offset = 0;
+    for (size_t j = 0; j < params.size(); j++) {
+      int64_t numel = numel_of(params[j].shape);
+      full.emplace(std::to_string(j) + "." + name, flat.shrink({{offset, offset + numel}}).reshape(params[j].shape).contiguous());
+      offset += numel;
+    }
+  }
+  return full;
 }
 
 }  // namespace tg::dist

@@ -10,11 +10,13 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "distributed/coordinated_step.h"
 #include "distributed/process_group.h"
 #include "tinygrad/nn/optim.h"
+#include "tinygrad/nn/state.h"
 
 namespace tg::dist {
 
@@ -42,6 +44,13 @@ class Zero1 {
   int64_t shard_size() const { return shard_; }
   int64_t flat_size() const { return total_; }
 
+  // A sharded checkpoint (Note [zero1 checkpoints]): the layout the metadata file records for
+  // parameters of these names (in the order the constructor was given them).
+  nn::Metadata layout_metadata(const std::vector<std::string>& names) const;
+  // Loads this rank's block of a full optimizer state dict (per parameter: "<i>.<state>" of
+  // parameter i's shape, and "step"), as a data-parallel optimizer of the same parameters holds it.
+  void load_full_optimizer_state(const nn::StateDict& full);
+
  private:
   Tensor averaged_block();                                    // reduce-scatter of the flat gradient, / N
   void gather_parameters(const Tensors& also_realize);        // all-gather of the blocks into the parameters
@@ -53,5 +62,23 @@ class Zero1 {
   Tensor block_;  // this rank's block of the flat parameters
   std::unique_ptr<nn::Optimizer> optim_;
 };
+
+// A shape as comma-separated sizes ("30,784"; "" for a 0-d shape), as checkpoint layouts write
+// them, and back (an error names `what` and the text).
+std::string shape_csv(const Shape& s);
+Shape parse_shape_csv(const std::string& text, const std::string& what);
+
+// A parameter of a sharded checkpoint's layout: its name and global shape.
+struct ParamLayout {
+  std::string name;
+  Shape shape;
+};
+
+// The parameters a zero1 checkpoint's metadata records (zero1_layout), in their flat order.
+std::vector<ParamLayout> zero1_layout(const nn::Metadata& meta);
+// The full (per-parameter) optimizer state of a zero1 checkpoint from its ranks' block state
+// dicts (rank r's at index r, keys "0.<state>" and "step") and the parameters the flat vector
+// holds, in order (Note [zero1 checkpoints]).
+nn::StateDict unshard_zero1_optimizer(const std::vector<nn::StateDict>& ranks, const std::vector<ParamLayout>& params);
 
 }  // namespace tg::dist

@@ -42,15 +42,6 @@ std::optional<int64_t> parse_count(const std::string& s) {
   return v;
 }
 
-// A non-negative integer of a checkpoint's metadata; an error names the file, the key and the value.
-int64_t metadata_int(const nn::Metadata& meta, const std::string& key, const std::string& path) {
-  auto it = meta.find(key);
-  TG_CHECK(it != meta.end(), "checkpoint '", path, "' has no \"", key, "\" in its metadata");
-  auto v = parse_count(it->second);
-  TG_CHECK(v, "checkpoint '", path, "': metadata ", key, "=\"", it->second, "\" is not a non-negative integer");
-  return *v;
-}
-
 // "step_120.safetensors" -> 120; nullopt for any other file. A name of that form whose number is
 // no valid step (past INT64_MAX) gives nullopt too, with the reason in `why`.
 std::optional<int64_t> checkpoint_step(const fs::path& p, std::string* why) {
@@ -600,8 +591,10 @@ std::string Trainer::save_checkpoint() {
                     {"model", cfg_.get_string("model.name")},
                     {"optimizer", optimizer().type_name()}};
   std::string path = (dir / ("step_" + std::to_string(step_) + ".safetensors")).string();
-  if (zero_) {
-    meta["zero1_ranks"] = std::to_string(world_size());
+  if (zero_) {  // Note [zero1 checkpoints] in distributed/zero.cpp
+    std::vector<std::string> names;
+    for (auto& [name, p] : model_->named_parameters()) names.push_back(name);
+    meta.merge(zero_->layout_metadata(names));
     nn::StateDict shard;
     for (auto& [k, v] : zero_->shard_optimizer().state_dict()) shard.emplace("optim." + k, v);
     nn::safe_save(shard, shard_path(path, rank()), {{"format", CHECKPOINT_FORMAT}, {"step", std::to_string(step_)}});
@@ -630,38 +623,28 @@ void Trainer::load_checkpoint(const std::string& path) {
   int64_t saved_bs = meta.count("batch_size") ? metadata_int(meta, "batch_size", path) : 0;
   TG_CHECK(saved_bs == cfg_.get_int("data.batch_size"), "checkpoint '", path, "' was written with data.batch_size=",
            saved_bs, ", the config has ", cfg_.get_int("data.batch_size"), " (a resumed run must keep it)");
-  nn::StateDict all = nn::safe_load(path), model_sd, optim_sd;
-  for (auto& [k, v] : all) {
-    if (k.rfind("model.", 0) == 0) model_sd.emplace(k.substr(6), v);
-    else if (k.rfind("optim.", 0) == 0) optim_sd.emplace(k.substr(6), v);
-  }
-  if (meta.count("fsdp_ranks")) {  // Note [fsdp checkpoints]: full tensors from every rank's shards
-    TG_CHECK(!zero_, "checkpoint '", path, "' was written by fsdp; resume it with distributed.strategy=fsdp, ddp or none");
-    std::vector<nn::StateDict> parts;
-    for (int64_t r = 0; r < metadata_int(meta, "fsdp_ranks", path); r++) parts.push_back(nn::safe_load(shard_path(path, static_cast<int>(r), "fsdp")));
-    auto [params, state] = dist::unshard_checkpoint(parts, meta);
-    model_sd.merge(params);
-    optim_sd = std::move(state);
-  }
-  model_->load_state_dict(model_sd);
+  const int64_t saved_step = metadata_int(meta, "step", path);
+  TG_CHECK(saved_step <= total_steps_, "checkpoint '", path, "' is at step ", saved_step, ", beyond this run's total of ",
+           total_steps_, " steps (raise train.steps or train.epochs)");
+  TG_CHECK(!meta.count("optimizer") || meta.at("optimizer") == optimizer().type_name(), "checkpoint '", path,
+           "' holds the state of optimizer ", meta.at("optimizer"), ", this run's is ", optimizer().type_name(),
+           " (optim.name must stay)");
+  std::vector<dist::ParamLayout> params;
+  for (auto& [name, p] : model_->named_parameters()) params.push_back({name, p->shape()});
+  std::set<std::string> buffers;
+  for (auto& [name, b] : model_->named_buffers()) buffers.insert(name);
+  FullCheckpoint full = read_full_checkpoint(path, meta, params, buffers);  // Note [checkpoints that reshard]
+  model_->load_state_dict(full.model);
   if (fsdp_) {
-    TG_CHECK(!meta.count("zero1_ranks"), "checkpoint '", path, "' holds sharded (zero1) optimizer state; resume it with distributed.strategy=zero1");
     fsdp_->reload_parameters();
-    fsdp_->load_full_optimizer_state(optim_sd);
+    fsdp_->load_full_optimizer_state(full.optim);
   } else if (zero_) {
-    TG_CHECK(meta.count("zero1_ranks") && metadata_int(meta, "zero1_ranks", path) == world_size(), "checkpoint '", path,
-             "' was not written by a zero1 run of ", world_size(), " ranks (its optimizer state is sharded differently)");
-    optim_sd.clear();
-    for (auto& [k, v] : nn::safe_load(shard_path(path, rank())))
-      if (k.rfind("optim.", 0) == 0) optim_sd.emplace(k.substr(6), v);
+    zero_->reload_parameters();
+    zero_->load_full_optimizer_state(full.optim);
   } else {
-    TG_CHECK(!meta.count("zero1_ranks"), "checkpoint '", path, "' holds sharded (zero1) optimizer state; resume it with distributed.strategy=zero1");
+    optim_->load_state_dict(full.optim);
   }
-  if (!fsdp_) optimizer().load_state_dict(optim_sd);
-  if (zero_) zero_->reload_parameters();
-  step_ = metadata_int(meta, "step", path);
-  TG_CHECK(step_ >= 0 && step_ <= total_steps_, "checkpoint '", path, "' is at step ", step_,
-           ", beyond this run's total of ", total_steps_, " steps (raise train.steps or train.epochs)");
+  step_ = saved_step;
   last_checkpoint_ = path;
   last_eval_step_ = step_;  // do not evaluate again right away
 }
@@ -677,11 +660,6 @@ void Trainer::load_weights(const std::string& path) {
   model_->load_state_dict(sd);
   if (zero_) zero_->reload_parameters();
   if (fsdp_) fsdp_->reload_parameters();
-}
-
-std::string shard_path(const std::string& checkpoint, int rank, const std::string& strategy) {
-  std::string base = checkpoint.substr(0, checkpoint.size() - std::string(".safetensors").size());
-  return base + "." + strategy + "-rank" + std::to_string(rank) + ".safetensors";
 }
 
 std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over) {

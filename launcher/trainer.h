@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/checkpoint.h"
 #include "launcher/config.h"
 #include "distributed/collective_runner.h"
 #include "distributed/data_parallel.h"
@@ -105,13 +106,16 @@ class Trainer {
   // meanwhile; at most train.eval_batches batches, 0: all).
   EvalResult evaluate();
 
-  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint. With
-  // zero1 every rank r also writes its optimizer shard to step_<N>.zero1-rank<r>.safetensors
-  // (with fsdp its parameter shards and their optimizer state to step_<N>.fsdp-rank<r>.safetensors,
-  // and the main file holds the layout and the model's buffers: Note [fsdp checkpoints])
-  // (so every rank calls this), and the main file holds the model and metadata only.
+  // Writes run_dir/checkpoints/step_<N>.safetensors (atomically) and emits on_checkpoint; under
+  // zero1 and fsdp every rank calls this. With zero1 every rank r also writes its optimizer block
+  // to step_<N>.zero1-rank<r>.safetensors, and the main file holds the model and the layout (Note
+  // [zero1 checkpoints]); with fsdp its parameter shards and their optimizer state to
+  // step_<N>.fsdp-rank<r>.safetensors, and the main file holds the layout and the model's buffers
+  // (Note [fsdp checkpoints]).
   std::string save_checkpoint();
-  // Restores model, optimizer and step from a checkpoint written by save_checkpoint.
+  // Restores model, optimizer and step from a checkpoint written by save_checkpoint under any
+  // strategy and world size (Note [checkpoints that reshard] in checkpoint.cpp); a checkpoint of
+  // another batch size, optimizer or model is an error naming the difference.
   void load_checkpoint(const std::string& path);
   // Loads model weights only (keys with or without the "model." prefix), e.g. train.init_weights.
   void load_weights(const std::string& path);
@@ -189,9 +193,6 @@ class Trainer {
 // and names that are no valid step are passed over, each noted in `passed_over` as
 // "<path>: <why>".
 std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over = nullptr);
-// The shard file of `rank` next to a zero1 checkpoint (its optimizer block) or an fsdp one
-// (its parameter shards and their optimizer state): step_<N>.<strategy>-rank<r>.safetensors.
-std::string shard_path(const std::string& checkpoint, int rank, const std::string& strategy = "zero1");
 
 // Builders from the config, also used on their own.
 // adamw decays matrices only (nn::decay_matrices_only: no weight decay for biases and norms)

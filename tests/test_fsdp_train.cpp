@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "checkpoint_util.h"
 #include "distributed/fsdp.h"
 #include "distributed/process_group.h"
 #include "launcher/config.h"
@@ -20,6 +21,7 @@
 
 using namespace tg;
 using namespace tg::launcher;
+using namespace tg::testutil;
 namespace fs = std::filesystem;
 
 namespace {
@@ -27,57 +29,10 @@ namespace {
 // Shared by the 4-rank test and the 2-rank one that resumes its checkpoint.
 const std::string BASE = std::string(TG_TEST_RUN_DIR) + "/run";
 
-Config config(const std::string& dir, std::vector<std::string> extra) {
-  std::vector<std::string> o{"model.hidden=[30]",  "data.batch_size=32",     "train.steps=6",
-                             "train.log_every=2",  "train.eval_every=1000", "data.eval_batch_size=5000",
-                             "train.checkpoint_every=3", "optim.clip_grad_norm=0.5", "train.overwrite=true",
-                             "train.run_dir=" + dir};
-  o.insert(o.end(), extra.begin(), extra.end());
-  return load_config(std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", o);
-}
-
-using Params = std::map<std::string, std::vector<float>>;
-
-// The model of a checkpoint, unsharded where fsdp wrote it (Note [fsdp checkpoints]).
-Params model_of(const std::string& ckpt) {
-  nn::Metadata meta = nn::safe_metadata(ckpt);
-  nn::StateDict sd;
-  for (auto& [k, v] : nn::safe_load(ckpt))
-    if (k.rfind("model.", 0) == 0) sd.emplace(k.substr(6), v);
-  if (meta.count("fsdp_ranks")) {
-    std::vector<nn::StateDict> parts;
-    for (int r = 0; r < std::stoi(meta.at("fsdp_ranks")); r++) parts.push_back(nn::safe_load(shard_path(ckpt, r, "fsdp")));
-    sd.merge(dist::unshard_checkpoint(parts, meta).first);
-  }
-  Params out;
-  for (auto& [k, v] : sd) out[k] = v.to_vector<float>();
-  return out;
-}
-
-// max |a - b| / (|b| + 0.01) (float32 rounding of parameters of size ~0.05 needs the floor)
-double max_rel_diff(const Params& a, const Params& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (auto& [k, v] : b) {
-    auto it = a.find(k);
-    if (it == a.end() || it->second.size() != v.size()) {
-      ADD_FAILURE() << "parameter " << k << " differs in presence or size";
-      return INFINITY;
-    }
-    for (size_t i = 0; i < v.size(); i++) worst = std::max(worst, std::abs(double(it->second[i]) - v[i]) / (std::abs(double(v[i])) + 1e-2));
-  }
-  return worst;
-}
+Config config(const std::string& dir, std::vector<std::string> extra) { return short_run_config(dir, std::move(extra)); }
 
 // A copy of run directory `from` that ends at the step-3 checkpoint (a run stopped there).
-void copy_until_step3(const std::string& from, const std::string& to) {
-  fs::remove_all(to);
-  fs::create_directories(to + "/checkpoints");
-  for (auto& e : fs::directory_iterator(from + "/checkpoints"))
-    if (e.path().filename().string().rfind("step_3.", 0) == 0) fs::copy_file(e.path(), to + "/checkpoints/" + e.path().filename().string());
-  for (const char* f : {"config.yaml", "metrics.jsonl", "train.log"})
-    if (fs::exists(from + "/" + f)) fs::copy_file(from + "/" + f, to + "/" + f);
-}
+void copy_until_step3(const std::string& from, const std::string& to) { copy_until_step(from, to, 3); }
 
 const std::string FSDP4 = BASE + "_fsdp4";
 
@@ -148,13 +103,9 @@ TEST(FsdpTrain, CheckpointOfFourFsdpRanksResumesUnderTwoDdpRanksAndOneProcess) {
     Trainer tr(c, one);
     tr.load_checkpoint(one + "/checkpoints/step_3.safetensors");
     EXPECT_EQ(tr.step(), 3);
-    Params loaded;
-    for (auto& [k, v] : tr.model().state_dict()) loaded[k] = v.to_vector<float>();
-    EXPECT_EQ(max_rel_diff(loaded, model_of(FSDP4 + "/checkpoints/step_3.safetensors")), 0.0);
+    EXPECT_EQ(max_rel_diff(values_of(tr.model().state_dict()), model_of(FSDP4 + "/checkpoints/step_3.safetensors")), 0.0);
     tr.fit();
-    Params ended;
-    for (auto& [k, v] : tr.model().state_dict()) ended[k] = v.to_vector<float>();
-    double err1 = max_rel_diff(ended, want);
+    double err1 = max_rel_diff(values_of(tr.model().state_dict()), want);
     std::printf("fsdp 4 ranks to step 3, then one process to step 6, vs fsdp 4 ranks throughout: %.3g\n", err1);
     EXPECT_LT(err1, 1e-5);
   }

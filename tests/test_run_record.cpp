@@ -157,8 +157,17 @@ TEST(LauncherRunRecord, ProgressModeFollowsTheTerminalAndTheLauncher) {
   EXPECT_EQ(printed["off"], "");
 }
 
-// A resume with another model: load_state_dict's whole message (every missing and unexpected
-// key) on stderr and in train.log.
+// What a resume of test_tiny's checkpoint in `dir` by test_mlp says (Note [checkpoints that
+// reshard] in launcher/checkpoint.cpp): every parameter that differs, one per line.
+std::string misfit_error(const fs::path& dir) {
+  return "checkpoint '" + (dir / "checkpoints" / "step_2.safetensors").string() + "' does not fit this model:\n"
+         "  parameter '1.weight' [16,4] is not in the checkpoint\n  parameter '1.bias' [16] is not in the checkpoint\n"
+         "  parameter '3.weight' [3,16] is not in the checkpoint\n  parameter '3.bias' [3] is not in the checkpoint\n"
+         "  the checkpoint's 'fc.bias' [3] is not in this model\n  the checkpoint's 'fc.weight' [3,4] is not in this model";
+}
+
+// A resume with another model: the whole message (every parameter that differs) on stderr and
+// in train.log.
 TEST(LauncherRunRecord, ErrorsGoWholeIntoTrainLog) {
   fs::path dir = temp_dir("error_log");
   std::vector<std::string> args = {"tg", "train", std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml",
@@ -170,8 +179,7 @@ TEST(LauncherRunRecord, ErrorsGoWholeIntoTrainLog) {
   args[6] = "train.steps=4";
   auto [rc, out, err] = tg_run(args);
   EXPECT_EQ(rc, 1);
-  const std::string want = "load_state_dict: cannot load into Sequential:\n  missing keys: '1.weight', '1.bias', "
-                           "'3.weight', '3.bias'\n  unexpected keys: 'fc.bias', 'fc.weight'";
+  const std::string want = misfit_error(dir);
   EXPECT_EQ(err, "error: " + want + "\n");
   const std::string log = file_text(dir / "train.log");
   EXPECT_NE(log.find("  error: " + want + "\n"), std::string::npos) << log;
@@ -215,8 +223,7 @@ TEST(LauncherLog, RankPrefixUnderMpirunAndSrunOnly) {
   auto [rc, out, err] = tg_run(args);
   ::unsetenv("OMPI_COMM_WORLD_RANK");
   EXPECT_EQ(rc, 1);
-  const std::string want = "load_state_dict: cannot load into Sequential:\n  missing keys: '1.weight', '1.bias', "
-                           "'3.weight', '3.bias'\n  unexpected keys: 'fc.bias', 'fc.weight'";
+  const std::string want = misfit_error(dir);
   EXPECT_EQ(err, "[rank 0] error: " + want + "\n");
   const std::string log = file_text(dir / "train.log");
   EXPECT_NE(log.find("  error: " + want + "\n"), std::string::npos) << log;

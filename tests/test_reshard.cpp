@@ -1,0 +1,179 @@
+// Checkpoints that move between strategies and world sizes (Note [checkpoints that reshard] in
+// launcher/checkpoint.cpp), through `tg train` under mpirun, in three CTest runs that hand their
+// run directories on as fixtures:
+//  - test_reshard_np2: zero1 and fsdp runs of 2 ranks (6 steps, checkpoints at 3 and 6). The fsdp
+//    run's step-3 checkpoint resumed by one process ends within 1e-6 of the run that never
+//    stopped; the zero1 one, its layout taken out of the metadata (as zero1 wrote it before it
+//    recorded one), resumed by zero1 of 2 ranks ends bit for bit on it; resumed by a model of
+//    another size it fails naming the parameters, and by another optimizer naming both, and
+//    leaves the run directory as it was but for the error lines in train.log.
+//  - test_reshard_np4: the zero1 run's step-3 checkpoint resumed by fsdp of 4 ranks ends within
+//    1e-6 of the zero1 run; an fsdp run of 4 ranks.
+//  - test_reshard_back_np2: that fsdp run's step-3 checkpoint resumed by zero1 of 2 ranks ends
+//    within 1e-6 of it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint_util.h"
+#include "distributed/process_group.h"
+#include "launcher/run.h"
+#include "launcher/trainer.h"
+#include "tinygrad/error.h"
+
+using namespace tg;
+using namespace tg::launcher;
+using namespace tg::testutil;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string BASE = std::string(TG_TEST_RUN_DIR) + "/run";
+const std::string ZERO1_2 = BASE + "_zero1_2", FSDP2 = BASE + "_fsdp2", FSDP4 = BASE + "_fsdp4";
+
+std::string final_checkpoint(const std::string& dir) { return dir + "/checkpoints/step_6.safetensors"; }
+
+void barrier() { dist::world_group()->barrier()->wait(); }
+
+// Rank 0 copies `from` stopped at step 3 to `to`; every rank then resumes it under `strategy` and
+// rank 0 returns the largest difference from `from`'s own step 6 (0 elsewhere).
+double resume_and_compare(const std::string& from, const std::string& to, const std::string& strategy) {
+  if (dist::env_rank() == 0) copy_until_step(from, to, 3);
+  barrier();
+  TrainSummary s = run_train(short_run_config(to, {"distributed.strategy=" + strategy, "train.resume=true", "train.overwrite=false"}),
+                             {.progress = false});
+  EXPECT_EQ(s.steps, 6);
+  if (dist::env_rank() != 0) return 0;
+  return max_rel_diff(model_of(s.last_checkpoint), model_of(final_checkpoint(from)));
+}
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::map<std::string, std::string> files_of(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = file_text(e.path());
+  return out;
+}
+
+}  // namespace
+
+TEST(Reshard, SourcesOfTwoRanks) {
+  if (dist::env_world_size() != 2) GTEST_SKIP() << "test_reshard_np2";
+  for (auto& [dir, strategy] : {std::pair{ZERO1_2, "zero1"}, std::pair{FSDP2, "fsdp"}}) {
+    TrainSummary s = run_train(short_run_config(dir, {std::string("distributed.strategy=") + strategy}), {.progress = false});
+    EXPECT_EQ(s.steps, 6);
+  }
+  if (dist::env_rank() != 0) return;
+  nn::Metadata meta = nn::safe_metadata(final_checkpoint(ZERO1_2));
+  EXPECT_EQ(meta.at("zero1_ranks"), "2");
+  EXPECT_EQ(meta.at("zero1_layout"), "1.weight 0 30,784\n1.bias 23520 30\n3.weight 23550 10,30\n3.bias 23850 10\n");
+}
+
+TEST(Reshard, FsdpOfTwoRanksResumesOnOneProcess) {
+  if (dist::env_world_size() != 2) GTEST_SKIP() << "test_reshard_np2";
+  ASSERT_TRUE(fs::exists(final_checkpoint(FSDP2)));
+  if (dist::env_rank() == 0) {  // one process: the Trainer itself (run_train refuses strategy none in a rank of a job)
+    const std::string one = BASE + "_fsdp2_to_one";
+    copy_until_step(FSDP2, one, 3);
+    Trainer tr(short_run_config(one, {"train.resume=true", "train.overwrite=false"}), one);
+    tr.load_checkpoint(one + "/checkpoints/step_3.safetensors");
+    EXPECT_EQ(max_rel_diff(values_of(tr.model().state_dict()), model_of(FSDP2 + "/checkpoints/step_3.safetensors")), 0.0);
+    tr.fit();
+    double err = max_rel_diff(values_of(tr.model().state_dict()), model_of(final_checkpoint(FSDP2)));
+    std::printf("fsdp 2 ranks to step 3, then one process to step 6, vs fsdp 2 ranks throughout: %.3g\n", err);
+    EXPECT_LT(err, 1e-6);
+    fs::remove_all(one);
+  }
+  barrier();
+}
+
+// Note [zero1 checkpoints]: a zero1 checkpoint without zero1_layout reads its blocks with the
+// loading model's parameters as the layout.
+TEST(Reshard, Zero1CheckpointWithoutLayoutResumes) {
+  if (dist::env_world_size() != 2) GTEST_SKIP() << "test_reshard_np2";
+  const std::string old = BASE + "_zero1_2_old";
+  if (dist::env_rank() == 0) {
+    copy_until_step(ZERO1_2, old, 3);
+    const std::string main = old + "/checkpoints/step_3.safetensors";
+    nn::Metadata meta = nn::safe_metadata(main);
+    ASSERT_EQ(meta.erase("zero1_layout"), 1u);
+    nn::safe_save(nn::safe_load(main), main, meta);
+  }
+  barrier();
+  TrainSummary s = run_train(short_run_config(old, {"distributed.strategy=zero1", "train.resume=true", "train.overwrite=false"}),
+                             {.progress = false});
+  EXPECT_EQ(s.steps, 6);
+  if (dist::env_rank() == 0) {
+    EXPECT_EQ(max_rel_diff(model_of(s.last_checkpoint), model_of(final_checkpoint(ZERO1_2))), 0.0);
+    fs::remove_all(old);
+  }
+  barrier();
+}
+
+TEST(Reshard, AnotherModelIsNamedAndNothingIsWritten) {
+  if (dist::env_world_size() != 2) GTEST_SKIP() << "test_reshard_np2";
+  const std::string dir = BASE + "_zero1_2_other_model";
+  if (dist::env_rank() == 0) copy_until_step(ZERO1_2, dir, 3);
+  barrier();
+  std::map<std::string, std::string> before = files_of(dir);
+  std::string what;
+  try {
+    run_train(short_run_config(dir, {"distributed.strategy=fsdp", "model.hidden=[40]", "train.resume=true", "train.overwrite=false"}),
+              {.progress = false});
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("step_3.safetensors' does not fit this model"), std::string::npos) << what;
+  EXPECT_NE(what.find("parameter '1.weight' is [30,784] in the checkpoint, [40,784] in this model"), std::string::npos) << what;
+  EXPECT_NE(what.find("parameter '3.weight' is [10,30] in the checkpoint, [10,40] in this model"), std::string::npos) << what;
+  what.clear();
+  try {
+    run_train(short_run_config(dir, {"distributed.strategy=zero1", "optim.name=sgd", "train.resume=true", "train.overwrite=false"}),
+              {.progress = false});
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("holds the state of optimizer Adam, this run's is SGD"), std::string::npos) << what;
+  barrier();
+  if (dist::env_rank() == 0) {
+    std::map<std::string, std::string> after = files_of(dir);
+    ASSERT_EQ(after.size(), before.size()) << "no file was added or removed";
+    for (auto& [name, text] : before)
+      if (name == "train.log") EXPECT_EQ(after[name].rfind(text, 0), 0u) << "train.log only gains the errors";
+      else EXPECT_EQ(after[name], text) << name << " changed";
+    fs::remove_all(dir);
+  }
+  barrier();
+}
+
+TEST(Reshard, Zero1OfTwoRanksResumesUnderFsdpOfFour) {
+  if (dist::env_world_size() != 4) GTEST_SKIP() << "test_reshard_np4";
+  ASSERT_TRUE(fs::exists(final_checkpoint(ZERO1_2))) << "run test_reshard_np2 first (a CTest fixture)";
+  double err = resume_and_compare(ZERO1_2, BASE + "_zero1_2_to_fsdp4", "fsdp");
+  if (dist::env_rank() == 0) {
+    std::printf("zero1 2 ranks to step 3, then fsdp 4 ranks to step 6, vs zero1 2 ranks throughout: %.3g\n", err);
+    EXPECT_LT(err, 1e-6);
+  }
+  TrainSummary s = run_train(short_run_config(FSDP4, {"distributed.strategy=fsdp"}), {.progress = false});
+  EXPECT_EQ(s.steps, 6);
+}
+
+TEST(Reshard, FsdpOfFourRanksResumesUnderZero1OfTwo) {
+  if (dist::env_world_size() != 2) GTEST_SKIP() << "test_reshard_back_np2";
+  ASSERT_TRUE(fs::exists(final_checkpoint(FSDP4))) << "run test_reshard_np4 first (a CTest fixture)";
+  double err = resume_and_compare(FSDP4, BASE + "_fsdp4_to_zero1_2", "zero1");
+  if (dist::env_rank() == 0) {
+    std::printf("fsdp 4 ranks to step 3, then zero1 2 ranks to step 6, vs fsdp 4 ranks throughout: %.3g\n", err);
+    EXPECT_LT(err, 1e-6);
+    fs::remove_all(TG_TEST_RUN_DIR);
+  }
+  barrier();
+}
