@@ -338,10 +338,12 @@ TEST(Learn, XorMlp) {
 }
 
 // Note [a step skipped on the device] (optim.h): step_if(true) is step() bit for bit, in as many
-// kernels (one per parameter: p, m and v of Adam together), and step_if(false) changes nothing. A
-// data-parallel run at one rank then equals the plain run exactly: gating the finished values
-// instead split each update into three kernels whose float contractions differed in the last
-// bit, and 30 Adam steps of the CNN turned that into parameters 15% apart.
+// kernels (one per parameter: p, m and v of Adam together, and the skip count in the kernel of
+// ok, which the caller realizes as the data-parallel steps do: Note [the skip count's kernel]),
+// and step_if(false) changes nothing. A data-parallel run at one rank then equals the plain run
+// exactly: gating the finished values instead split each update into three kernels whose float
+// contractions differed in the last bit, and 30 Adam steps of the CNN turned that into
+// parameters 15% apart.
 TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
   for (int kind = 0; kind < 4; kind++) {  // SGD with momentum, Adam, AdamW, LAMB
     auto make = [&](std::vector<Tensor>& ps) -> std::unique_ptr<Optimizer> {
@@ -353,7 +355,8 @@ TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
     Problem pr;
     auto plain = pr.make(), gated = pr.make();
     auto a = make(plain), b = make(gated);
-    Tensor yes = Tensor::from_vector(std::vector<float>{1}, {}) > 0.0, no = Tensor::from_vector(std::vector<float>{0}, {}) > 0.0;
+    Tensor no = Tensor::from_vector(std::vector<float>{0}, {}) > 0.0;
+    auto one = [] { return Tensor::from_vector(std::vector<float>{1}, {}) > 0.0; };  // lazy: a kernel makes it
     auto& counters = GlobalCounters::get();
     for (int t = 1; t <= 3; t++) {
       a->zero_grad();
@@ -363,10 +366,11 @@ TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
       for (auto& p : plain) p.grad()->realize();
       for (auto& p : gated) p.grad()->realize();
       uint64_t before = counters.kernels_run;
-      a->step();
+      a->step({one()});
       uint64_t plain_kernels = counters.kernels_run - before;
       before = counters.kernels_run;
-      b->step_if(yes);
+      Tensor yes = one();
+      b->step_if(yes, {yes});
       EXPECT_EQ(counters.kernels_run - before, plain_kernels) << b->type_name() << " step " << t;
       for (size_t i = 0; i < plain.size(); i++)
         EXPECT_EQ(plain[i].to_vector<float>(), gated[i].to_vector<float>()) << b->type_name() << " step " << t;
@@ -375,7 +379,7 @@ TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
     b->zero_grad();
     pr.loss(gated).backward();
     b->step_if(no);
-    b->uncount_step();
+    b->settle();
     for (auto& [key, value] : b->state_dict()) {
       if (value.dtype() != DType::Float32) continue;
       EXPECT_EQ(value.to_vector<float>(), before.at(key).to_vector<float>()) << b->type_name() << " " << key;
