@@ -80,8 +80,9 @@ Tensor Optimizer::scalar_after_skips(const std::string& name, const std::string&
   if (f.base != 0) {
     Tensor x = n * std::log(f.base);
     Tensor u = x.exp();
-    Tensor expm1 = u.eq(u.ones_like()).where(x, (u - 1.0) * x / u.log());  // Kahan's expm1
-    one_minus_pow = -expm1;
+    // expm1(x): u - 1 where u < 1/2 (no digits lost; u may underflow to 0), else Kahan's
+    Tensor kahan = u.eq(u.ones_like()).where(x, (u - 1.0) * x / u.log());
+    one_minus_pow = -((u < 0.5).where(u - 1.0, kahan));
   }
   Tensor root = f.power == -1 ? one_minus_pow : one_minus_pow.sqrt();
   return f.times_lr ? scalar_buffer("lr", device, DType::Float32) / root : root.reciprocal();
