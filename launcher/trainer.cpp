@@ -373,12 +373,16 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
 // Note [skipped steps are read at log steps]: reading a step's ok flag right after it waits for
 // the device, so the host could not queue step n+1 while step n runs (on an H100 the ddp step
 // cost 1.09x the plain one, zero1's 1.20x, with the read after every step). So the skipped
-// steps are read (settle_skips: Optimizer::settle, one 0-d read) only where the host waits
-// anyway: at log steps (with the loss), before a checkpoint (whose step count must be the
-// settled one) and an evaluation, and at the last step. An event then reports how many steps
-// of the window since the previous read were skipped (SkipEvent); which ones, the count does
-// not say. The ok flag is still an output: at a log step it tells whether that step skipped,
-// which allows its non-finite loss.
+// steps are read and taken back (settle_skips: Optimizer::settle, one 0-d read) only where the
+// host waits anyway and every rank passes alike: at log steps (with the loss), before an
+// evaluation and at the last step. Alike matters: until the count is settled the bias
+// corrections come from the device's float32 formula, after it from the host (Note [bias
+// corrections after a skip] in nn/optim.h), and the two differ in the last bits, so ranks that
+// settled at different steps would drift apart. A checkpoint (under ddp rank 0's alone) does
+// not settle: its step count is read through Optimizer::state_dict, which subtracts the
+// unsettled skips. An event reports how many steps of the window since the previous read were
+// skipped (SkipEvent); which ones, the count does not say. The ok flag is still an output: at
+// a log step it tells whether that step skipped, which allows its non-finite loss.
 //
 // Note [the next batch while a step runs]: a device runs the step's kernels after the call
 // returns, and a host read (the loss at a log step) waits for them. The next batch is taken from
@@ -599,7 +603,6 @@ void Trainer::settle_skips() {
 
 std::string Trainer::save_checkpoint() {
   trace::Span span("checkpoint", "checkpoint");
-  settle_skips();  // the checkpoint's step count is the settled one
   fs::path dir = fs::path(run_dir_) / "checkpoints";
   fs::create_directories(dir);
   nn::StateDict sd;

@@ -57,8 +57,8 @@ struct CheckpointEvent {
 };
 
 // Steps whose update every rank skipped (non-finite gradients): the device counts them, and the
-// trainer reads the count at the next log step, checkpoint or evaluation (Note [skipped steps
-// are read at log steps] in trainer.cpp), so an event names the steps read together.
+// trainer reads the count at the next log step or evaluation (Note [skipped steps are read at
+// log steps] in trainer.cpp), so an event names the steps read together.
 struct SkipEvent {
   int64_t first_step = 0, last_step = 0;  // the steps read together (1-based, both included)
   int64_t skipped = 0;                    // how many of them were skipped (at least 1)
