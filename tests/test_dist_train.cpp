@@ -320,6 +320,24 @@ TEST(DdpTrain, DefaultStepWithSkipCheckAndClippingReplays) {
   }
 }
 
+// A skip check that never skips changes nothing: with distributed.skip_nonfinite (the update
+// through step_if, its bias corrections through the select of Note [bias corrections after a
+// skip], the skip count in ok's kernel) the parameters and optimizer state after every step are
+// bit for bit those of the step without the check (Optimizer::step, as before the count existed).
+TEST(DdpTrain, SkipCheckThatNeverSkipsIsBitIdenticalToNoCheck) {
+  Traced on = trace(config(BASE + "_check_on", {"distributed.strategy=ddp", "optim.clip_grad_norm=0"}), 1);
+  Traced off = trace(config(BASE + "_check_off", {"distributed.strategy=ddp", "optim.clip_grad_norm=0",
+                                                  "distributed.skip_nonfinite=false"}), 1);
+  EXPECT_EQ(on.summary.skipped_steps, 0);
+  EXPECT_EQ(on.replays, 4);
+  ASSERT_EQ(on.params.size(), 6u);
+  ASSERT_EQ(off.params.size(), 6u);
+  for (size_t i = 0; i < 6; i++) {
+    EXPECT_EQ(on.params[i], off.params[i]) << "parameters after step " << i + 1;
+    EXPECT_EQ(on.state[i], off.state[i]) << "optimizer state after step " << i + 1;
+  }
+}
+
 // A non-finite gradient on rank 1 in step 3 (the first replayed step): every rank skips it under
 // replay, the parameters and the optimizer state (step count included) are those of step 2, and
 // the run is bit-identical to JIT=0.

@@ -67,9 +67,22 @@ Tensor Optimizer::scalar_buffer(const std::string& name, const std::string& devi
 Tensor Optimizer::scalar_input(const std::string& name, const Tensor& like) {
   Tensor host = scalar_buffer(name, like.device(), like.dtype());
   if (gates_.empty() || !of_step_.count(name)) return host;
-  gate_on(like.device());
-  Tensor skips = skips_on_.at(like.device());
-  return skips.eq(skips.zeros_like()).where(host, scalar_after_skips(name, like.device()).cast(like.dtype()));
+  auto key = std::make_pair(like.device(), like.dtype());
+  auto it = corrected_.find(key);
+  if (it == corrected_.end()) it = corrected_.emplace(key, corrected_scalars(like.device(), like.dtype())).first;
+  return it->second[static_cast<int64_t>(std::distance(of_step_.begin(), of_step_.find(name)))];
+}
+
+// Note [bias corrections after a skip]: every scalar of the step count, each where(skips == 0,
+// host value, device formula), stacked into one buffer that one small kernel fills.
+Tensor Optimizer::corrected_scalars(const std::string& device, DType dtype) {
+  gate_on(device);
+  Tensor skips = skips_on_.at(device);
+  Tensor none_skipped = skips.eq(skips.zeros_like());
+  Tensors values;
+  for (auto& [name, f] : of_step_)
+    values.push_back(none_skipped.where(scalar_buffer(name, device, dtype), scalar_after_skips(name, device).cast(dtype)));
+  return Tensor::stack(values).contiguous();
 }
 
 // Note [bias corrections after a skip]: factor * (1 - base^n)^power at n = t - skipped steps.
@@ -144,6 +157,7 @@ void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
   host_step();
   gates_.clear();
   skips_on_.clear();
+  corrected_.clear();
   Updates ups;
   if (ok) {  // Note [a step skipped on the device]: the device counts the step if it skips it
     const int32_t zero = 0;
@@ -168,6 +182,7 @@ void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
   }
   gates_.clear();
   skips_on_.clear();
+  corrected_.clear();
   Tensors values = also_realize;
   for (auto& [t, v] : ups) values.push_back(v);
   Tensor::realize_all(values);  // parameters, state and the caller's tensors (the loss) in one schedule

@@ -62,8 +62,11 @@ using StateDict = std::map<std::string, Tensor>;
 // a skip the value is the one the step would have had if the skipped steps had never run, within
 // about 1e-6 relative (float32: 1 - b^n is computed as -expm1(n ln b), expm1 by Kahan's
 // (u - 1) x / log(u), u = exp(x), which stays accurate where b^n is close to 1 and 1 - b^n would
-// lose its digits). The device formula is a few 0-d operations that each update kernel
-// evaluates beside the host value.
+// lose its digits). The corrected scalars of a device and dtype are computed once per step, all
+// in one small kernel (stacked, contiguous), and the update kernels load them as they load the
+// host's buffers: evaluated inside the update kernels instead, the formula cost an exp and a log
+// per element and changed how the compiler contracted the moments' arithmetic, so a run that
+// never skipped was no longer bit for bit the unchecked one.
 //
 // Note [scalars that change between steps]: kernels are cached by their graph, and a constant
 // is part of it, so lr and the bias corrections (which change from step to step) enter the
@@ -152,12 +155,15 @@ class Optimizer {
   Tensor scalar_buffer(const std::string& name, const std::string& device, DType dtype);
   // The gate ok on `device` (copied there, with the skip counter, the first time a step needs it).
   const Tensor& gate_on(const std::string& device);
+  // The scalars of of_step_ as the step reads them under step_if, stacked in of_step_'s order.
+  Tensor corrected_scalars(const std::string& device, DType dtype);
   // The scalar of_step_[name] at step t - skipped steps, in float32 on `device`.
   Tensor scalar_after_skips(const std::string& name, const std::string& device);
   // The skipped steps not yet settled, read from the device (0 when there can be none).
   int64_t unsettled_skips() const;
   std::map<std::string, Tensor> gates_;  // during step_if: ok on each device the update touches
   std::map<std::string, Tensor> skips_on_;  // during step_if: skipped_steps_ on each device the update touches
+  std::map<std::pair<std::string, DType>, Tensor> corrected_;  // during step_if: corrected_scalars by (device, dtype)
   std::optional<Tensor> skipped_steps_;  // int32 0-d: steps step_if skipped since the last settle (Note [a step skipped on the device])
   bool maybe_skipped_ = false;           // a step_if ran since the last settle
   std::map<std::string, double> scalar_values_;                             // this step's, by name
