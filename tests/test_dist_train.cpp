@@ -213,6 +213,14 @@ TEST(DdpTrain, NonFiniteGradientOnOneRankSkipsEverywhere) {
     for (auto& [k, v] : model_of(s.last_checkpoint))
       for (float f : v) ASSERT_TRUE(std::isfinite(f)) << k;
   }
+  // skipped at a log step: its non-finite loss is allowed, and the skip is read right there
+  const std::string at_log = BASE + "_nan_at_log";
+  TrainSummary l = run_train(config(at_log, {"distributed.strategy=ddp", "model.name=nan_on_rank1", "train.log_every=3"}),
+                             {.progress = false});
+  EXPECT_EQ(l.skipped_steps, dist::env_world_size() > 1 ? 1 : 0);
+  if (dist::env_rank() == 0 && dist::env_world_size() > 1) {
+    EXPECT_HAS(read(at_log + "/train.log"), "steps 1..3: 1 update skipped on every rank (non-finite gradient)");
+  }
 }
 
 // Without host decisions (no clipping, no skip check) the ddp step is captured and replayed by

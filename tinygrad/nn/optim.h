@@ -50,9 +50,9 @@ using StateDict = std::map<std::string, Tensor>;
 // !ok, and the gate every update reads is counted == skips rather than ok itself. A caller that
 // realizes ok as an output of the step (coordinated_step_lazy, Zero1 and Fsdp do, for the
 // trainer's log steps) then has ok read by the count alone, so ok and the count are stored by
-// one kernel (Note [kernels with several outputs] in schedule.cpp) and the step runs as many
-// kernels as before the count existed; nothing else the step outputs may read ok (the reported
-// norm reads the all-reduced flag instead), or ok would need a kernel of its own again.
+// one kernel (Note [kernels with several outputs] in schedule.cpp): the count costs no kernel of
+// its own. Nothing else the step outputs may read ok (the reported norm reads the all-reduced
+// flag instead), or ok would need a kernel of its own again.
 //
 // Note [bias corrections after a skip]: a scalar of step count t (Adam's lr / (1 - b1^t) and
 // 1 / sqrt(1 - b2^t), LAMB's 1 / (1 - b^t)) is written by the host for the t it counts, which
