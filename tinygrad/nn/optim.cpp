@@ -144,6 +144,20 @@ const Tensor& Optimizer::gate_on(const std::string& device) {
   return gates_.emplace(device, gates_.begin()->second.to(device)).first->second;
 }
 
+// Note [a step skipped on the device]: the device counts the step if it skips it, and the
+// step's gates read ok back from that count (Note [the skip count's kernel]).
+void Optimizer::count_skip(const Tensor& ok, Updates& ups) {
+  const int32_t zero = 0;
+  if (!skipped_steps_) skipped_steps_ = Tensor::from_data(&zero, DType::Int32, {}, {.dtype = DType::Int32, .device = ok.device()});
+  Tensor here = ok.device() == skipped_steps_->device() ? ok : ok.to(skipped_steps_->device());
+  Tensor skips = skipped_steps_->detach();
+  Tensor counted = skips + here.cast(DType::Bool).logical_not().cast(DType::Int32);
+  ups.emplace_back(&*skipped_steps_, counted);
+  gates_.emplace(skips.device(), counted.eq(skips));
+  skips_on_.emplace(skips.device(), skips);
+  maybe_skipped_ = true;
+}
+
 Tensor Optimizer::set_new(Updates& out, Tensor& target, const Tensor& value) {
   Tensor v = value;
   if (!gates_.empty()) v = gate_on(target.device()).where(value, target.detach());  // Note [a step skipped on the device]
@@ -159,17 +173,7 @@ void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
   skips_on_.clear();
   corrected_.clear();
   Updates ups;
-  if (ok) {  // Note [a step skipped on the device]: the device counts the step if it skips it
-    const int32_t zero = 0;
-    if (!skipped_steps_) skipped_steps_ = Tensor::from_data(&zero, DType::Int32, {}, {.dtype = DType::Int32, .device = ok->device()});
-    Tensor here = ok->device() == skipped_steps_->device() ? *ok : ok->to(skipped_steps_->device());
-    Tensor skips = skipped_steps_->detach();
-    Tensor counted = skips + here.cast(DType::Bool).logical_not().cast(DType::Int32);
-    ups.emplace_back(&*skipped_steps_, counted);
-    gates_.emplace(skips.device(), counted.eq(skips));  // ok, read back from the count (Note [the skip count's kernel])
-    skips_on_.emplace(skips.device(), skips);
-    maybe_skipped_ = true;
-  }
+  if (ok) count_skip(*ok, ups);
   for (size_t i = 0; i < params_.size(); i++) {
     Tensor& p = *params_[i];
     auto g = p.grad();

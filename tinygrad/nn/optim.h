@@ -153,6 +153,8 @@ class Optimizer {
   void run_step(const Tensor* ok, const Tensors& also_realize);
   // The buffer of scalar `name` on `device` as `dtype` (Note [scalars that change between steps]).
   Tensor scalar_buffer(const std::string& name, const std::string& device, DType dtype);
+  // Under step_if: adds the update of the skip count to `ups` and sets the gate it gives.
+  void count_skip(const Tensor& ok, Updates& ups);
   // The gate ok on `device` (copied there, with the skip counter, the first time a step needs it).
   const Tensor& gate_on(const std::string& device);
   // The scalars of of_step_ as the step reads them under step_if, stacked in of_step_'s order.
