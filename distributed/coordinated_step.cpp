@@ -64,7 +64,7 @@ StepOutcome settle_step(nn::Optimizer& optim, const LazyStepOutcome& lazy) {
   if (!lazy.ok) return out;
   out.skipped = lazy.ok->item<int32_t>() == 0;
   if (lazy.grad_norm) out.grad_norm = lazy.grad_norm->item<double>();
-  if (out.skipped) optim.uncount_step();
+  optim.settle();
   return out;
 }
 

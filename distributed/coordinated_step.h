@@ -37,12 +37,15 @@ struct LazyStepOutcome {
 // 1e-6)) a device value that fuses into the update kernels. Everything (the buckets in `first`,
 // the loss, the norm, the flag, the update) is one schedule with no host read, so TinyJit can
 // replay it. A non-finite gradient skips the step whenever the check runs (clipping alone
-// included: a clipped non-finite gradient would still be non-finite). The caller reads ok after
-// the step (settle_step), which also takes back the optimizer's count of a skipped step (Note
-// [a step skipped on the device]).
+// included: a clipped non-finite gradient would still be non-finite). The optimizer counts a
+// skipped step on the device (Note [a step skipped on the device]), so a caller need not read
+// ok after every step: settle_step reads it, or Optimizer::settle alone takes back the skipped
+// steps where the host needs the count (the trainer: Note [skipped steps are read at log
+// steps] in launcher/trainer.cpp).
 LazyStepOutcome coordinated_step_lazy(ProcessGroup& pg, nn::Optimizer& optim, const Tensors& first,
                                       const StepOptions& opt);
-// Reads a lazy outcome on the host; on a skip, calls optim.uncount_step().
+// Reads a lazy outcome on the host (waiting for the step) and settles the optimizer's count of
+// skipped steps (Optimizer::settle).
 StepOutcome settle_step(nn::Optimizer& optim, const LazyStepOutcome& lazy);
 
 // coordinated_step_lazy, then settle_step: realizes `first` (the buckets' all-reduce outputs,

@@ -399,7 +399,7 @@ LazyStepOutcome Fsdp::decide(Tensors& grads, const StepOptions& opt, Tensors& va
       for (auto& g : grads) g = g * coef;
     }
     out.ok = ok;
-    out.grad_norm = ok.where(norm, one * INFINITY);
+    out.grad_norm = stats[0].ne(zero).where(one * INFINITY, norm);  // not from ok: Note [the skip count's kernel] in nn/optim.h
     values.push_back(*out.ok);
     values.push_back(*out.grad_norm);
   } else if (opt.report_norm) {

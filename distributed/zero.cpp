@@ -85,7 +85,8 @@ void Zero1::reload_parameters() {
 // rank's update through Optimizer::step_if, with the loss. The second ALLGATHERs the updated
 // blocks and assigns every parameter its slice. Both are ordinary schedules, so a JIT capture
 // records them and a replay runs the same collectives. A skipped step leaves the block (and so
-// the gathered parameters) unchanged, the step count included once settle_step has run; as in
+// the gathered parameters) unchanged, the step count included once the shard optimizer has
+// settled (Note [a step skipped on the device] in tinygrad/nn/optim.h); as in
 // coordinated_step_lazy a non-finite gradient skips whenever the step checks or clips.
 Tensor Zero1::averaged_block() {
   const int n = pg_.size();
@@ -130,7 +131,7 @@ LazyStepOutcome Zero1::step_lazy(const Tensors& also_realize, const StepOptions&
     Tensor norm = stats[1].sqrt();
     if (opt.max_norm > 0) mine = mine * (Tensor::scalar(opt.max_norm, {.device = norm.device()}) / (norm + 1e-6)).minimum(one);
     out.ok = ok;
-    out.grad_norm = ok.where(norm, one * INFINITY);
+    out.grad_norm = stats[0].ne(zero).where(one * INFINITY, norm);  // not from ok: Note [the skip count's kernel] in nn/optim.h
     values.push_back(*out.ok);
     values.push_back(*out.grad_norm);
   } else if (opt.report_norm) {

@@ -30,7 +30,7 @@ std::vector<std::pair<std::string, float>> record_scalars(const nlohmann::json& 
   const std::string type = record.value("type", "");
   if (type != "train" && type != "eval" && type != "skip") return out;
   for (const auto& [key, value] : record.items())
-    if (value.is_number() && key != "step" && key != "time" && key != "elapsed_s")
+    if (value.is_number() && key != "step" && key != "first_step" && key != "time" && key != "elapsed_s")
       out.emplace_back(type + "/" + key, value.get<float>());
   return out;
 }

@@ -12,7 +12,8 @@
 namespace tg::launcher {
 
 // The scalars of a record as TensorBoard shows them: "<type>/<key>" for every number of a train,
-// eval or skip record but its step, time and elapsed_s ("train/loss", "eval/val_loss", ...).
+// eval or skip record but its step, first_step, time and elapsed_s ("train/loss", "eval/val_loss",
+// "skip/skipped", ...).
 std::vector<std::pair<std::string, float>> record_scalars(const nlohmann::json& record);
 
 // A new event file per start of the run in `dir`, opened by a session start at the first step it

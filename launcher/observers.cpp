@@ -38,6 +38,13 @@ std::string eval_text(const EvalResult& r, bool percent) {
   return "no evaluation";
 }
 
+// "step 4: update" or "steps 3..4: 1 update" (SkipEvent: the steps read together, how many skipped).
+std::string skipped_text(const SkipEvent& e) {
+  if (e.first_step == e.last_step) return "step " + std::to_string(e.last_step) + ": update";
+  return "steps " + std::to_string(e.first_step) + ".." + std::to_string(e.last_step) + ": " +
+         std::to_string(e.skipped) + (e.skipped == 1 ? " update" : " updates");
+}
+
 // 75 s -> "01:15", 3725 s -> "1:02:05".
 std::string clock_text(double seconds) {
   long long s = std::llround(std::max(0.0, seconds));
@@ -103,8 +110,7 @@ void ProgressPrinter::on_step_end(Trainer& t, const StepEvent& e) {
 
 void ProgressPrinter::on_step_skipped(Trainer&, const SkipEvent& e) {
   end_bar();
-  std::fprintf(out_, "step %lld: skipped on every rank (non-finite gradient, norm %g)\n", static_cast<long long>(e.step),
-               e.grad_norm);
+  std::fprintf(out_, "%s skipped on every rank (non-finite gradient)\n", skipped_text(e).c_str());
   std::fflush(out_);
 }
 
@@ -189,7 +195,7 @@ void MetricsWriter::on_step_end(Trainer&, const StepEvent& e) {
 }
 
 void MetricsWriter::on_step_skipped(Trainer&, const SkipEvent& e) {
-  write(nlohmann::json{{"type", "skip"}, {"step", e.step}, {"grad_norm", e.grad_norm}});
+  write(nlohmann::json{{"type", "skip"}, {"step", e.last_step}, {"first_step", e.first_step}, {"skipped", e.skipped}});
 }
 
 void MetricsWriter::on_eval(Trainer&, const EvalEvent& e) {
@@ -221,8 +227,7 @@ void TrainLog::on_train_begin(Trainer& t) {
 void TrainLog::on_step_end(Trainer&, const StepEvent& e) { line(step_line(e)); }
 
 void TrainLog::on_step_skipped(Trainer&, const SkipEvent& e) {
-  line("step " + std::to_string(e.step) + ": update skipped on every rank (non-finite gradient, global norm " +
-       fmt("%g", e.grad_norm) + ")");
+  line(skipped_text(e) + " skipped on every rank (non-finite gradient)");
 }
 
 void TrainLog::on_eval(Trainer&, const EvalEvent& e) {

@@ -38,7 +38,8 @@ class ProgressPrinter : public TrainObserver {
 // One JSON object per line: {"type":"train","step","epoch","loss","lr","examples_per_s"} or
 // {"type":"eval","step","epoch","eval_accuracy" | "val_loss","perplexity","eval_seconds"} (train
 // records of next-token tasks add "tokens_per_s" and, with train.peak_tflops, "mfu") or {"type":"checkpoint",...} or
-// {"type":"skip","step","grad_norm"} (ddp: a step every rank skipped on a non-finite gradient);
+// {"type":"skip","step","first_step","skipped"} (ddp, zero1, fsdp: "skipped" of the steps
+// first_step..step were skipped on every rank on a non-finite gradient; SkipEvent);
 // train records carry "grad_norm", the global gradient norm before clipping (every run).
 // Every record carries "time" (wall clock, seconds since the Unix epoch) and "elapsed_s" (training
 // time of the run, continued across resumes). A resumed run first drops the records after its

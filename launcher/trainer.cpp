@@ -355,18 +355,32 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
 // collectives, optimizer update) is one function of the batch, wrapped in a TinyJit, so from the
 // third step on its kernels and collectives are replayed. The loss is realized in the update's
 // schedule and returned, so reading it at a log step costs no kernel. Gradient clipping in one
-// process is built on the device (clip_grad_norm_lazy). A ddp or zero1 step with clipping or
-// distributed.skip_nonfinite decides on the device too (coordinated_step_lazy, Zero1::step_lazy):
-// it returns the 0-d ok flag and the global norm as outputs after the loss, and fit() reads them
-// after the step (settle_step: an output of the step, read outside it, so the step still
-// replays) to count and log a skip and to take back the optimizer's count of the skipped step.
+// process is built on the device (clip_grad_norm_lazy). A ddp, zero1 or fsdp step with clipping
+// or distributed.skip_nonfinite decides on the device too (coordinated_step_lazy,
+// Zero1::step_lazy, Fsdp::step_lazy): it returns the 0-d ok flag and the global norm as outputs
+// after the loss, and the optimizer counts a skipped step on the device (Note [a step skipped on
+// the device] in nn/optim.h), so nothing is read between steps.
+//
+// Note [skipped steps are read at log steps]: reading a step's ok flag right after it waits for
+// the device, so the host could not queue step n+1 while step n runs (on an H100 the ddp step
+// cost 1.09x the plain one, zero1's 1.20x, with the read after every step). So the skipped
+// steps are read and taken back (settle_skips: Optimizer::settle, one 0-d read) only where the
+// host waits anyway and every rank passes alike: at log steps (with the loss), before an
+// evaluation and at the last step. Alike matters: until the count is settled the bias
+// corrections come from the device's float32 formula, after it from the host (Note [bias
+// corrections after a skip] in nn/optim.h), and the two differ in the last bits, so ranks that
+// settled at different steps would drift apart. A checkpoint (under ddp rank 0's alone) does
+// not settle: its step count is read through Optimizer::state_dict, which subtracts the
+// unsettled skips. An event reports how many steps of the window since the previous read were
+// skipped (SkipEvent); which ones, the count does not say. The ok flag is still an output: at
+// a log step it tells whether that step skipped, which allows its non-finite loss.
 //
 // Note [the next batch while a step runs]: a device runs the step's kernels after the call
-// returns, and reading the step's outcome (settle_step's ok flag) waits for them. The next batch
-// is taken from the loader before that read, so the host's share of the next step (shuffling,
-// collating, the trace span) overlaps the device's work instead of following it. The loader
-// runs one batch ahead within an epoch and never past the last step; nothing else moves: the
-// step is settled, logged and checkpointed before the next one starts, as before.
+// returns, and a host read (the loss at a log step) waits for them. The next batch is taken from
+// the loader before that read, so the host's share of the next step (shuffling, collating, the
+// trace span) overlaps the device's work instead of following it. The loader runs one batch
+// ahead within an epoch and never past the last step; nothing else moves: the step is logged
+// and checkpointed before the next one starts, as before.
 //
 // Note [the gradient norm of every run]: every other step returns the global gradient norm
 // (before clipping) as its second output, so that every run's train records (metrics.jsonl, the
@@ -397,7 +411,7 @@ Tensors Trainer::train_step(const Tensors& batch) {
       first.push_back(loss);
       lazy = dist::coordinated_step_lazy(*group_, *optim_, first, so);
     }
-    if (lazy.ok) return {loss, *lazy.ok, *lazy.grad_norm};  // settled in fit()
+    if (lazy.ok) return {loss, *lazy.ok, *lazy.grad_norm};  // Note [skipped steps are read at log steps]
     return {loss, *lazy.grad_norm};
   }
   // on the device: replayable
@@ -496,6 +510,7 @@ TrainSummary Trainer::fit() {
   // (Note [fsdp placeholders] in distributed/fsdp.cpp).
   auto eval_on_rank0 = [&]() {
     if (last_eval_step_ == step_) return;
+    settle_skips();
     if (fsdp_) fsdp_->materialize();
     if (rank() == 0) run_eval();
     last_eval_step_ = step_;
@@ -509,6 +524,7 @@ TrainSummary Trainer::fit() {
 
   auto t_window = std::chrono::steady_clock::now();
   int64_t window_examples = 0;
+  settled_step_ = step_;
   while (step_ < total_steps_) {
     int64_t epoch = step_ / bpe;
     train_loader_->seek({epoch, step_ % bpe});  // a resumed run skips the batches it has seen
@@ -516,7 +532,6 @@ TrainSummary Trainer::fit() {
     while (step_ < total_steps_ && b) {
       double lr = schedule_->lr_at(step_);
       optimizer().lr = lr;
-      step_outcome_ = {};
       Tensors outs;
       decltype(b) next;
       {
@@ -524,27 +539,22 @@ TrainSummary Trainer::fit() {
         span.arg("step", static_cast<double>(step_ + 1));
         outs = (*jit_)({b->x, b->y});
         if (step_ + 1 < total_steps_) next = next_batch();  // Note [the next batch while a step runs]
-        if (outs.size() == 3) step_outcome_ = dist::settle_step(optimizer(), {outs[1], outs[2]});  // ok, norm
       }
       Tensor loss = outs[0];
-      bool skipped = step_outcome_.skipped;
-      if (skipped) {
-        skipped_++;
-        SkipEvent ev{step_ + 1, step_outcome_.grad_norm};
-        emit([&](TrainObserver& o) { o.on_step_skipped(*this, ev); });
-      }
       step_++;
       window_examples += b->y.shape(0);
       bool last = step_ == total_steps_;
       if (step_ % log_every == 0 || last) {
         double loss_v = loss.item<float>();
+        settle_skips();  // Note [skipped steps are read at log steps]
+        const bool skipped = outs.size() == 3 && outs[1].item<int32_t>() == 0;  // this step's ok flag
         if (group_) dist::all_reduce_host(*group_, &loss_v, 1, DType::Float64, dist::ReduceOp::Avg);  // the global batch's loss
         TG_CHECK(std::isfinite(loss_v) || (skipped && skip_nonfinite), "train: the loss is ", loss_v, " at step ", step_,
                  " (try a smaller optim.lr or optim.clip_grad_norm)");
         double dt = seconds_since(t_window);
         double examples_per_s = dt > 0 ? static_cast<double>(window_examples) / dt : 0.0;
         StepEvent ev{step_, total_steps_, epoch_of(step_), b->index, bpe, loss_v, lr, examples_per_s};
-        ev.grad_norm = outs.size() == 3 ? step_outcome_.grad_norm : outs[1].item<double>();
+        ev.grad_norm = outs.back().item<double>();
         if (data_.task == Task::NextToken) {
           ev.tokens_per_s = examples_per_s * static_cast<double>(b->y.shape(1));
           double peak = cfg_.get_float("train.peak_tflops");
@@ -569,6 +579,17 @@ TrainSummary Trainer::fit() {
   emit([&](TrainObserver& o) { o.on_train_end(*this, sum); });
   sum.last_checkpoint = last_checkpoint_;  // an observer may have written the final checkpoint
   return sum;
+}
+
+void Trainer::settle_skips() {
+  if (settled_step_ == step_) return;
+  const int64_t skipped = optimizer().settle();
+  if (skipped > 0) {
+    skipped_ += skipped;
+    SkipEvent ev{settled_step_ + 1, step_, skipped};
+    emit([&](TrainObserver& o) { o.on_step_skipped(*this, ev); });
+  }
+  settled_step_ = step_;
 }
 
 std::string Trainer::save_checkpoint() {
@@ -647,6 +668,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   step_ = saved_step;
   last_checkpoint_ = path;
   last_eval_step_ = step_;  // do not evaluate again right away
+  settled_step_ = step_;    // the loaded step count is settled
 }
 
 void Trainer::load_weights(const std::string& path) {

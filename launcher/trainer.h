@@ -57,9 +57,12 @@ struct CheckpointEvent {
   std::string path;
 };
 
+// Steps whose update every rank skipped (non-finite gradients): the device counts them, and the
+// trainer reads the count at the next log step or evaluation (Note [skipped steps are read at
+// log steps] in trainer.cpp), so an event names the steps read together.
 struct SkipEvent {
-  int64_t step = 0;        // the step whose update was skipped (1-based)
-  double grad_norm = 0;    // the non-finite global gradient norm
+  int64_t first_step = 0, last_step = 0;  // the steps read together (1-based, both included)
+  int64_t skipped = 0;                    // how many of them were skipped (at least 1)
 };
 
 struct TrainSummary {
@@ -81,7 +84,8 @@ class TrainObserver {
   virtual void on_step(Trainer&, int64_t /*step*/) {}
   // Every train.log_every steps and at the last step (the loss is read from the device then).
   virtual void on_step_end(Trainer&, const StepEvent&) {}
-  // distributed.strategy=ddp: a non-finite gradient on some rank made every rank skip this update.
+  // distributed.strategy=ddp, zero1, fsdp: a non-finite gradient on some rank made every rank
+  // skip e.skipped of the updates of steps e.first_step..e.last_step (reported at the last one).
   virtual void on_step_skipped(Trainer&, const SkipEvent&) {}
   virtual void on_eval(Trainer&, const EvalEvent&) {}
   virtual void on_checkpoint(Trainer&, const CheckpointEvent&) {}
@@ -179,8 +183,11 @@ class Trainer {
   std::vector<std::string> tp_devices_;
   Tensor place_batch(const Tensor& t) const;
   void check_devices_fit() const;  // the strategy and the batch suit train.devices, or an error says why
-  dist::StepOutcome step_outcome_;  // of the last step (ddp: settled from its outputs, so replays too)
+  // Reads the optimizer's count of the steps skipped since the last read and reports them
+  // (Note [skipped steps are read at log steps] in trainer.cpp).
+  void settle_skips();
   int64_t step_ = 0, total_steps_ = 0, skipped_ = 0;
+  int64_t settled_step_ = 0;  // the skipped steps up to this one are counted in skipped_
   EvalResult last_eval_;
   std::optional<double> flops_per_token_;  // Note [mfu]
   int64_t last_eval_step_ = -1;

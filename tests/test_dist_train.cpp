@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "distributed/process_group.h"
+#include "host_reads.h"
 #include "launcher/config.h"
 #include "launcher/trainer.h"
 #include "launcher/registry.h"
@@ -202,10 +203,23 @@ TEST(DdpTrain, NonFiniteGradientOnOneRankSkipsEverywhere) {
   TrainSummary s = run_train(config(dir, {"distributed.strategy=ddp", "model.name=nan_on_rank1"}), {.progress = false});
   EXPECT_EQ(s.skipped_steps, dist::env_world_size() > 1 ? 1 : 0);
   if (dist::env_rank() == 0 && dist::env_world_size() > 1) {
-    EXPECT_HAS(read(dir + "/train.log"), "step 3: update skipped on every rank (non-finite gradient");
-    EXPECT_HAS(read(dir + "/metrics.jsonl"), "\"type\":\"skip\"");
+    // the skip is read at the next log step (Note [skipped steps are read at log steps])
+    EXPECT_HAS(read(dir + "/train.log"), "steps 3..4: 1 update skipped on every rank (non-finite gradient)");
+    auto skips = testutil::metrics_records(dir, "skip");
+    ASSERT_EQ(skips.size(), 1u);
+    EXPECT_EQ(skips[0].value("step", -1), 4);
+    EXPECT_EQ(skips[0].value("first_step", -1), 3);
+    EXPECT_EQ(skips[0].value("skipped", -1), 1);
     for (auto& [k, v] : model_of(s.last_checkpoint))
       for (float f : v) ASSERT_TRUE(std::isfinite(f)) << k;
+  }
+  // skipped at a log step: its non-finite loss is allowed, and the skip is read right there
+  const std::string at_log = BASE + "_nan_at_log";
+  TrainSummary l = run_train(config(at_log, {"distributed.strategy=ddp", "model.name=nan_on_rank1", "train.log_every=3"}),
+                             {.progress = false});
+  EXPECT_EQ(l.skipped_steps, dist::env_world_size() > 1 ? 1 : 0);
+  if (dist::env_rank() == 0 && dist::env_world_size() > 1) {
+    EXPECT_HAS(read(at_log + "/train.log"), "steps 1..3: 1 update skipped on every rank (non-finite gradient)");
   }
 }
 
@@ -314,6 +328,24 @@ TEST(DdpTrain, DefaultStepWithSkipCheckAndClippingReplays) {
   }
 }
 
+// A skip check that never skips changes nothing: with distributed.skip_nonfinite (the update
+// through step_if, its bias corrections through the select of Note [bias corrections after a
+// skip], the skip count in ok's kernel) the parameters and optimizer state after every step are
+// bit for bit those of the step without the check (Optimizer::step, as before the count existed).
+TEST(DdpTrain, SkipCheckThatNeverSkipsIsBitIdenticalToNoCheck) {
+  Traced on = trace(config(BASE + "_check_on", {"distributed.strategy=ddp", "optim.clip_grad_norm=0"}), 1);
+  Traced off = trace(config(BASE + "_check_off", {"distributed.strategy=ddp", "optim.clip_grad_norm=0",
+                                                  "distributed.skip_nonfinite=false"}), 1);
+  EXPECT_EQ(on.summary.skipped_steps, 0);
+  EXPECT_EQ(on.replays, 4);
+  ASSERT_EQ(on.params.size(), 6u);
+  ASSERT_EQ(off.params.size(), 6u);
+  for (size_t i = 0; i < 6; i++) {
+    EXPECT_EQ(on.params[i], off.params[i]) << "parameters after step " << i + 1;
+    EXPECT_EQ(on.state[i], off.state[i]) << "optimizer state after step " << i + 1;
+  }
+}
+
 // A non-finite gradient on rank 1 in step 3 (the first replayed step): every rank skips it under
 // replay, the parameters and the optimizer state (step count included) are those of step 2, and
 // the run is bit-identical to JIT=0.
@@ -384,6 +416,82 @@ TEST(DdpTrain, ReplayedZero1StepWithNonFiniteGradientIsSkippedEverywhere) {
   EXPECT_EQ(on.params[2], on.params[1]) << "the skipped step changed a parameter";
   EXPECT_EQ(on.state[2], on.state[1]) << "the skipped step changed the optimizer state";
   EXPECT_NE(on.params[3], on.params[2]);
+}
+
+// Note [skipped steps are read at log steps] (launcher/trainer.cpp): with the skip check and
+// clipping on (the defaults), a step that is not a log step reads nothing from the device, so
+// on a GPU the host queues the next step while this one runs; ddp, zero1 and fsdp alike. The
+// log steps read the loss, the ok flag, the norm and the skip count.
+class ReadsPerStep : public TrainObserver {
+ public:
+  void on_train_begin(Trainer&) override { seen_ = reads_.count(); }  // not the construction's reads
+  void on_step(Trainer&, int64_t) override {
+    per_step.push_back(reads_.count() - seen_);
+    seen_ = reads_.count();
+  }
+  std::vector<int64_t> per_step;
+
+ private:
+  testutil::HostReads reads_;
+  int64_t seen_ = 0;
+};
+
+TEST(DdpTrain, StepsBetweenLogStepsReadNothingFromTheDevice) {
+  for (const char* strategy : {"ddp", "zero1", "fsdp"}) {
+    SCOPED_TRACE(strategy);
+    Config cfg = config(BASE + "_reads_" + strategy, {std::string("distributed.strategy=") + strategy, "train.log_every=3"});
+    ASSERT_TRUE(cfg.get_bool("distributed.skip_nonfinite"));
+    fs::create_directories(cfg.get_string("train.run_dir"));
+    auto group = dist::world_group();
+    auto reads = std::make_shared<ReadsPerStep>();
+    {
+      Trainer tr(cfg, cfg.get_string("train.run_dir"), group.get());
+      tr.add_observer(reads);
+      tr.fit();
+      EXPECT_EQ(tr.jit().replays(), 4);
+    }
+    ASSERT_EQ(reads->per_step.size(), 6u);
+    for (size_t i : {0, 1, 3, 4}) EXPECT_EQ(reads->per_step[i], 0) << "host reads in step " << i + 1 << " of " << strategy;
+    EXPECT_GT(reads->per_step[2], 0) << "the log step read nothing";
+  }
+}
+
+// A checkpoint holds the settled step count: written at the skipped step 3 (before the log step
+// 4 reads the skip) it says 2, at step 4 it says 3. A run resumed from step 4 ends where the
+// uninterrupted run does, bit for bit (both settled at the log step 4: Note [skipped steps are
+// read at log steps]); ddp: the main file's optimizer state, zero1: each rank's shard file.
+TEST(DdpTrain, ResumeAfterASkippedStepRestoresTheCount) {
+  if (dist::env_world_size() < 2) GTEST_SKIP() << "needs a rank 1";
+  for (const char* strategy : {"ddp", "zero1"}) {
+    SCOPED_TRACE(strategy);
+    const std::string whole = BASE + "_skip_whole_" + strategy, parts = BASE + "_skip_parts_" + strategy;
+    auto cfg = [&](const std::string& dir, std::vector<std::string> extra) {
+      extra.push_back(std::string("distributed.strategy=") + strategy);
+      extra.push_back("model.name=nan_on_rank1");  // skips step 3
+      return config(dir, extra);
+    };
+    auto optim_step = [&](const std::string& ckpt) {
+      const std::string file = std::string(strategy) == "zero1" ? shard_path(ckpt, dist::env_rank()) : ckpt;
+      return nn::safe_load(file).at("optim.step").item<int64_t>();
+    };
+    TrainSummary a = run_train(cfg(whole, {"train.checkpoint_every=3"}), {.progress = false});
+    TrainSummary b1 = run_train(cfg(parts, {"train.steps=4"}), {.progress = false});
+    TrainSummary b2 = run_train(cfg(parts, {"train.resume=true", "train.overwrite=false"}), {.progress = false});
+    EXPECT_EQ(a.skipped_steps, 1);
+    EXPECT_EQ(b1.skipped_steps, 1);
+    EXPECT_EQ(b2.skipped_steps, 0);
+    if (dist::env_rank() == 0 || std::string(strategy) == "zero1") {
+      EXPECT_EQ(optim_step(whole + "/checkpoints/step_3.safetensors"), 2);
+      EXPECT_EQ(optim_step(parts + "/checkpoints/step_4.safetensors"), 3);
+      EXPECT_EQ(optim_step(a.last_checkpoint), 5);
+      EXPECT_EQ(optim_step(b2.last_checkpoint), 5);
+    }
+    if (dist::env_rank() == 0) {
+      auto x = model_of(a.last_checkpoint), y = model_of(b2.last_checkpoint);
+      ASSERT_EQ(x.size(), y.size());
+      for (auto& [k, v] : x) EXPECT_EQ(v, y[k]) << k;
+    }
+  }
 }
 
 // distributed.grad_dtype=bf16: the buckets cross in bfloat16, so the result differs from the

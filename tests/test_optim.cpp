@@ -3,6 +3,7 @@
 // (names, exact resume, load errors), and small models that actually learn.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -10,6 +11,7 @@
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/nn/optim.h"
 #include "tinygrad/nn/schedule.h"
+#include "host_reads.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -338,10 +340,13 @@ TEST(Learn, XorMlp) {
 }
 
 // Note [a step skipped on the device] (optim.h): step_if(true) is step() bit for bit, in as many
-// kernels (one per parameter: p, m and v of Adam together), and step_if(false) changes nothing. A
-// data-parallel run at one rank then equals the plain run exactly: gating the finished values
-// instead split each update into three kernels whose float contractions differed in the last
-// bit, and 30 Adam steps of the CNN turned that into parameters 15% apart.
+// kernels (one per parameter: p, m and v of Adam together, and the skip count in the kernel of
+// ok, which the caller realizes as the data-parallel steps do: Note [the skip count's kernel])
+// but one, the bias corrections of Adam and LAMB (Note [bias corrections after a skip]), and
+// step_if(false) changes nothing. A data-parallel run at one rank then equals the plain run
+// exactly: gating the finished values instead split each update into three kernels whose float
+// contractions differed in the last bit, and 30 Adam steps of the CNN turned that into
+// parameters 15% apart.
 TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
   for (int kind = 0; kind < 4; kind++) {  // SGD with momentum, Adam, AdamW, LAMB
     auto make = [&](std::vector<Tensor>& ps) -> std::unique_ptr<Optimizer> {
@@ -353,7 +358,8 @@ TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
     Problem pr;
     auto plain = pr.make(), gated = pr.make();
     auto a = make(plain), b = make(gated);
-    Tensor yes = Tensor::from_vector(std::vector<float>{1}, {}) > 0.0, no = Tensor::from_vector(std::vector<float>{0}, {}) > 0.0;
+    Tensor no = Tensor::from_vector(std::vector<float>{0}, {}) > 0.0;
+    auto one = [] { return Tensor::from_vector(std::vector<float>{1}, {}) > 0.0; };  // lazy: a kernel makes it
     auto& counters = GlobalCounters::get();
     for (int t = 1; t <= 3; t++) {
       a->zero_grad();
@@ -363,11 +369,13 @@ TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
       for (auto& p : plain) p.grad()->realize();
       for (auto& p : gated) p.grad()->realize();
       uint64_t before = counters.kernels_run;
-      a->step();
+      a->step({one()});
       uint64_t plain_kernels = counters.kernels_run - before;
       before = counters.kernels_run;
-      b->step_if(yes);
-      EXPECT_EQ(counters.kernels_run - before, plain_kernels) << b->type_name() << " step " << t;
+      Tensor yes = one();
+      b->step_if(yes, {yes});
+      const uint64_t corrections = kind == 0 ? 0 : 1;  // Adam's and LAMB's bias corrections: one small kernel
+      EXPECT_EQ(counters.kernels_run - before, plain_kernels + corrections) << b->type_name() << " step " << t;
       for (size_t i = 0; i < plain.size(); i++)
         EXPECT_EQ(plain[i].to_vector<float>(), gated[i].to_vector<float>()) << b->type_name() << " step " << t;
     }
@@ -375,10 +383,78 @@ TEST(Optim, StepIfTrueIsStepBitForBitInTheSameKernels) {
     b->zero_grad();
     pr.loss(gated).backward();
     b->step_if(no);
-    b->uncount_step();
+    b->settle();
     for (auto& [key, value] : b->state_dict()) {
       if (value.dtype() != DType::Float32) continue;
       EXPECT_EQ(value.to_vector<float>(), before.at(key).to_vector<float>()) << b->type_name() << " " << key;
+    }
+  }
+}
+
+// Note [bias corrections after a skip] (optim.h): steps that step_if skips are counted on the
+// device, and with no host read in between the later steps use the bias corrections of the steps
+// actually taken: the parameters equal, within 1e-6 relative, those of an optimizer that ran the
+// taken steps alone, the state dict's step count is already that optimizer's, and settle()
+// returns the skips and takes them back. From step 0 (1 - b2^n with b2 = 0.999 keeps few digits
+// in float32 unless computed as expm1), from 300 and from 5000 (a loaded count).
+TEST(Optim, SkippedStepsAreCountedOnTheDevice) {
+  const std::vector<bool> oks = {true, false, true, false, false, true, true, false, true};
+  const int64_t taken = std::count(oks.begin(), oks.end(), true);
+  for (int kind = 0; kind < 3; kind++) {  // Adam, AdamW, LAMB
+    for (int64_t start : {0, 300, 5000}) {
+      auto make = [&](std::vector<Tensor>& ps) -> std::unique_ptr<Optimizer> {
+        if (kind == 0) return std::make_unique<Adam>(ptrs(ps), 0.01, 0.9, 0.999, 1e-8, 0.1);
+        if (kind == 1) return std::make_unique<AdamW>(ptrs(ps), 0.01, 0.9, 0.999, 1e-8, 0.1);
+        return std::make_unique<LAMB>(ptrs(ps), 0.01, 0.9, 0.999, 1e-6, 0.01);
+      };
+      Problem pr;
+      auto ref_ps = pr.make(), gated_ps = pr.make();
+      auto ref = make(ref_ps), gated = make(gated_ps);
+      StateDict sd = ref->state_dict();
+      sd["step"] = Tensor::from_vector(std::vector<int64_t>{start}, {});
+      ref->load_state_dict(sd);
+      gated->load_state_dict(sd);
+      const std::string what = gated->type_name() + " from step " + std::to_string(start);
+      int64_t reads = 0;
+      for (bool ok : oks) {
+        gated->zero_grad();
+        pr.loss(gated_ps).backward();
+        testutil::HostReads counter;
+        gated->step_if(Tensor::from_vector(std::vector<float>{ok ? 1.0f : 0.0f}, {}) > 0.0);
+        reads += counter.count();
+        if (!ok) continue;
+        ref->zero_grad();
+        pr.loss(ref_ps).backward();
+        ref->step();
+      }
+      EXPECT_EQ(reads, 0) << what << ": a gated step read the device";
+      EXPECT_EQ(gated->step_count(), start + static_cast<int64_t>(oks.size())) << what;
+      EXPECT_EQ(gated->state_dict().at("step").item<int64_t>(), start + taken) << what;
+      double worst = 0;
+      for (size_t i = 0; i < ref_ps.size(); i++) {
+        auto a = gated_ps[i].to_vector<float>(), b = ref_ps[i].to_vector<float>();
+        for (size_t j = 0; j < a.size(); j++) {
+          EXPECT_NEAR(a[j], b[j], 1e-6 * std::max(std::abs(b[j]), 0.1f)) << what << ", parameter " << i << "[" << j << "]";
+          worst = std::max(worst, std::abs(double(a[j]) - b[j]) / std::max(std::abs(double(b[j])), 0.1));
+        }
+      }
+      std::printf("%s: after %lld skipped steps, parameters within %.3g relative of the taken steps' alone\n",
+                  what.c_str(), static_cast<long long>(oks.size()) - static_cast<long long>(taken), worst);
+      EXPECT_EQ(gated->settle(), static_cast<int64_t>(oks.size()) - taken) << what;
+      EXPECT_EQ(gated->step_count(), ref->step_count()) << what;
+      EXPECT_EQ(gated->settle(), 0) << what << ": settle() set the device's count back to zero";
+      // settled, the corrections are the host's again: one more taken step moves both alike
+      for (auto* o : {gated.get(), ref.get()}) o->zero_grad();
+      pr.loss(gated_ps).backward();
+      pr.loss(ref_ps).backward();
+      gated->step_if(Tensor::from_vector(std::vector<float>{1.0f}, {}) > 0.0);
+      ref->step();
+      EXPECT_EQ(gated->settle(), 0) << what;
+      EXPECT_EQ(gated->step_count(), ref->step_count()) << what;
+      for (size_t i = 0; i < ref_ps.size(); i++) {
+        auto a = gated_ps[i].to_vector<float>(), b = ref_ps[i].to_vector<float>();
+        for (size_t j = 0; j < a.size(); j++) EXPECT_NEAR(a[j], b[j], 1e-6 * std::max(std::abs(b[j]), 0.1f)) << what;
+      }
     }
   }
 }

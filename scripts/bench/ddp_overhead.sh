@@ -6,7 +6,9 @@
 # and the ratios to the plain step (target: ddp <= 1.03x).
 #   bash scripts/bench/ddp_overhead.sh [STEPS] [REPS] [KEY=VALUE ...]
 #   (data from /usr/share/datasets/fashion-mnist or TG_DATA; KEY=VALUE overrides go to the ddp and
-#   zero1 runs, e.g. distributed.skip_nonfinite=false)
+#   zero1 runs, e.g. distributed.skip_nonfinite=false; TG_BIN: the tg binary, default
+#   build/launcher/tg; DEVICE: default CUDA, CPU for a run without a GPU; LOG_EVERY: the steps
+#   per record, default 50; the first two records are left out)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 steps="${1:-400}"
@@ -17,8 +19,10 @@ data=/usr/share/datasets/fashion-mnist
 [[ -f $data/train-images-idx3-ubyte.gz ]] || data="${TG_DATA:?no Fashion-MNIST: set TG_DATA}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-common=(configs/fmnist_cnn.yaml device=CUDA "data.root=$data" "train.steps=$steps" train.log_every=50
-        train.eval_every=1000000 train.overwrite=true)
+tg="${TG_BIN:-build/launcher/tg}"
+device="${DEVICE:-CUDA}"
+common=(configs/fmnist_cnn.yaml "device=$device" "data.root=$data" "train.steps=$steps" "train.log_every=${LOG_EVERY:-50}"
+        train.eval_every=1000000 train.eval_batches=1 train.overwrite=true)
 
 batch="$(awk '/batch_size:/ {print $2; exit}' configs/fmnist_cnn.yaml)"
 
@@ -35,11 +39,12 @@ PY
 }
 
 for r in $(seq "$reps"); do
-  build/launcher/tg train "${common[@]}" train.run_dir="$tmp/plain$r" >/dev/null
-  mpirun -np 1 -x NCCL_NVLS_ENABLE build/launcher/tg train "${common[@]}" distributed.strategy=ddp "${extra[@]}" train.run_dir="$tmp/ddp$r" >/dev/null
-  mpirun -np 1 -x NCCL_NVLS_ENABLE build/launcher/tg train "${common[@]}" distributed.strategy=zero1 "${extra[@]}" train.run_dir="$tmp/zero$r" >/dev/null
+  "$tg" train "${common[@]}" train.run_dir="$tmp/plain$r" >/dev/null
+  mpirun -np 1 -x NCCL_NVLS_ENABLE "$tg" train "${common[@]}" distributed.strategy=ddp "${extra[@]}" train.run_dir="$tmp/ddp$r" >/dev/null
+  mpirun -np 1 -x NCCL_NVLS_ENABLE "$tg" train "${common[@]}" distributed.strategy=zero1 "${extra[@]}" train.run_dir="$tmp/zero$r" >/dev/null
 done
 plain="$(step_ms "$tmp"/plain*/metrics.jsonl)"
 ddp="$(step_ms "$tmp"/ddp*/metrics.jsonl)"
 zero="$(step_ms "$tmp"/zero*/metrics.jsonl)"
-echo "CNN step on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $steps steps x $reps: plain $plain ms, ddp $ddp ms ($(python3 -c "print(f'{$ddp/$plain:.3f}')")x), zero1 $zero ms ($(python3 -c "print(f'{$zero/$plain:.3f}')")x)"
+if [[ $device == CUDA* ]]; then where="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"; else where="$device"; fi
+echo "CNN step on $where ($tg), $steps steps x $reps: plain $plain ms, ddp $ddp ms ($(python3 -c "print(f'{$ddp/$plain:.3f}')")x), zero1 $zero ms ($(python3 -c "print(f'{$zero/$plain:.3f}')")x)"

@@ -47,20 +47,64 @@ Tensor& Optimizer::state(size_t i, const std::string& name) {
 
 void Optimizer::set_scalar(const std::string& name, double v) { scalar_values_[name] = v; }
 
-Tensor Optimizer::scalar_input(const std::string& name, const Tensor& like) {
+void Optimizer::set_scalar(const std::string& name, double v, OfStep of_step) {
+  TG_ASSERT(of_step.power == -1 || of_step.power == -0.5, type_name(), ": scalar '", name, "' has power ", of_step.power);
+  scalar_values_[name] = v;
+  of_step_[name] = of_step;
+}
+
+Tensor Optimizer::scalar_buffer(const std::string& name, const std::string& device, DType dtype) {
   auto v = scalar_values_.find(name);
   TG_ASSERT(v != scalar_values_.end(), type_name(), ": scalar '", name, "' was not set this step");
-  auto key = std::make_tuple(name, like.device(), like.dtype());
+  auto key = std::make_tuple(name, device, dtype);
   auto it = scalar_bufs_.find(key);
   if (it != scalar_bufs_.end()) return it->second;
-  Tensor t = Tensor::from_data(&v->second, DType::Float64, {}, {.dtype = like.dtype(), .device = like.device()});
+  Tensor t = Tensor::from_data(&v->second, DType::Float64, {}, {.dtype = dtype, .device = device});
   scalar_bufs_.emplace(key, t);
   return t;
+}
+
+Tensor Optimizer::scalar_input(const std::string& name, const Tensor& like) {
+  Tensor host = scalar_buffer(name, like.device(), like.dtype());
+  if (gates_.empty() || !of_step_.count(name)) return host;
+  auto key = std::make_pair(like.device(), like.dtype());
+  auto it = corrected_.find(key);
+  if (it == corrected_.end()) it = corrected_.emplace(key, corrected_scalars(like.device(), like.dtype())).first;
+  return it->second[static_cast<int64_t>(std::distance(of_step_.begin(), of_step_.find(name)))];
+}
+
+// Note [bias corrections after a skip]: every scalar of the step count, each where(skips == 0,
+// host value, device formula), stacked into one buffer that one small kernel fills.
+Tensor Optimizer::corrected_scalars(const std::string& device, DType dtype) {
+  gate_on(device);
+  Tensor skips = skips_on_.at(device);
+  Tensor none_skipped = skips.eq(skips.zeros_like());
+  Tensors values;
+  for (auto& [name, f] : of_step_)
+    values.push_back(none_skipped.where(scalar_buffer(name, device, dtype), scalar_after_skips(name, device).cast(dtype)));
+  return Tensor::stack(values).contiguous();
+}
+
+// Note [bias corrections after a skip]: factor * (1 - base^n)^power at n = t - skipped steps.
+Tensor Optimizer::scalar_after_skips(const std::string& name, const std::string& device) {
+  const OfStep& f = of_step_.at(name);
+  Tensor n = scalar_buffer("step", device, DType::Float32) - skips_on_.at(device).cast(DType::Float32);
+  Tensor one_minus_pow = n.ones_like();  // 1 - base^n; base 0: 1 for every n >= 1
+  if (f.base != 0) {
+    Tensor x = n * std::log(f.base);
+    Tensor u = x.exp();
+    // expm1(x): u - 1 where u < 1/2 (no digits lost; u may underflow to 0), else Kahan's
+    Tensor kahan = u.eq(u.ones_like()).where(x, (u - 1.0) * x / u.log());
+    one_minus_pow = -((u < 0.5).where(u - 1.0, kahan));
+  }
+  Tensor root = f.power == -1 ? one_minus_pow : one_minus_pow.sqrt();
+  return f.times_lr ? scalar_buffer("lr", device, DType::Float32) / root : root.reciprocal();
 }
 
 void Optimizer::host_step() {
   step_++;
   set_scalar("lr", lr);
+  set_scalar("step", static_cast<double>(step_));  // Note [bias corrections after a skip]
   begin_step();
   for (auto& [key, t] : scalar_bufs_) {
     auto v = scalar_values_.find(std::get<0>(key));
@@ -76,28 +120,60 @@ void Optimizer::step_if(const Tensor& ok, const Tensors& also_realize) {
   run_step(&ok, also_realize);
 }
 
-void Optimizer::uncount_step() {
-  TG_CHECK(step_ > 0, type_name(), ".uncount_step: no step has been counted");
-  step_--;
+int64_t Optimizer::unsettled_skips() const {
+  if (!maybe_skipped_ || !skipped_steps_) return 0;
+  return skipped_steps_->item<int64_t>();
+}
+
+int64_t Optimizer::settle() {
+  const int64_t skipped = unsettled_skips();
+  if (skipped != 0) {
+    TG_ASSERT(skipped > 0 && skipped <= step_, type_name(), ": ", skipped, " skipped steps of ", step_);
+    step_ -= skipped;
+    const int32_t zero = 0;
+    skipped_steps_->write_(&zero, DType::Int32);  // in place: a captured step reads the same buffer
+  }
+  maybe_skipped_ = false;
+  return skipped;
+}
+
+const Tensor& Optimizer::gate_on(const std::string& device) {
+  auto gate = gates_.find(device);
+  if (gate != gates_.end()) return gate->second;
+  skips_on_.emplace(device, skips_on_.begin()->second.to(device));
+  return gates_.emplace(device, gates_.begin()->second.to(device)).first->second;
+}
+
+// Note [a step skipped on the device]: the device counts the step if it skips it, and the
+// step's gates read ok back from that count (Note [the skip count's kernel]).
+void Optimizer::count_skip(const Tensor& ok, Updates& ups) {
+  const int32_t zero = 0;
+  if (!skipped_steps_) skipped_steps_ = Tensor::from_data(&zero, DType::Int32, {}, {.dtype = DType::Int32, .device = ok.device()});
+  Tensor here = ok.device() == skipped_steps_->device() ? ok : ok.to(skipped_steps_->device());
+  Tensor skips = skipped_steps_->detach();
+  Tensor counted = skips + here.cast(DType::Bool).logical_not().cast(DType::Int32);
+  ups.emplace_back(&*skipped_steps_, counted);
+  gates_.emplace(skips.device(), counted.eq(skips));
+  skips_on_.emplace(skips.device(), skips);
+  maybe_skipped_ = true;
 }
 
 Tensor Optimizer::set_new(Updates& out, Tensor& target, const Tensor& value) {
   Tensor v = value;
-  if (!gates_.empty()) {  // Note [a step skipped on the device]
-    auto gate = gates_.find(target.device());
-    if (gate == gates_.end()) gate = gates_.emplace(target.device(), gates_.begin()->second.to(target.device())).first;
-    v = gate->second.where(value, target.detach());
-  }
+  if (!gates_.empty()) v = gate_on(target.device()).where(value, target.detach());  // Note [a step skipped on the device]
   out.emplace_back(&target, v);
   return v;
 }
 
 void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
   NoGradGuard no_grad;
+  if (!ok && maybe_skipped_) settle();  // a plain step after gated ones counts from the true step
   host_step();
   gates_.clear();
-  if (ok) gates_.emplace(ok->device(), *ok);
+  skips_on_.clear();
+  corrected_.clear();
   Updates ups;
+  if (ok) count_skip(*ok, ups);
   for (size_t i = 0; i < params_.size(); i++) {
     Tensor& p = *params_[i];
     auto g = p.grad();
@@ -109,11 +185,17 @@ void Optimizer::run_step(const Tensor* ok, const Tensors& also_realize) {
     update(i, p.detach(), gd, ups);
   }
   gates_.clear();
+  skips_on_.clear();
+  corrected_.clear();
   Tensors values = also_realize;
   for (auto& [t, v] : ups) values.push_back(v);
   Tensor::realize_all(values);  // parameters, state and the caller's tensors (the loss) in one schedule
   for (auto& [t, v] : ups) t->assign(v);
-  jit_on_replay([this] { host_step(); });  // a replayed step counts itself and writes its scalars
+  // a replayed step counts itself and writes its scalars (and may have skipped on the device)
+  jit_on_replay([this, gated = ok != nullptr] {
+    host_step();
+    maybe_skipped_ = maybe_skipped_ || gated;
+  });
   // Note [a capture leaves no gradients]: replays do not update the gradient tensors, and a
   // captured step's lazy gradients hold its whole graph, with the convolution outputs kept in
   // it (Note [kept convolution outputs] in schedule/schedule.cpp): left in place, they would pin
@@ -129,7 +211,7 @@ void Optimizer::zero_grad() {
 
 StateDict Optimizer::state_dict() const {
   StateDict sd;
-  sd.emplace("step", Tensor::from_vector(std::vector<int64_t>{step_}, {}));
+  sd.emplace("step", Tensor::from_vector(std::vector<int64_t>{step_ - unsettled_skips()}, {}));
   for (size_t i = 0; i < params_.size(); i++)
     for (auto& [name, t] : state_[i]) sd.emplace(std::to_string(i) + "." + name, t.detach());
   return sd;
@@ -168,6 +250,11 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   Tensor::realize_all(values);
   for (size_t i = 0; i < todo.size(); i++) todo[i].first->assign(values[i]);
   step_ = st->second.reshape({}).item<int64_t>();
+  if (maybe_skipped_) {  // the loaded count is settled: no skipped step is left to take back
+    const int32_t zero = 0;
+    skipped_steps_->write_(&zero, DType::Int32);
+    maybe_skipped_ = false;
+  }
   after_load();
 }
 
@@ -261,8 +348,8 @@ std::string decay_scalar(double wd) { return "decay " + std::to_string(wd); }
 
 void Adam::begin_step() {
   auto t = static_cast<double>(step_);
-  set_scalar("step_size", lr / (1.0 - std::pow(b1, t)));
-  set_scalar("inv_sqrt_bc2", 1.0 / std::sqrt(1.0 - std::pow(b2, t)));
+  set_scalar("step_size", lr / (1.0 - std::pow(b1, t)), {.base = b1, .power = -1, .times_lr = true});
+  set_scalar("inv_sqrt_bc2", 1.0 / std::sqrt(1.0 - std::pow(b2, t)), {.base = b2, .power = -0.5});
   for (double wd : decay_of_)
     if (wd != 0) set_scalar(decay_scalar(wd), 1.0 - lr * wd);
 }
@@ -289,8 +376,8 @@ LAMB::LAMB(std::vector<Tensor*> params, double lr, double b1_, double b2_, doubl
 
 void LAMB::begin_step() {
   auto t = static_cast<double>(step_);
-  set_scalar("inv_bc1", 1.0 / (1.0 - std::pow(b1, t)));
-  set_scalar("inv_bc2", 1.0 / (1.0 - std::pow(b2, t)));
+  set_scalar("inv_bc1", 1.0 / (1.0 - std::pow(b1, t)), {.base = b1, .power = -1});
+  set_scalar("inv_bc2", 1.0 / (1.0 - std::pow(b2, t)), {.base = b2, .power = -1});
 }
 
 void LAMB::update(size_t i, const Tensor& p, const Tensor& g, Updates& out) {

@@ -35,13 +35,38 @@ using StateDict = std::map<std::string, Tensor>;
 // float contractions differed in the last bit, and after 30 Adam steps parameters differed by
 // up to 15% from a plain run's). As with PyTorch's GradScaler (which does not call
 // optimizer.step() for a skipped step), a skipped step must leave everything as it was, the step
-// count included (Adam's bias corrections use it). The count is host state and is written into
-// the scalars before the kernels run, so the caller reads ok after the step and, when it is
-// false, calls uncount_step(): the next step counts itself again as the same step t and writes
-// the same bias corrections as if the skipped step had never run. The one host decision that is
-// not taken back is SGD's first-update rule with dampening != 0 (buf = g once per parameter):
-// after a skipped first step the zero buffer is treated as initialised (with dampening 0, the
-// only value tg train uses, both rules give the same buffer).
+// count included (Adam's bias corrections use it). The host counts every step, skipped or not,
+// and never waits to learn which: the step also adds 1 - ok to a 0-d int32 counter on the
+// device (skipped_steps_, Note [the skip count's kernel]), and the scalars that
+// depend on the step count read it (Note [bias corrections after a skip]). settle() reads the
+// counter when the host needs the true count (a log step, a checkpoint, the end of a run),
+// subtracts it from step_ and writes the counter back to zero in place, so a captured step
+// keeps reading the same buffer. The one host decision that is not taken back is SGD's
+// first-update rule with dampening != 0 (buf = g once per parameter): after a skipped first
+// step the zero buffer is treated as initialised (with dampening 0, the only value tg train
+// uses, both rules give the same buffer).
+//
+// Note [the skip count's kernel]: the count is a 0-d output of the step, counted = skips +
+// !ok, and the gate every update reads is counted == skips rather than ok itself. A caller that
+// realizes ok as an output of the step (coordinated_step_lazy, Zero1 and Fsdp do, for the
+// trainer's log steps) then has ok read by the count alone, so ok and the count are stored by
+// one kernel (Note [kernels with several outputs] in schedule.cpp): the count costs no kernel of
+// its own. Nothing else the step outputs may read ok (the reported norm reads the all-reduced
+// flag instead), or ok would need a kernel of its own again.
+//
+// Note [bias corrections after a skip]: a scalar of step count t (Adam's lr / (1 - b1^t) and
+// 1 / sqrt(1 - b2^t), LAMB's 1 / (1 - b^t)) is written by the host for the t it counts, which
+// is too large by the s steps skipped since the last settle(). Under step_if the kernels read
+// where(s == 0, host value, the same formula at t - s computed on the device in float32): a run
+// that never skips reads the host's value bit for bit (the select passes it through), and after
+// a skip the value is the one the step would have had if the skipped steps had never run, within
+// about 1e-6 relative (float32: 1 - b^n is computed as -expm1(n ln b), expm1 by Kahan's
+// (u - 1) x / log(u), u = exp(x), which stays accurate where b^n is close to 1 and 1 - b^n would
+// lose its digits). The corrected scalars of a device and dtype are computed once per step, all
+// in one small kernel (stacked, contiguous), and the update kernels load them as they load the
+// host's buffers: evaluated inside the update kernels instead, the formula cost an exp and a log
+// per element and changed how the compiler contracted the moments' arithmetic, so a run that
+// never skipped was no longer bit for bit the unchecked one.
 //
 // Note [scalars that change between steps]: kernels are cached by their graph, and a constant
 // is part of it, so lr and the bias corrections (which change from step to step) enter the
@@ -62,22 +87,25 @@ class Optimizer {
   virtual void step(const Tensors& also_realize = {});
   // The same step made conditional on the device (Note [a step skipped on the device]): `ok` is a
   // 0-d tensor, and every parameter and state tensor becomes where(ok, new, old), so where ok is
-  // false nothing changes. The host side (the step count, the scalars) counts the step as taken;
-  // a caller that finds ok false afterwards calls uncount_step().
+  // false nothing changes. The host counts the step as taken; the device counts it as skipped
+  // until settle() takes it back. Nothing is read on the host.
   void step_if(const Tensor& ok, const Tensors& also_realize = {});
-  // Takes back the count of the last step (one that step_if skipped on the device), so the next
-  // step's bias corrections are those it would have had if the skipped step had never been run.
-  void uncount_step();
+  // Reads the device's count of the steps step_if skipped since the last settle (waiting for the
+  // device), takes them back from the step count and sets the device's count to zero; returns
+  // how many there were. Reads nothing when no step_if ran since the last settle.
+  int64_t settle();
   // Drops every parameter's gradient.
   void zero_grad();
 
   double lr;  // read at every step, so a schedule may set it between steps
 
   const std::vector<Tensor*>& params() const { return params_; }
+  // The steps counted on the host: skipped ones included until settle() takes them back.
   int64_t step_count() const { return step_; }
   virtual std::string type_name() const = 0;
 
-  // Detached snapshots of the state (see Note [optimizer state names]).
+  // Detached snapshots of the state (see Note [optimizer state names]); "step" is the settled
+  // count (the device's count of skipped steps is read and subtracted when there may be some).
   virtual StateDict state_dict() const;
   // Restores the state: the keys must be exactly this optimizer's keys, with matching shapes and
   // dtypes (errors name the missing, unexpected and mismatched keys). Assigns in place.
@@ -100,6 +128,14 @@ class Optimizer {
   Tensor& state(size_t i, const std::string& name);
   // This step's value of the host scalar `name` (call in begin_step; "lr" is set by the base).
   void set_scalar(const std::string& name, double v);
+  // A scalar of the step count t, factor * (1 - base^t)^power with power -1 or -0.5 (factor: the
+  // scalar "lr", or 1), whose host value `v` the subclass computes for step_: under step_if the
+  // kernels read it corrected for skipped steps (Note [bias corrections after a skip]).
+  struct OfStep {
+    double base = 0, power = -1;
+    bool times_lr = false;
+  };
+  void set_scalar(const std::string& name, double v, OfStep of_step);
   // The scalar `name` as a 0-d buffer of like's dtype and device, holding this step's value
   // (see Note [scalars that change between steps]).
   Tensor scalar_input(const std::string& name, const Tensor& like);
@@ -115,8 +151,25 @@ class Optimizer {
   // The host side of a step: counts it, sets the scalars and writes them into their buffers.
   void host_step();
   void run_step(const Tensor* ok, const Tensors& also_realize);
+  // The buffer of scalar `name` on `device` as `dtype` (Note [scalars that change between steps]).
+  Tensor scalar_buffer(const std::string& name, const std::string& device, DType dtype);
+  // Under step_if: adds the update of the skip count to `ups` and sets the gate it gives.
+  void count_skip(const Tensor& ok, Updates& ups);
+  // The gate ok on `device` (copied there, with the skip counter, the first time a step needs it).
+  const Tensor& gate_on(const std::string& device);
+  // The scalars of of_step_ as the step reads them under step_if, stacked in of_step_'s order.
+  Tensor corrected_scalars(const std::string& device, DType dtype);
+  // The scalar of_step_[name] at step t - skipped steps, in float32 on `device`.
+  Tensor scalar_after_skips(const std::string& name, const std::string& device);
+  // The skipped steps not yet settled, read from the device (0 when there can be none).
+  int64_t unsettled_skips() const;
   std::map<std::string, Tensor> gates_;  // during step_if: ok on each device the update touches
+  std::map<std::string, Tensor> skips_on_;  // during step_if: skipped_steps_ on each device the update touches
+  std::map<std::pair<std::string, DType>, Tensor> corrected_;  // during step_if: corrected_scalars by (device, dtype)
+  std::optional<Tensor> skipped_steps_;  // int32 0-d: steps step_if skipped since the last settle (Note [a step skipped on the device])
+  bool maybe_skipped_ = false;           // a step_if ran since the last settle
   std::map<std::string, double> scalar_values_;                             // this step's, by name
+  std::map<std::string, OfStep> of_step_;                                   // the scalars of the step count
   std::map<std::tuple<std::string, std::string, DType>, Tensor> scalar_bufs_;  // (name, device, dtype)
 };
 
