@@ -197,6 +197,9 @@ TEST(LibraryOperands, MergedDimsThatAreNotOneBlockAreCopied) {
   // the weight gradient's product copies the same node
   Tensor grad = rows.T().matmul(input({128, 48}, 3));
   EXPECT_EQ(library_copy_point(first_mul(grad.uop())->src[0]), permuted.get());
+  // a convolution's sliding windows (its input repeated, then cut) are never copied
+  Tensor windows = input({2, 4, 12, 12}, 11).conv2d(input({8, 4, 3, 3}, 12));
+  for (auto& side : first_mul(windows.uop())->src) EXPECT_EQ(library_copy_point(side), nullptr);
   // plain, transposed and batched operands are strided views already
   for (const Tensor& t : {input({32, 64}, 4).matmul(w.T()), input({3, 32, 64}, 5).matmul(input({3, 64, 40}, 6))})
     for (auto& side : first_mul(t.uop())->src) EXPECT_EQ(library_copy_point(side), nullptr);
