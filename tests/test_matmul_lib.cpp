@@ -304,6 +304,29 @@ class CudaMatmul : public ::testing::Test {
     return tolerance(c, exact, abs_sum) + rounding_in_sum;
   }
 
+  // Realizes `outs` together, recording the names of the kernels run, and returns their values
+  // one after the other.
+  static std::vector<float> realize_recorded(const Tensors& outs, std::vector<std::string>& names) {
+    ExecRecorder rec = [&](const ExecItem& e) { names.push_back(e.launch.name); };
+    ExecRecorder* prev = set_exec_recorder(&rec);
+    Tensor::realize_all(outs);
+    set_exec_recorder(prev);
+    std::vector<float> all;
+    for (auto& t : outs)
+      for (float v : t.to_vector<float>()) all.push_back(v);
+    return all;
+  }
+  static int named(const std::vector<std::string>& names, const std::string& prefix) {
+    int n = 0;
+    for (auto& name : names) n += name.rfind(prefix, 0) == 0;
+    return n;
+  }
+  static void expect_same_gradients(const std::vector<float>& lib, const std::vector<float>& gen) {
+    ASSERT_EQ(lib.size(), gen.size());
+    for (size_t i = 0; i < lib.size(); i++)
+      ASSERT_NEAR(lib[i], gen[i], 1e-4 * (1 + std::fabs(gen[i]))) << "gradient element " << i;
+  }
+
   void check(const Case& c) {
     SCOPED_TRACE(case_name(c));
     std::vector<std::string> lib_names, gen_names;
@@ -409,29 +432,19 @@ TEST_F(CudaMatmul, ComputedOperandsOfATrainingStepAreBuffers) {
     Tensor loss = (x.linear(w1, b1).relu().linear(w2) * t).sum();
     Tensors grads = loss.gradients({w1, b1, w2});
     grads.push_back(loss);
-    ExecRecorder rec = [&](const ExecItem& e) { names.push_back(e.launch.name); };
-    ExecRecorder* prev = set_exec_recorder(&rec);
-    Tensor::realize_all(grads);
-    set_exec_recorder(prev);
-    std::vector<float> all;
-    for (auto& g : grads)
-      for (float v : g.to_vector<float>()) all.push_back(v);
-    return all;
+    return realize_recorded(grads, names);
   };
   std::vector<std::string> lib_names, gen_names;
   std::vector<float> lib = step(true, lib_names), gen = step(false, gen_names);
-  int products = 0;
-  for (auto& n : lib_names) products += n.rfind("matmul_", 0) == 0;
-  EXPECT_EQ(products, 5) << ::testing::PrintToString(lib_names);
-  ASSERT_EQ(lib.size(), gen.size());
-  for (size_t i = 0; i < lib.size(); i++)
-    ASSERT_NEAR(lib[i], gen[i], 1e-4 * (1 + std::fabs(gen[i]))) << "gradient element " << i;
+  EXPECT_EQ(named(lib_names, "matmul_"), 5) << ::testing::PrintToString(lib_names);
+  expect_same_gradients(lib, gen);
 }
 
 // GPT-2's attention around the products (Note [library operands]): the projection reads the
 // attention output [B, H, T, D] as [B*T, H*D], and the fused q, k, v projection's gradients read
 // the sum of the three heads' gradients the same way. Every product of the step (two forward,
-// four backward) runs through the library, with the generated kernels' gradients.
+// three backward: x needs no gradient) runs through the library, with the generated kernels'
+// gradients, and the q, k, v bias's gradient (a column sum of the same view) reads the copy too.
 TEST_F(CudaMatmul, AttentionLayoutOperandsAreCopiedForTheLibrary) {
   auto step = [this](bool library, std::vector<std::string>& names) {
     matmul_lib_.set(library ? 1 : 0);
@@ -445,26 +458,14 @@ TEST_F(CudaMatmul, AttentionLayoutOperandsAreCopiedForTheLibrary) {
     Tensor loss = heads.permute({0, 2, 1, 3}).reshape({2, 64, 64}).linear(w_proj).square().sum();
     Tensors grads = loss.gradients({w_qkv, w_proj, b_qkv});
     grads.push_back(loss);
-    ExecRecorder rec = [&](const ExecItem& e) { names.push_back(e.launch.name); };
-    ExecRecorder* prev = set_exec_recorder(&rec);
-    Tensor::realize_all(grads);
-    set_exec_recorder(prev);
-    std::vector<float> all;
-    for (auto& g : grads)
-      for (float v : g.to_vector<float>()) all.push_back(v);
-    return all;
+    return realize_recorded(grads, names);
   };
   std::vector<std::string> lib_names, gen_names;
   std::vector<float> lib = step(true, lib_names), gen = step(false, gen_names);
-  int products = 0;
-  for (auto& n : lib_names) products += n.rfind("matmul_", 0) == 0;
-  EXPECT_EQ(products, 5) << ::testing::PrintToString(lib_names);
-  int copies = 0;  // the attention output's and the q, k, v gradient's, nothing more
-  for (auto& n : lib_names) copies += n.rfind("E_", 0) == 0;
-  EXPECT_LE(copies, 3) << ::testing::PrintToString(lib_names);
-  ASSERT_EQ(lib.size(), gen.size());
-  for (size_t i = 0; i < lib.size(); i++)
-    ASSERT_NEAR(lib[i], gen[i], 1e-4 * (1 + std::fabs(gen[i]))) << "gradient element " << i;
+  EXPECT_EQ(named(lib_names, "matmul_"), 5) << ::testing::PrintToString(lib_names);
+  // the attention output's copy and the q, k, v gradient's, computed into it, and no more
+  EXPECT_LE(named(lib_names, "E_"), 3) << ::testing::PrintToString(lib_names);
+  expect_same_gradients(lib, gen);
 }
 
 }  // namespace
