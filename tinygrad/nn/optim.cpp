@@ -49,7 +49,7 @@ void Optimizer::set_scalar(const std::string& name, double v) { scalar_values_[n
 
 void Optimizer::set_scalar(const std::string& name, double v, OfStep of_step) {
   TG_ASSERT(of_step.power == -1 || of_step.power == -0.5, type_name(), ": scalar '", name, "' has power ", of_step.power);
-  scalar_values_[name] = v;
+  set_scalar(name, v);
   of_step_[name] = of_step;
 }
 
@@ -130,11 +130,15 @@ int64_t Optimizer::settle() {
   if (skipped != 0) {
     TG_ASSERT(skipped > 0 && skipped <= step_, type_name(), ": ", skipped, " skipped steps of ", step_);
     step_ -= skipped;
-    const int32_t zero = 0;
-    skipped_steps_->write_(&zero, DType::Int32);  // in place: a captured step reads the same buffer
+    clear_skip_count();
   }
   maybe_skipped_ = false;
   return skipped;
+}
+
+void Optimizer::clear_skip_count() {
+  const int32_t zero = 0;
+  skipped_steps_->write_(&zero, DType::Int32);  // in place: a captured step reads the same buffer
 }
 
 const Tensor& Optimizer::gate_on(const std::string& device) {
@@ -251,8 +255,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   for (size_t i = 0; i < todo.size(); i++) todo[i].first->assign(values[i]);
   step_ = st->second.reshape({}).item<int64_t>();
   if (maybe_skipped_) {  // the loaded count is settled: no skipped step is left to take back
-    const int32_t zero = 0;
-    skipped_steps_->write_(&zero, DType::Int32);
+    clear_skip_count();
     maybe_skipped_ = false;
   }
   after_load();

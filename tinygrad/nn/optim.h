@@ -163,6 +163,7 @@ class Optimizer {
   Tensor scalar_after_skips(const std::string& name, const std::string& device);
   // The skipped steps not yet settled, read from the device (0 when there can be none).
   int64_t unsettled_skips() const;
+  void clear_skip_count();  // writes 0 into skipped_steps_
   std::map<std::string, Tensor> gates_;  // during step_if: ok on each device the update touches
   std::map<std::string, Tensor> skips_on_;  // during step_if: skipped_steps_ on each device the update touches
   std::map<std::pair<std::string, DType>, Tensor> corrected_;  // during step_if: corrected_scalars by (device, dtype)

@@ -110,10 +110,7 @@ bool repeated(const Strides& st, const Shape& shape) {
   return false;
 }
 
-bool is_view(const UOp& u) {
-  return !u.realized && (u.op == Op::CAST || u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::EXPAND ||
-                         u.op == Op::SHRINK || u.op == Op::PAD || u.op == Op::FLIP);
-}
+bool is_view(const UOp& u) { return !u.realized && (u.op == Op::CAST || op_group(u.op) == OpGroup::Movement); }
 
 }  // namespace
 

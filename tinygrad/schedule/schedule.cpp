@@ -75,6 +75,7 @@
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/lazy.h"
+#include "tinygrad/schedule/library_operands.h"
 #include "tinygrad/schedule/match_matmul.h"
 #include "tinygrad/schedule/padded_rows.h"
 #include "tinygrad/schedule/split_reduce.h"
@@ -109,8 +110,7 @@ std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
 constexpr int64_t PRODUCT_OPERAND_COPIES = 8;
 
 bool realizes_product_operands(const std::string& device) {
-  const Device& d = get_device(device);
-  return d.policy().realize_product_operands || (d.supports(Feature::MatmulLibrary) && knobs::MATMUL_LIB.get());
+  return get_device(device).policy().realize_product_operands || runs_library_products(device);
 }
 
 // Note [row fusion]
