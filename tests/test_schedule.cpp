@@ -84,6 +84,49 @@ TEST(Fusion, RowsThatDoNotFitStaySeparate) {
   EXPECT_EQ(kernels({x - m, (x * m).sum()}), 3u);  // read by two kernels: computed once
 }
 
+// Note [shared elementwise chains] in schedule/shared_chains.cpp: a residual stream that every
+// layer's statistics read is computed once per layer instead of in every reader.
+TEST(Fusion, AResidualStreamIsComputedOnceForItsReaders) {
+  constexpr size_t LAYERS = 8;
+  Tensors layer_outputs;
+  for (size_t l = 0; l < LAYERS; l++) layer_outputs.push_back(Tensor::rand({64, 256}).realize());
+  auto stream = [&] {  // x_l = x_(l-1) + 0.5 h_l; every x_l's row means, and the last x
+    Tensors outs;
+    Tensor x = layer_outputs[0];
+    for (size_t l = 1; l < LAYERS; l++) {
+      outs.push_back(x.mean(-1));
+      x = x + layer_outputs[l] * 0.5;
+    }
+    outs.push_back(x);
+    return outs;
+  };
+  auto widest_kernel = [](const Tensors& ts) {  // the most buffers one kernel reads or writes
+    std::vector<UOpPtr> outs;
+    for (auto& t : ts) outs.push_back(t.uop());
+    size_t widest = 0;
+    for (auto& item : create_schedule(outs)) widest = std::max(widest, item.buffers.size());
+    return widest;
+  };
+  std::vector<std::vector<float>> inline_values;
+  {
+    testutil::KnobScope off(knobs::SHARED_CHAINS, 0);
+    EXPECT_EQ(widest_kernel(stream()), LAYERS + 1);  // the last x reads every layer's output
+    for (auto& t : stream()) inline_values.push_back(t.to_vector<float>());
+  }
+  // x_3 .. x_6 get buffers (x_7 is an output): x_3 is computed from 4 inputs, a mean from at most 3
+  EXPECT_EQ(widest_kernel(stream()), 5u);
+  Tensors shared = stream();
+  ASSERT_EQ(shared.size(), inline_values.size());
+  for (size_t i = 0; i < shared.size(); i++) {
+    std::vector<float> v = shared[i].to_vector<float>();
+    ASSERT_EQ(v.size(), inline_values[i].size());
+    for (size_t j = 0; j < v.size(); j++) ASSERT_NEAR(v[j], inline_values[i][j], 1e-5) << i << " " << j;
+  }
+  // a chain of two inputs that two kernels read stays inline: its buffer would move more memory
+  Tensor a = Tensor::rand({64, 256}).realize(), b = Tensor::rand({64, 256}).realize();
+  EXPECT_EQ(kernels({(a + b).sum(0), (a + b).sum(1)}), 2u);
+}
+
 // Note [split reductions] and Note [split long reductions] in schedule/split_reduce.cpp: the rule
 // itself, on graphs of any device (the scheduler applies it on GPU-style devices only).
 TEST(SplitReduce, LongReductionsSplitByOutputs) {

@@ -89,6 +89,11 @@ IntKnob ROWFUSE("ROWFUSE", 1,
                 "1: a reduce over short trailing rows joins the kernel that reads it back over the same rows "
                 "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel",
                 KnobKind::Codegen);
+IntKnob SHARED_CHAINS("SHARED_CHAINS", 1,
+                      "1: an elementwise chain that several kernels read is computed once into a buffer when "
+                      "that moves less memory than recomputing it in each (a transformer's residual stream); 0: "
+                      "elementwise chains are always recomputed inline",
+                      KnobKind::Codegen);
 IntKnob FLASH_ATTENTION("FLASH_ATTENTION", 2,
                         "2: scaled_dot_product_attention on CUDA and OpenCL runs as fused kernels that never write "
                         "the scores, where they take its shapes and dtype, those of bfloat16/float16 on CUDA's tensor "

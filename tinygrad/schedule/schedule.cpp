@@ -78,6 +78,7 @@
 #include "tinygrad/schedule/library_operands.h"
 #include "tinygrad/schedule/match_matmul.h"
 #include "tinygrad/schedule/padded_rows.h"
+#include "tinygrad/schedule/shared_chains.h"
 #include "tinygrad/schedule/split_reduce.h"
 
 namespace tg {
@@ -374,6 +375,8 @@ NodeSet realize_points(const Graph& g) {
   realize_product_operands(g, realize);
   fuse_reduces_into_readers(g, realize);
   if (knobs::ROWFUSE) fuse_rows(g.order, realize, g.output_set);  // Note [row fusion]
+  // Note [shared elementwise chains] in shared_chains.cpp
+  realize_shared_chains(g.order, realize, [](const UOp* u) { return existing_buffer(u) != nullptr; });
   return realize;
 }
 
