@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <filesystem>
@@ -35,6 +36,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/multi.h"
 #include "tinygrad/nn/bpe.h"
 #include "tinygrad/nn/tokens.h"
 #include "tinygrad/runtime/cpu.h"
@@ -259,6 +261,20 @@ std::vector<std::string> tokenize_file(const std::string& text_path, const std::
   return nn::write_token_shards(out_path, tokens, shard_tokens);
 }
 
+namespace {
+// The tuples `tg info` says the collectives of: two virtual CPU devices, and the GPUs of this
+// machine (one GPU: the one-device tuple, which takes the same path).
+std::vector<std::vector<std::string>> info_tuples() {
+  std::vector<std::vector<std::string>> out{{"CPU", "CPU:1"}};
+  const auto built = registered_devices();
+  if (std::find(built.begin(), built.end(), "CUDA") == built.end()) return out;
+  std::vector<std::string> gpus;
+  for (int i = 0; i < device_count("CUDA"); i++) gpus.push_back(i == 0 ? "CUDA" : "CUDA:" + std::to_string(i));
+  if (!gpus.empty()) out.push_back(gpus);
+  return out;
+}
+}  // namespace
+
 std::string info_text() {
   std::ostringstream os;
   os << "tinygrad++ (tg) built " << __DATE__ << " with " <<
@@ -285,6 +301,15 @@ std::string info_text() {
          << " B cached, " << s.allocations << " allocations, " << s.reuse_hits << " reuse hits\n";
     } catch (const std::exception& e) {
       os << ": unavailable (" << e.what() << ")\n";
+    }
+  }
+  os << "collectives between the devices of a process (Note [collectives through a device library]):\n";
+  for (const auto& tuple : info_tuples()) {
+    os << "  " << join_devices(tuple) << ": ";
+    try {
+      os << tuple_collectives(tuple).describe() << "\n";
+    } catch (const std::exception& e) {
+      os << "unavailable (" << e.what() << ")\n";
     }
   }
   os << "process-group backends:";
