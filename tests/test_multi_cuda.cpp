@@ -41,24 +41,31 @@ int cuda_devices() {
   return device_count("CUDA");
 }
 
-// Skipped, with the count, where the machine has fewer than `need` GPUs or NCCL does not load.
-void require(int need) {
+// Why a test needing `need` GPUs with NCCL between them cannot run here ("needs 2 CUDA devices,
+// found 1"), or "" when it can.
+std::string skip_reason(int need) {
   const int found = cuda_devices();
-  if (found < need) GTEST_SKIP() << "needs " << need << " CUDA device" << (need > 1 ? "s" : "") << ", found " << found;
+  if (found < need)
+    return "needs " + std::to_string(need) + " CUDA device" + (need > 1 ? "s" : "") + ", found " + std::to_string(found);
   std::vector<std::string> tuple;
   for (int i = 0; i < need; i++) tuple.push_back(i == 0 ? "CUDA" : "CUDA:" + std::to_string(i));
   TupleCollectives c = tuple_collectives(tuple);
-  if (c.library != "NCCL") GTEST_SKIP() << "NCCL is not used between " << join_devices(tuple) << ": " << c.describe();
+  if (c.library != "NCCL") return "NCCL is not used between " + join_devices(tuple) + ": " + c.describe();
+  return "";
 }
 
 class NcclOneGpu : public ::testing::Test {
  protected:
-  void SetUp() override { require(1); }
+  void SetUp() override {
+    if (std::string why = skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  }
 };
 
 class NcclTwoGpus : public ::testing::Test {
  protected:
-  void SetUp() override { require(2); }
+  void SetUp() override {
+    if (std::string why = skip_reason(2); !why.empty()) GTEST_SKIP() << why;
+  }
 };
 
 const std::vector<std::string> kTwo = {"CUDA", "CUDA:1"};
@@ -87,6 +94,7 @@ TEST_F(NcclOneGpu, ReplaysAsAGraphWithTheCallInside) {
   TinyJit step([](const Tensors& in) { return Tensors{one_device(Op::ALLREDUCE, in[0] * 2) + 1}; });
   for (int s = 0; s < 5; s++) {
     Tensor x = Tensor::from_vector(iota(4096, float(s + 1)), {4096}).to("CUDA");
+    x.realize();
     Tensor want = x * 2 + 1;
     expect_near(step({x})[0].to_vector<float>(), want.to_vector<float>(), 0);
   }
@@ -128,10 +136,10 @@ TEST_F(NcclTwoGpus, AllGatherMatchesTheHost) {
 TEST_F(NcclTwoGpus, ReduceScatterMatchesTheHost) {
   Tensor whole = Tensor::from_vector(iota(64 * 1024, 0.01f), {64, 1024});
   MultiStats before = multi_stats();
-  Tensors blocks = whole.shard(kTwo, 0).sum(0).shard(kTwo, 0).shards();
+  Tensors sharded = whole.shard(kTwo, 0).sum(0).shard(kTwo, 0).shards();
   EXPECT_EQ(stats_since(before).reduce_scatters, 1u);
   for (size_t k = 0; k < 2; k++)
-    expect_near(blocks[k].to_vector<float>(), whole.sum(0).shrink({{512 * int64_t(k), 512 * int64_t(k + 1)}}).to_vector<float>());
+    expect_near(sharded[k].to_vector<float>(), whole.sum(0).shrink({{512 * int64_t(k), 512 * int64_t(k + 1)}}).to_vector<float>());
 
   std::vector<UOpPtr> parts;
   Tensor want = Tensor::zeros({4096});

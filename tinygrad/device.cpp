@@ -240,8 +240,8 @@ namespace {
 
 struct CollectiveLibraries {
   std::mutex mu;
-  std::map<std::string, TupleRunnerFactory> factories;         // by library
-  std::map<std::string, TupleCollectives> tuples;              // by tuple, joined by ','
+  std::map<std::string, TupleRunnerFactory> factories;  // by library
+  std::map<std::string, TupleCollectives> tuples;       // by tuple, joined by ','
 };
 CollectiveLibraries& collective_libraries() {
   static CollectiveLibraries* c = new CollectiveLibraries();  // leaked: runners live until exit
@@ -275,17 +275,26 @@ TupleCollectives tuple_collectives(const std::vector<std::string>& named) {
     devices.push_back(canonical_device(d));
     key += (key.empty() ? "" : ",") + devices.back();
   }
+  auto& c = collective_libraries();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (auto it = c.tuples.find(key); it != c.tuples.end()) return it->second;
+  }
   std::vector<const DevicePolicy*> policies;
   for (auto& d : devices) policies.push_back(&get_device(d).policy());  // opens them, outside the lock
-  auto& c = collective_libraries();
   std::lock_guard<std::mutex> lock(c.mu);
   if (auto it = c.tuples.find(key); it != c.tuples.end()) return it->second;
   TupleCollectives out;
   out.library = shared_collective_library(policies);
   auto f = c.factories.find(out.library);
-  if (out.library.empty()) out.why = why_no_library(devices, policies);
-  else if (f == c.factories.end()) out.why = out.library + " has no registered runner", out.library.clear();
-  else out.group = f->second(devices);
+  if (out.library.empty()) {
+    out.why = why_no_library(devices, policies);
+  } else if (f == c.factories.end()) {
+    out.why = out.library + " has no registered runner";
+    out.library.clear();
+  } else {
+    out.group = f->second(devices);
+  }
   if (knobs::DEBUG >= 1) std::fprintf(stderr, "*** multi  collectives between %s: %s\n", key.c_str(), out.describe().c_str());
   return c.tuples[key] = out;
 }

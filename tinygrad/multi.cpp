@@ -257,7 +257,7 @@ Lowered library_all_reduce(const std::vector<UOpPtr>& partials, Op op, int64_t g
 }
 
 // Note [collectives through a device library]: a library all-reduce's result sharded over the
-// same devices again (`x.sum(0).shard(devices, 1)`: device k keeps block k along the axis) is a
+// same devices again (`x.shard(devices, 0).sum(0).shard(devices, 0)`: device k keeps block k) is a
 // reduce-scatter: each device receives only its block. Taken where the blocks are contiguous (one
 // group, every dimension before the axis of size 1). nullopt: x is not such a sharding.
 std::optional<Lowered> as_reduce_scatter(const Lowered& x) {
@@ -273,7 +273,10 @@ std::optional<Lowered> as_reduce_scatter(const Lowered& x) {
     while (reduced->op == Op::RESHAPE) reduced = reduced->src[0];
     if (reduced->op != Op::ALLREDUCE || reduced->src.size() != n || (k > 0 && reduced->src != partials))
       return std::nullopt;
-    if (k == 0) partials = reduced->src, arg = reduced->arg_collective();
+    if (k == 0) {
+      partials = reduced->src;
+      arg = reduced->arg_collective();
+    }
     if (reduced->device != partials[k]->device) return std::nullopt;  // device k's result
     for (int64_t d = 0; d < x.axis; d++)
       if (viewed->shape[static_cast<size_t>(d)] != 1) return std::nullopt;
