@@ -103,23 +103,6 @@ int64_t parse_shard_tokens(const std::string& text) {
   return n;
 }
 
-// The string of rank `root` on every rank.
-std::string broadcast_string(dist::ProcessGroup& g, const std::string& s, int root = 0) {
-  int64_t n = static_cast<int64_t>(s.size());
-  dist::broadcast_host(g, &n, 1, DType::Int64, root);
-  std::vector<int32_t> chars(s.begin(), s.end());
-  chars.resize(static_cast<size_t>(n));
-  dist::broadcast_host(g, chars.data(), chars.size(), DType::Int32, root);
-  return std::string(chars.begin(), chars.end());
-}
-
-// Every rank's string, rank 0's first, on every rank.
-std::vector<std::string> all_strings(dist::ProcessGroup& g, const std::string& mine) {
-  std::vector<std::string> out;
-  for (int r = 0; r < g.size(); r++) out.push_back(broadcast_string(g, mine, r));
-  return out;
-}
-
 // Note [errors reach train.log]: an error that ends a run goes to stderr (tg_main) and, once the
 // run directory is the run's own (a resumed run's from the start, a new run's once prepared),
 // into its train.log too, whole (details on the lines after the first). A new run that fails
@@ -213,7 +196,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   }
   const bool lead = !group || group->rank() == 0;
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
-  if (group) dir = broadcast_string(*group, dir);
+  if (group) dir = dist::broadcast_string(*group, dir);
   bool dir_is_ours = cfg.get_bool("train.resume");  // Note [errors reach train.log]
   std::optional<RunTrace> timeline;  // Note [trace files] in trace.h
   if (trace_requested(cfg))
@@ -221,7 +204,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   try {
     if (cfg.get_bool("train.resume")) {
       std::vector<std::string> passed_over;
-      resume_from = latest_checkpoint(dir, &passed_over);
+      resume_from = latest_checkpoint(dir, &passed_over, /*verify_data=*/false);  // the load verifies what it reads
       if (lead)
         for (const auto& why : passed_over) log_note("resume: passing over " + why);
       TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'",
@@ -231,7 +214,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
     if (!init.empty()) trainer.load_weights(init);
     if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
     RunRecord record{.command_line = opt.command_line, .config_name = cfg.name, .world_size = trainer.world_size()};
-    record.devices = group ? all_strings(*group, trainer.rank_devices()) : std::vector<std::string>{trainer.rank_devices()};
+    record.devices = group ? dist::all_strings(*group, trainer.rank_devices()) : std::vector<std::string>{trainer.rank_devices()};
     if (!lead) {
       // zero1, fsdp: every rank writes its shard whenever rank 0 writes a checkpoint
       const std::string& strategy = cfg.get_string("distributed.strategy");
