@@ -57,6 +57,8 @@ int64_t state_param_index(const std::string& key) {
 
 }  // namespace
 
+int64_t fsdp_shard_rows(const Shape& shape, int64_t world) { return (rows_first(shape)[0] + world - 1) / world; }
+
 FsdpGathers fsdp_gathers(const std::string& name) {
   if (name == "kept") return FsdpGathers::KeptForBackward;
   if (name == "top") return FsdpGathers::AllAtTop;
@@ -83,7 +85,7 @@ void Fsdp::add_parameter(const std::string& name, Tensor* p) {
            " (the sharded parameters are float32)");
   const int64_t n = pg_.size();
   FsdpParam fp{name, p, p->shape(), 0, 0};
-  fp.rows = (rows_first(fp.shape)[0] + n - 1) / n;  // Note [fsdp shards]
+  fp.rows = fsdp_shard_rows(fp.shape, n);
   std::string owner = owner_of(name);
   if (units_.empty() || units_.back().module != owner) units_.push_back(FsdpUnit{owner, {}, 0});
   fp.offset = units_.back().shard_numel;

@@ -37,6 +37,10 @@ struct FsdpParam {
   Shape shard_shape() const;
 };
 
+// The dim-0 rows of each of `world` shards of a parameter of global `shape` (Note [fsdp shards]:
+// its dim 0, or 1 for a 0-d one, rounded up to a multiple of world, over world).
+int64_t fsdp_shard_rows(const Shape& shape, int64_t world);
+
 // The parameters of one module, gathered and reduced together.
 struct FsdpUnit {
   std::string module;             // dotted name of the module ("" for the root)

@@ -57,4 +57,19 @@ void all_gather_host(ProcessGroup& pg, const void* in, void* out, size_t count, 
          [&](const void* src, void* dst) { return pg.all_gather(src, dst, count, dtype); });
 }
 
+std::string broadcast_string(ProcessGroup& pg, const std::string& s, int root) {
+  int64_t n = static_cast<int64_t>(s.size());
+  broadcast_host(pg, &n, 1, DType::Int64, root);
+  std::vector<int32_t> chars(s.begin(), s.end());
+  chars.resize(static_cast<size_t>(n));
+  broadcast_host(pg, chars.data(), chars.size(), DType::Int32, root);
+  return std::string(chars.begin(), chars.end());
+}
+
+std::vector<std::string> all_strings(ProcessGroup& pg, const std::string& mine) {
+  std::vector<std::string> out;
+  for (int r = 0; r < pg.size(); r++) out.push_back(broadcast_string(pg, mine, r));
+  return out;
+}
+
 }  // namespace tg::dist

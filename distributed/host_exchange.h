@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "distributed/process_group.h"
@@ -15,5 +16,10 @@ void all_reduce_host(ProcessGroup& pg, void* data, size_t count, DType dtype, Re
 void broadcast_host(ProcessGroup& pg, void* data, size_t count, DType dtype, int root);
 // in: count elements; out: size() * count elements, rank r's block at r * count.
 void all_gather_host(ProcessGroup& pg, const void* in, void* out, size_t count, DType dtype);
+
+// The string of rank `root` on every rank.
+std::string broadcast_string(ProcessGroup& pg, const std::string& s, int root = 0);
+// Every rank's string, rank 0's first, on every rank.
+std::vector<std::string> all_strings(ProcessGroup& pg, const std::string& mine);
 
 }  // namespace tg::dist

@@ -25,7 +25,7 @@
 #include <sstream>
 #include <thread>
 
-#include "distributed/nccl_api.h"
+#include "tinygrad/runtime/nccl_api.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
@@ -297,6 +297,8 @@ void NcclWork::wait(std::optional<Seconds> timeout) {
 }
 
 }  // namespace
+
+std::string nccl_status() { return nccl::status(); }
 
 std::unique_ptr<ProcessGroup> nccl_group(Bootstrap& bootstrap, const std::string& device, Seconds timeout,
                                          std::unique_ptr<ProcessGroup> watch) {

@@ -16,13 +16,6 @@ namespace {
 
 std::vector<float> host_of(const Tensor& t) { return t.to_vector<float>(); }
 
-// "<i>.<state>" -> {i, state}; {-1, key} for other keys ("step").
-std::pair<int64_t, std::string> split_state_key(const std::string& key) {
-  auto dot = key.find('.');
-  if (dot == std::string::npos || dot == 0 || key.find_first_not_of("0123456789") != dot) return {-1, key};
-  return {std::stoll(key.substr(0, dot)), key.substr(dot + 1)};
-}
-
 int64_t numel_of(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
@@ -30,6 +23,14 @@ int64_t numel_of(const Shape& s) {
 }
 
 }  // namespace
+
+std::pair<int64_t, std::string> split_state_key(const std::string& key) {
+  auto dot = key.find('.');
+  if (dot == std::string::npos || dot == 0 || key.find_first_not_of("0123456789") != dot) return {-1, key};
+  return {std::stoll(key.substr(0, dot)), key.substr(dot + 1)};
+}
+
+int64_t zero1_block_size(int64_t total, int64_t world) { return (total + world - 1) / world; }
 
 std::string shape_csv(const Shape& s) {
   std::string out;
@@ -59,7 +60,7 @@ Zero1::Zero1(ProcessGroup& pg, std::vector<Tensor*> params, const OptimizerFacto
     total_ += params_[i]->numel();
   }
   const int n = pg_.size();
-  shard_ = (total_ + n - 1) / n;
+  shard_ = zero1_block_size(total_, n);
   reload_parameters();
   optim_ = make_optimizer({&block_});
   TG_CHECK(optim_->type_name() != "LAMB", "zero1: LAMB needs per-parameter norms; use sgd, adam or adamw");
@@ -154,8 +155,9 @@ StepOutcome Zero1::step(const Tensors& also_realize, const StepOptions& opt) {
 // zero1_ranks (the world size) and zero1_layout, one line per parameter in the flat order,
 // "<name> <offset in the flat vector> <global shape, comma-separated>". A reader of any world size
 // or strategy stacks the ranks' blocks into the flat vector, drops the padding and cuts each
-// parameter's state out at its offset with its shape (unshard_zero1_optimizer): the per-parameter
-// state "<i>.<state>" that a data-parallel optimizer of the same parameters holds. A zero1 run
+// parameter's state out at its offset with its shape (launcher/checkpoint.cpp, reading only the
+// parts it needs): the per-parameter state "<i>.<state>" that a data-parallel optimizer of the
+// same parameters holds. A zero1 run
 // takes its own block of such a full state (load_full_optimizer_state: the parameters' states
 // flattened in order, zero-padded, block r), so a state moves between world sizes and
 // strategies by copies alone, bit for bit. Checkpoints written before the layout was recorded
@@ -227,40 +229,6 @@ std::vector<ParamLayout> zero1_layout(const nn::Metadata& meta) {
     out.push_back(std::move(p));
   }
   return out;
-}
-
-nn::StateDict unshard_zero1_optimizer(const std::vector<nn::StateDict>& ranks, const std::vector<ParamLayout>& params) {
-  TG_CHECK(!ranks.empty() && !params.empty(), "zero1 checkpoint: no ranks or no parameters");
-  const int64_t n = static_cast<int64_t>(ranks.size());
-  int64_t total = 0;
-  for (auto& p : params) total += numel_of(p.shape);
-  const int64_t block = (total + n - 1) / n;
-  nn::StateDict full;
-  for (auto& [k, v] : ranks[0]) {
-    auto [i, name] = split_state_key(k);
-    if (i < 0) {
-      full.emplace(k, v);
-      continue;
-    }
-    TG_CHECK(i == 0, "zero1 checkpoint: optimizer state '", k, "' (a zero1 optimizer holds one flat block, '0.*')");
-    Tensors blocks;
-    for (int64_t r = 0; r < n; r++) {
-      auto it = ranks[static_cast<size_t>(r)].find(k);
-      TG_CHECK(it != ranks[static_cast<size_t>(r)].end(), "zero1 checkpoint: rank ", r, "'s file has no '", k, "'");
-      TG_CHECK(it->second.shape() == Shape{block}, "zero1 checkpoint: rank ", r, "'s '", k, "' is ", it->second.describe(),
-               "; ", params.size(), " parameters of ", total, " elements over ", n, " ranks make blocks of ", block,
-               " (a checkpoint of another model?)");
-      blocks.push_back(it->second);
-    }
-    Tensor flat = blocks.size() == 1 ? blocks[0] : Tensor::cat(blocks, 0);
-    int64_t offset = 0;
-    for (size_t j = 0; j < params.size(); j++) {
-      int64_t numel = numel_of(params[j].shape);
-      full.emplace(std::to_string(j) + "." + name, flat.shrink({{offset, offset + numel}}).reshape(params[j].shape).contiguous());
-      offset += numel;
-    }
-  }
-  return full;
 }
 
 }  // namespace tg::dist

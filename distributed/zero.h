@@ -76,9 +76,11 @@ struct ParamLayout {
 
 // The parameters a zero1 checkpoint's metadata records (zero1_layout), in their flat order.
 std::vector<ParamLayout> zero1_layout(const nn::Metadata& meta);
-// The full (per-parameter) optimizer state of a zero1 checkpoint from its ranks' block state
-// dicts (rank r's at index r, keys "0.<state>" and "step") and the parameters the flat vector
-// holds, in order (Note [zero1 checkpoints]).
-nn::StateDict unshard_zero1_optimizer(const std::vector<nn::StateDict>& ranks, const std::vector<ParamLayout>& params);
+
+// An optimizer state key "<i>.<state>" -> {i, state}; {-1, key} for other keys ("step").
+std::pair<int64_t, std::string> split_state_key(const std::string& key);
+// The elements of each rank's block of a flat vector of `total` elements over `world` ranks (the
+// vector zero-padded to world blocks).
+int64_t zero1_block_size(int64_t total, int64_t world);
 
 }  // namespace tg::dist

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <filesystem>
@@ -35,6 +36,7 @@
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/multi.h"
 #include "tinygrad/nn/bpe.h"
 #include "tinygrad/nn/tokens.h"
 #include "tinygrad/runtime/cpu.h"
@@ -101,23 +103,6 @@ int64_t parse_shard_tokens(const std::string& text) {
   TG_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && n > 0 && n <= INT32_MAX,
            "tg tokenize: --shard-tokens must be a whole number from 1 to 2147483647, got '", text, "'");
   return n;
-}
-
-// The string of rank `root` on every rank.
-std::string broadcast_string(dist::ProcessGroup& g, const std::string& s, int root = 0) {
-  int64_t n = static_cast<int64_t>(s.size());
-  dist::broadcast_host(g, &n, 1, DType::Int64, root);
-  std::vector<int32_t> chars(s.begin(), s.end());
-  chars.resize(static_cast<size_t>(n));
-  dist::broadcast_host(g, chars.data(), chars.size(), DType::Int32, root);
-  return std::string(chars.begin(), chars.end());
-}
-
-// Every rank's string, rank 0's first, on every rank.
-std::vector<std::string> all_strings(dist::ProcessGroup& g, const std::string& mine) {
-  std::vector<std::string> out;
-  for (int r = 0; r < g.size(); r++) out.push_back(broadcast_string(g, mine, r));
-  return out;
 }
 
 // Note [errors reach train.log]: an error that ends a run goes to stderr (tg_main) and, once the
@@ -213,7 +198,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   }
   const bool lead = !group || group->rank() == 0;
   std::string dir = lead ? choose_run_dir(cfg) : std::string(), resume_from;
-  if (group) dir = broadcast_string(*group, dir);
+  if (group) dir = dist::broadcast_string(*group, dir);
   bool dir_is_ours = cfg.get_bool("train.resume");  // Note [errors reach train.log]
   std::optional<RunTrace> timeline;  // Note [trace files] in trace.h
   if (trace_requested(cfg))
@@ -221,7 +206,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
   try {
     if (cfg.get_bool("train.resume")) {
       std::vector<std::string> passed_over;
-      resume_from = latest_checkpoint(dir, &passed_over);
+      resume_from = latest_checkpoint(dir, &passed_over, /*verify_data=*/false);  // the load verifies what it reads
       if (lead)
         for (const auto& why : passed_over) log_note("resume: passing over " + why);
       TG_CHECK(!resume_from.empty(), "train.resume=true: no complete checkpoint in '", dir, "/checkpoints'",
@@ -231,7 +216,7 @@ TrainSummary run_train(const Config& cfg, const RunOptions& opt) {
     if (!init.empty()) trainer.load_weights(init);
     if (!resume_from.empty()) trainer.load_checkpoint(resume_from);
     RunRecord record{.command_line = opt.command_line, .config_name = cfg.name, .world_size = trainer.world_size()};
-    record.devices = group ? all_strings(*group, trainer.rank_devices()) : std::vector<std::string>{trainer.rank_devices()};
+    record.devices = group ? dist::all_strings(*group, trainer.rank_devices()) : std::vector<std::string>{trainer.rank_devices()};
     if (!lead) {
       // zero1, fsdp: every rank writes its shard whenever rank 0 writes a checkpoint
       const std::string& strategy = cfg.get_string("distributed.strategy");
@@ -259,6 +244,20 @@ std::vector<std::string> tokenize_file(const std::string& text_path, const std::
   return nn::write_token_shards(out_path, tokens, shard_tokens);
 }
 
+namespace {
+// The tuples `tg info` says the collectives of: two virtual CPU devices, and the GPUs of this
+// machine (one GPU: the one-device tuple, which takes the same path).
+std::vector<std::vector<std::string>> info_tuples() {
+  std::vector<std::vector<std::string>> out{{"CPU", "CPU:1"}};
+  const auto built = registered_devices();
+  if (std::find(built.begin(), built.end(), "CUDA") == built.end()) return out;
+  std::vector<std::string> gpus;
+  for (int i = 0; i < device_count("CUDA"); i++) gpus.push_back(i == 0 ? "CUDA" : "CUDA:" + std::to_string(i));
+  if (!gpus.empty()) out.push_back(gpus);
+  return out;
+}
+}  // namespace
+
 std::string info_text() {
   std::ostringstream os;
   os << "tinygrad++ (tg) built " << __DATE__ << " with " <<
@@ -285,6 +284,15 @@ std::string info_text() {
          << " B cached, " << s.allocations << " allocations, " << s.reuse_hits << " reuse hits\n";
     } catch (const std::exception& e) {
       os << ": unavailable (" << e.what() << ")\n";
+    }
+  }
+  os << "collectives between the devices of a process (Note [collectives through a device library]):\n";
+  for (const auto& tuple : info_tuples()) {
+    os << "  " << join_devices(tuple) << ": ";
+    try {
+      os << tuple_collectives(tuple).describe() << "\n";
+    } catch (const std::exception& e) {
+      os << "unavailable (" << e.what() << ")\n";
     }
   }
   os << "process-group backends:";

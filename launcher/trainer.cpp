@@ -654,7 +654,9 @@ void Trainer::load_checkpoint(const std::string& path) {
   for (auto& [name, p] : model_->named_parameters()) params.push_back({name, p->shape()});
   std::set<std::string> buffers;
   for (auto& [name, b] : model_->named_buffers()) buffers.insert(name);
-  FullCheckpoint full = read_full_checkpoint(path, meta, params, buffers);  // Note [checkpoints that reshard]
+  RankShare share{.layout = fsdp_ ? RankShare::Layout::Fsdp : zero_ ? RankShare::Layout::Zero1 : RankShare::Layout::Whole,
+                  .group = group_};
+  FullCheckpoint full = read_full_checkpoint(path, meta, params, buffers, share);  // Note [checkpoints that reshard]
   model_->load_state_dict(full.model);
   if (fsdp_) {
     fsdp_->reload_parameters();
@@ -684,9 +686,9 @@ void Trainer::load_weights(const std::string& path) {
   if (fsdp_) fsdp_->reload_parameters();
 }
 
-std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over) {
+std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over, bool verify_data) {
   for (const auto& [step, path] : checkpoint_files(fs::path(run_dir) / "checkpoints", passed_over)) {
-    std::string why = incomplete_because(path, step, /*verify_data=*/true);
+    std::string why = incomplete_because(path, step, verify_data);
     if (why.empty()) return path;
     if (passed_over) passed_over->push_back(path + ": " + why);
   }

@@ -118,8 +118,10 @@ class Trainer {
   // (Note [fsdp checkpoints]).
   std::string save_checkpoint();
   // Restores model, optimizer and step from a checkpoint written by save_checkpoint under any
-  // strategy and world size (Note [checkpoints that reshard] in checkpoint.cpp); a checkpoint of
-  // another batch size, optimizer or model is an error naming the difference.
+  // strategy, world size and device count (Note [checkpoints that reshard] in checkpoint.cpp),
+  // reading only what this rank keeps (Note [reading what a rank needs]); a checkpoint of another
+  // batch size, optimizer or model is an error naming the difference, and a damaged tensor one
+  // naming the file. Under a strategy of ranks every rank calls it together.
   void load_checkpoint(const std::string& path);
   // Loads model weights only (keys with or without the "model." prefix), e.g. train.init_weights.
   void load_weights(const std::string& path);
@@ -198,8 +200,11 @@ class Trainer {
 // metadata whose tensors all match their checksums and, for zero1 and fsdp, every rank's shard file, as
 // sound); empty when none. Leftover .tmp files are ignored; damaged or incomplete checkpoints
 // and names that are no valid step are passed over, each noted in `passed_over` as
-// "<path>: <why>".
-std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over = nullptr);
+// "<path>: <why>". Without `verify_data` only the files' headers are checked (sizes included,
+// so a truncated file is still passed over), not their tensors' checksums: a resume verifies
+// what it reads as it reads it (Note [reading what a rank needs] in checkpoint.cpp).
+std::string latest_checkpoint(const std::string& run_dir, std::vector<std::string>* passed_over = nullptr,
+                              bool verify_data = true);
 
 // Builders from the config, also used on their own.
 // adamw decays matrices only (nn::decay_matrices_only: no weight decay for biases and norms)

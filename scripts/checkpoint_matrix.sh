@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# scripts/checkpoint_matrix.sh: which checkpoints resume under which strategy and world size.
+# scripts/checkpoint_matrix.sh: which checkpoints resume under which strategy, world size and devices.
 #
 # For every source (strategy none on one process; ddp, zero1 and fsdp under mpirun with 1, 2 and 4
-# ranks) a short fmnist MLP run of 6 steps writes checkpoints at steps 3 and 6. Its step-3
-# checkpoint is then resumed by every target (the same ten) up to step 6, and the resumed run's
-# parameters are compared with the source's own step-6 checkpoint: "=" bit for bit, a number the
-# largest |a - b| / (|b| + 0.01), or the first line of the error. A failed resume must leave the
+# ranks; one process over 2 and 4 virtual CPU devices, data parallel (devices@N: train.devices=N)
+# or tensor parallel (tp@N: model.tensor_parallel=N)) a short fmnist MLP run of 6 steps writes
+# checkpoints at steps 3 and 6. Its step-3 checkpoint is then resumed by every target (the same
+# fourteen) up to step 6, and the resumed run's parameters are compared with the source's own
+# step-6 checkpoint: "=" bit for bit, a number the largest |a - b| / (|b| + 0.01), or the first
+# line of the error. A failed resume must leave the
 # checkpoint files as they were (checked by checksum: "CHANGED" otherwise).
 #
-# Usage: bash scripts/checkpoint_matrix.sh [SOURCE ...]   (e.g. zero1@2 fsdp@4; default: all ten)
+# The MLP is 28 wide (tensor parallel over 4 devices splits it; at 32, Adam's division of tiny
+# moments makes even uninterrupted runs of different summation orders end 2e-2 apart).
+#
+# Usage: bash scripts/checkpoint_matrix.sh [SOURCE ...]   (e.g. zero1@2 tp@2; default: all fourteen)
 # Environment: TG (default build/launcher/tg), MPIRUN (mpirun), WORK (a temporary directory).
 # Needs Fashion-MNIST (/usr/share/datasets/fashion-mnist). Prints one table row per source.
 set -uo pipefail
@@ -17,18 +22,24 @@ TG=${TG:-$src/build/launcher/tg}
 MPIRUN=${MPIRUN:-mpirun}
 WORK=${WORK:-$(mktemp -d /tmp/ckpt_matrix.XXXXXX)}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-CELLS=(none@1 ddp@1 ddp@2 ddp@4 zero1@1 zero1@2 zero1@4 fsdp@1 fsdp@2 fsdp@4)
+CELLS=(none@1 ddp@1 ddp@2 ddp@4 zero1@1 zero1@2 zero1@4 fsdp@1 fsdp@2 fsdp@4 devices@2 devices@4 tp@2 tp@4)
 SOURCES=("$@")
 [ ${#SOURCES[@]} -eq 0 ] && SOURCES=("${CELLS[@]}")
-OPTS=(model.hidden=[30] data.batch_size=32 train.steps=6 train.log_every=2 train.eval_every=1000
+OPTS=(model.hidden=[28] data.batch_size=32 train.steps=6 train.log_every=2 train.eval_every=1000
       data.eval_batch_size=5000 train.checkpoint_every=3 optim.clip_grad_norm=0.5 train.progress=off)
 
-# train CELL DIR [key=value ...]: tg train under CELL's strategy and world size.
+# train CELL DIR [key=value ...]: tg train under CELL's strategy and world size (devices and tp:
+# one process over that many devices).
 train() {
   local cell=$1 dir=$2 strategy=${1%@*} ranks=${1#*@}
   shift 2
   if [ "$strategy" = none ]; then
     nice -n 19 "$TG" train "$src/configs/fmnist_mlp.yaml" "${OPTS[@]}" train.run_dir="$dir" "$@"
+  elif [ "$strategy" = devices ]; then
+    nice -n 19 "$TG" train "$src/configs/fmnist_mlp.yaml" "${OPTS[@]}" train.devices="$ranks" train.run_dir="$dir" "$@"
+  elif [ "$strategy" = tp ]; then
+    nice -n 19 "$TG" train "$src/configs/fmnist_mlp.yaml" "${OPTS[@]}" model.tensor_parallel="$ranks" \
+      train.run_dir="$dir" "$@"
   else
     nice -n 19 "$MPIRUN" -np "$ranks" "$TG" train "$src/configs/fmnist_mlp.yaml" "${OPTS[@]}" \
       distributed.strategy="$strategy" train.run_dir="$dir" "$@"

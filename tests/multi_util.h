@@ -27,10 +27,11 @@ inline void expect_near(const std::vector<float>& a, const std::vector<float>& b
     EXPECT_NEAR(a[i], b[i], rel * std::max(1.0, std::abs(static_cast<double>(b[i])))) << "at " << i;
 }
 
-// The all-reduces, all-gathers and copies inserted since `before`.
+// The all-reduces, all-gathers, copies and library calls inserted since `before`.
 inline MultiStats stats_since(const MultiStats& before) {
   MultiStats now = multi_stats();
-  return {now.allreduces - before.allreduces, now.allgathers - before.allgathers, now.copies - before.copies};
+  return {now.allreduces - before.allreduces, now.allgathers - before.allgathers, now.copies - before.copies,
+          now.library - before.library, now.reduce_scatters - before.reduce_scatters};
 }
 
 }  // namespace tg::testutil

@@ -191,7 +191,8 @@ TEST(CpuHost, TheKnobRestrictsTheIsa) {
 }
 
 // Note [tiles from the host]: the AVX2 host's sizes are the constants the heuristics were tuned
-// with; the AVX-512 host's register tile is two 512-bit vectors wide and up to 4 rows tall.
+// with; the AVX-512 host's register tile is two 512-bit vectors wide and up to 8 rows tall
+// (Note [full-width tiles]: 16 accumulators, twice the FMAs two ports of latency 4 keep in flight).
 TEST(CpuHost, TilesFollowTheHost) {
   CpuLimits avx2 = fake_host(AVX2_FLAGS).limits(), avx512 = fake_host(AVX512_FLAGS).limits();
   EXPECT_EQ(avx2, CpuLimits{});
@@ -203,16 +204,16 @@ TEST(CpuHost, TilesFollowTheHost) {
   EXPECT_EQ(t2.row_block, 64);
   EXPECT_EQ(t2.min_panel_bytes, 512 << 10);
   EXPECT_EQ(t5.wide_lanes, 32);
-  EXPECT_EQ(t5.max_accumulators, 128);  // 26 of the 32 registers, but at most 128 lanes
-  EXPECT_EQ(t5.max_tile_rows, 4);
+  EXPECT_EQ(t5.max_accumulators, 256);  // 26 of the 32 registers, but at most 256 lanes
+  EXPECT_EQ(t5.max_tile_rows, 8);
   EXPECT_EQ(t5.k_block, 128);
   EXPECT_EQ(t5.row_block, 128);
-  EXPECT_HAS(cpu_tiles_str(avx512), "32 contiguous lanes x up to 4 rows");
+  EXPECT_HAS(cpu_tiles_str(avx512), "32 contiguous lanes x up to 8 rows");
 
   Tensor a = realized_randn({40, 64}, 1), b = realized_randn({64, 64}, 2);
   ScheduleItem mm = only_kernel(a.matmul(b));
   EXPECT_EQ(opts_str(hand_coded_opts(mm.ast, avx2)), "UPCAST(0,5) UPCAST(1,16)");
-  EXPECT_EQ(opts_str(hand_coded_opts(mm.ast, avx512)), "UPCAST(0,4) UPCAST(1,32)");
+  EXPECT_EQ(opts_str(hand_coded_opts(mm.ast, avx512)), "UPCAST(0,8) UPCAST(1,32)");
   // a large matmul gets cache blocks from the caches: K blocks of a B panel in half the L1
   Tensor c = realized_randn({64, 512}, 3), d = realized_randn({512, 272}, 4);
   ScheduleItem large = only_kernel(c.matmul(d));

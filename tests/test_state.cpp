@@ -306,6 +306,39 @@ TEST_F(StateTest, ChecksumsCatchEveryFlippedBitAndNameTheTensor) {
   EXPECT_EQ(read_bytes(bad), good);
 }
 
+// Note [reading parts of tensors]: SafeReader reads byte ranges of a tensor and counts them; a
+// whole read is verified, a part returns its CRC-32, and the parts' CRC-32s join into the whole's.
+TEST_F(StateTest, ReaderReadsPartsCountsThemAndJoinsTheirChecksums) {
+  std::string p = path("parts.safetensors");
+  std::vector<float> a = {1.f, 2.f, 3.f, 4.f, 5.f};
+  safe_save({{"a", Tensor::from_vector(a, {5})}, {"b", Tensor::from_vector(std::vector<int32_t>{7, -7}, {2})}}, p);
+  SafeReader r(p);
+  EXPECT_EQ(r.entry("a").shape, (Shape{5}));
+  EXPECT_HAS(error_of([&] { r.entry("c"); }), "safetensors file '" + p + "': has no tensor 'c'");
+  const uint64_t before = safe_bytes_read();
+  float part[3] = {};
+  uint32_t middle = r.read("a", 4, 16, part);
+  EXPECT_EQ(std::vector<float>(part, part + 3), (std::vector<float>{2.f, 3.f, 4.f}));
+  EXPECT_EQ(safe_bytes_read() - before, 12u);
+  float first = 0, last = 0;
+  uint32_t head = r.read("a", 0, 4, &first), tail = r.read("a", 16, 20, &last);
+  EXPECT_EQ(first, 1.f);
+  EXPECT_EQ(last, 5.f);
+  EXPECT_EQ(crc32_concat(crc32_concat(head, middle, 12), tail, 4), *r.checksum("a"));
+  float whole[5] = {};
+  EXPECT_EQ(r.read("a", 0, 20, whole), *r.checksum("a"));
+  EXPECT_EQ(safe_bytes_read() - before, 40u);
+  // a flipped bit: a whole read names the tensor; a part's CRC-32 no longer joins into the recorded one
+  std::string bytes = read_bytes(p);
+  bytes[bytes.size() - 8 - 9] ^= 0x01;  // in a's element 2 (b's 8 bytes are last)
+  std::string bad = path("bad.safetensors");
+  write_bytes(bad, bytes);
+  SafeReader d(bad);
+  EXPECT_HAS(error_of([&] { d.read("a", 0, 20, whole); }), "safetensors file '" + bad + "': tensor 'a' is damaged");
+  uint32_t damaged = d.read("a", 4, 16, part);
+  EXPECT_NE(crc32_concat(crc32_concat(head, damaged, 12), tail, 4), *d.checksum("a"));
+}
+
 TEST_F(StateTest, FilesWithoutChecksumsStillLoadAndBadChecksumsAreRefused) {
   std::string p = path("plain.safetensors");
   const std::string entry = R"("a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]})";

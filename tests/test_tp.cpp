@@ -308,7 +308,7 @@ class TensorParallelCuda : public ::testing::Test {
     auto built = registered_devices();
     if (std::find(built.begin(), built.end(), "CUDA") == built.end()) GTEST_SKIP() << "this build has no CUDA device";
     int gpus = device_count("CUDA");
-    if (gpus < 2) GTEST_SKIP() << "tensor parallel on CUDA:0,CUDA:1 needs 2 GPUs; this machine has " << gpus;
+    if (gpus < 2) GTEST_SKIP() << "tensor parallel on CUDA:0,CUDA:1 needs 2 CUDA devices, found " << gpus;
   }
 };
 
@@ -320,6 +320,8 @@ TEST_F(TensorParallelCuda, GptOnTwoGpusMatchesTheCpu) {
   ASSERT_EQ(single.params.size(), tp.params.size());
   for (size_t i = 0; i < single.params.size(); i++) expect_near(tp.params[i], single.params[i], 1e-4);
   EXPECT_EQ(tp.last_step.allreduces, 4u);
+  // through NCCL where it loads (Note [collectives through a device library] in multi.cpp)
+  EXPECT_EQ(tp.last_step.library, tuple_collectives({"CUDA", "CUDA:1"}).library == "NCCL" ? 4u : 0u);
 }
 
 TEST_F(TensorParallelCuda, MlpOnTwoGpusMatchesTheCpu) {
@@ -327,4 +329,5 @@ TEST_F(TensorParallelCuda, MlpOnTwoGpusMatchesTheCpu) {
   auto tp = train_mlp({"CUDA:0", "CUDA:1"}, 3);
   for (size_t i = 0; i < single.params.size(); i++) expect_near(tp.params[i], single.params[i], 1e-4);
   EXPECT_EQ(tp.last_step.allreduces, 1u);
+  EXPECT_EQ(tp.last_step.library, tuple_collectives({"CUDA", "CUDA:1"}).library == "NCCL" ? 1u : 0u);
 }

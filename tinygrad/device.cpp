@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 
 #include "tinygrad/error.h"
@@ -219,6 +220,84 @@ void set_host_wait_limit(double seconds) { wait_limit().store(seconds > 0 ? seco
 double host_wait_limit() { return wait_limit().load(); }
 
 std::string default_device() { return canonical_device(knobs::DEVICE.get()); }
+
+// ---- collectives between the devices of a tuple (Note [collectives through a device library]) ----
+
+std::string shared_collective_library(const std::vector<const DevicePolicy*>& policies) {
+  if (policies.empty()) return "";
+  const std::string& library = policies[0]->collective_library;
+  for (const DevicePolicy* p : policies)
+    if (p->collective_library != library) return "";
+  return library;
+}
+
+std::string TupleCollectives::describe() const {
+  if (!library.empty()) return library + " (one grouped call over the devices)";
+  return "copy and add kernels (" + why + ")";
+}
+
+namespace {
+
+struct CollectiveLibraries {
+  std::mutex mu;
+  std::map<std::string, TupleRunnerFactory> factories;  // by library
+  std::map<std::string, TupleCollectives> tuples;       // by tuple, joined by ','
+};
+CollectiveLibraries& collective_libraries() {
+  static CollectiveLibraries* c = new CollectiveLibraries();  // leaked: runners live until exit
+  return *c;
+}
+
+// Why a tuple's devices share no library: the first device that names none, or two that differ.
+std::string why_no_library(const std::vector<std::string>& devices, const std::vector<const DevicePolicy*>& policies) {
+  for (size_t i = 0; i < devices.size(); i++)
+    if (policies[i]->collective_library.empty()) return devices[i] + " has no collective library";
+  for (size_t i = 1; i < devices.size(); i++)
+    if (policies[i]->collective_library != policies[0]->collective_library)
+      return devices[0] + " runs " + policies[0]->collective_library + ", " + devices[i] + " runs " +
+             policies[i]->collective_library;
+  return "no device";
+}
+
+}  // namespace
+
+void register_collective_library(const std::string& library, TupleRunnerFactory factory) {
+  auto& c = collective_libraries();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.factories[library] = std::move(factory);
+}
+
+TupleCollectives tuple_collectives(const std::vector<std::string>& named) {
+  if (!knobs::MULTI_LIBRARY) return TupleCollectives{"", 0, "MULTI_LIBRARY=0"};
+  std::vector<std::string> devices;
+  std::string key;
+  for (auto& d : named) {
+    devices.push_back(canonical_device(d));
+    key += (key.empty() ? "" : ",") + devices.back();
+  }
+  auto& c = collective_libraries();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (auto it = c.tuples.find(key); it != c.tuples.end()) return it->second;
+  }
+  std::vector<const DevicePolicy*> policies;
+  for (auto& d : devices) policies.push_back(&get_device(d).policy());  // opens them, outside the lock
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (auto it = c.tuples.find(key); it != c.tuples.end()) return it->second;
+  TupleCollectives out;
+  out.library = shared_collective_library(policies);
+  auto f = c.factories.find(out.library);
+  if (out.library.empty()) {
+    out.why = why_no_library(devices, policies);
+  } else if (f == c.factories.end()) {
+    out.why = out.library + " has no registered runner";
+    out.library.clear();
+  } else {
+    out.group = f->second(devices);
+  }
+  if (knobs::DEBUG >= 1) std::fprintf(stderr, "*** multi  collectives between %s: %s\n", key.c_str(), out.describe().c_str());
+  return c.tuples[key] = out;
+}
 
 // ---- Buffer ----------------------------------------------------------------------------------
 

@@ -196,6 +196,23 @@ class Device {
   std::map<std::string, std::unique_ptr<Program>> matmul_programs_;  // null: the library cannot
 };
 
+// Note [collectives through a device library] in multi.cpp: how the collectives between the
+// devices of a tuple run. `library` ("NCCL") and `group`, the id of the collective runner that
+// library's backend made for the tuple (engine/realize.h's registry), when every device's policy
+// names the library and MULTI_LIBRARY is on; else `library` is "" (copy and add kernels) and
+// `why` says why. Decided once per tuple (its devices in tuple order).
+struct TupleCollectives {
+  std::string library;
+  int64_t group = 0;
+  std::string why;
+  std::string describe() const;  // "NCCL (one grouped call over the devices)" or "copy and add kernels (why)"
+};
+TupleCollectives tuple_collectives(const std::vector<std::string>& devices);
+// A device library's backend registers how to make the collective runner of a tuple of its
+// devices (returning the runner's group id); the CUDA device registers NCCL's when it opens.
+using TupleRunnerFactory = std::function<int64_t(const std::vector<std::string>& devices)>;
+void register_collective_library(const std::string& library, TupleRunnerFactory factory);
+
 // Device registry. Names follow tinygrad: "CPU", "CUDA", "CUDA:1", "CL"; "CPU:1", "CPU:2", ... are
 // virtual CPU devices (Note [virtual CPU devices] in runtime/cpu.cpp).
 using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& full_name)>;

@@ -8,6 +8,8 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace tg {
 
@@ -81,6 +83,14 @@ struct DevicePolicy {
   // into buffers of their own for the generated kernel's register tiles (devices with a matmul
   // library realize them for the library where MATMUL_LIB=1, whatever this says).
   bool realize_product_operands = false;
+  // Note [collectives through a device library] in multi.cpp: the library that runs collectives
+  // between devices of this kind ("NCCL" on CUDA where libnccl loads), or "" (copy and add kernels).
+  std::string collective_library;
 };
+
+// The library that the collectives between the devices of a tuple run through: the one every
+// device's policy names, or "" (copy and add kernels) when one names none or they differ (a
+// mixed tuple). A pure function of the policies (device.h's tuple_collectives asks the devices).
+std::string shared_collective_library(const std::vector<const DevicePolicy*>& policies);
 
 }  // namespace tg

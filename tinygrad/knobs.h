@@ -66,6 +66,7 @@ extern IntKnob ROWFUSE;   // 1: a row's reductions and the work that reads them 
 extern IntKnob SHARED_CHAINS;  // 1: elementwise chains that several kernels read are computed once where cheaper
 extern IntKnob FLASH_ATTENTION;  // 2 (default): attention on CUDA/OpenCL runs as fused kernels where they take it, on tensor cores where it can; 1: without tensor cores; 0: the composition
 extern IntKnob RING_ALLREDUCE;  // all-reduces between a process's devices of >= n elements go around a ring; 0: never
+extern IntKnob MULTI_LIBRARY;   // 1: collectives between a process's devices through their library (NCCL) where all have it
 extern IntKnob CUDA_GRAPH;  // n>0: JIT replays on CUDA run as CUDA graphs, n instantiated per capture; 0: kernel by kernel
 extern IntKnob TRACE;     // 1: tg train writes a Chrome-trace timeline per rank (launcher/trace.h)
 extern StringKnob DEVICE;   // default device

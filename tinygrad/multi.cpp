@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -68,6 +69,22 @@ namespace tg {
 // copies every part to every device and assembles it with pads and adds. All of these are plain
 // COPY and elementwise nodes, which the scheduler orders and fuses like any others.
 // multi_stats() counts what the rewrite inserted.
+//
+// Note [collectives through a device library]: where every device of the tuple has a library
+// for collectives between devices (its policy's collective_library: NCCL on CUDA where libnccl
+// loads) and MULTI_LIBRARY is on, the all-reduces and all-gathers run through it instead, as one
+// call over all the devices (tuple_collectives in device.h decides, once per tuple, and DEBUG=1
+// says which way a tuple goes). Device k's result is a collective node on device k whose sources
+// are every device's operand (make_device_collective); the scheduler makes the n results one
+// item (Note [one item for a collective between devices] in schedule/schedule.cpp), and the
+// runner the library registered for the tuple runs it on the devices' communication streams,
+// ordered with their compute streams by events (runtime/cuda_nccl.cpp). An all-reduce keeps its
+// shape. An all-gather concatenates the parts' elements ([n * part] on every device), so each
+// device views its result as [n, part] and moves the device axis to where the split was: a
+// permute and reshape that fuse into the readers. Nothing else changes: the tuples of other
+// devices (CPU:n, CL, a mixed tuple) keep the copy and add kernels, and so do gathers to one
+// device and copies to a tuple. One pattern becomes a reduce-scatter: an all-reduce's result
+// sharded again over its devices (as_reduce_scatter).
 
 MultiStats& multi_stats() {
   static MultiStats stats;
@@ -192,9 +209,94 @@ UOpPtr assemble_local(const std::vector<UOpPtr>& chunks) {
   return whole;
 }
 
+// The library that runs collectives between the devices of `parts` (Note [collectives through a
+// device library]): its runner's group id, or 0 for copy and add kernels.
+int64_t library_group(const std::vector<UOpPtr>& parts) {
+  if (prod(parts[0]->shape) == 0) return 0;
+  std::vector<std::string> devices;
+  for (auto& p : parts) devices.push_back(p->device);
+  return tuple_collectives(devices).group;
+}
+
+// Device k's whole from its all-gathered [n * part] elements: [n, part], the device axis moved
+// in front of the split's dimension (inside the groups of a grouped split: Note [grouped splits]).
+UOpPtr whole_from_gathered(const UOpPtr& gathered, const Shape& part, SplitLayout split, size_t n) {
+  Shape view = split.groups == 1 ? part : grouped_shape(part, split.axis, split.groups);
+  const auto at = static_cast<size_t>(split.axis) + (split.groups == 1 ? 0 : 1);
+  Shape stacked{static_cast<int64_t>(n)};
+  stacked.insert(stacked.end(), view.begin(), view.end());
+  std::vector<int64_t> order;
+  for (size_t i = 1; i <= at; i++) order.push_back(static_cast<int64_t>(i));
+  order.push_back(0);
+  for (size_t i = at + 1; i < stacked.size(); i++) order.push_back(static_cast<int64_t>(i));
+  Shape whole = part;
+  whole[static_cast<size_t>(split.axis)] *= static_cast<int64_t>(n);
+  return reshape(permute(reshape(gathered, stacked), order), whole);
+}
+
+// Note [collectives through a device library]
+Lowered library_all_gather(const Lowered& x, int64_t group) {
+  const size_t n = x.parts.size();
+  const Shape part = x.parts[0]->shape;
+  std::vector<UOpPtr> flat;
+  for (auto& p : x.parts) flat.push_back(reshape(p, {prod(part)}));
+  const CollectiveArg arg{Op::ADD, group, static_cast<int64_t>(n)};
+  Lowered out;
+  for (size_t k = 0; k < n; k++)
+    out.parts.push_back(whole_from_gathered(make_device_collective(Op::ALLGATHER, flat, arg, k), part, x.layout(), n));
+  multi_stats().library++;
+  return out;
+}
+
+Lowered library_all_reduce(const std::vector<UOpPtr>& partials, Op op, int64_t group) {
+  const CollectiveArg arg{op, group, static_cast<int64_t>(partials.size())};
+  Lowered out;
+  for (size_t k = 0; k < partials.size(); k++) out.parts.push_back(make_device_collective(Op::ALLREDUCE, partials, arg, k));
+  multi_stats().library++;
+  return out;
+}
+
+// Note [collectives through a device library]: a library all-reduce's result sharded over the
+// same devices again (`x.shard(devices, 0).sum(0).shard(devices, 0)`: device k keeps block k) is a
+// reduce-scatter: each device receives only its block. Taken where the blocks are contiguous (one
+// group, every dimension before the axis of size 1). nullopt: x is not such a sharding.
+std::optional<Lowered> as_reduce_scatter(const Lowered& x) {
+  const size_t n = x.parts.size();
+  if (x.axis < 0 || x.groups != 1 || n < 2) return std::nullopt;
+  std::vector<UOpPtr> partials;
+  CollectiveArg arg;
+  for (size_t k = 0; k < n; k++) {
+    const UOpPtr& block = x.parts[k];
+    if (block->op != Op::SHRINK) return std::nullopt;
+    const UOpPtr& viewed = block->src[0];  // the all-reduced value, perhaps reshaped (same element order)
+    UOpPtr reduced = viewed;
+    while (reduced->op == Op::RESHAPE) reduced = reduced->src[0];
+    if (reduced->op != Op::ALLREDUCE || reduced->src.size() != n || (k > 0 && reduced->src != partials))
+      return std::nullopt;
+    if (k == 0) {
+      partials = reduced->src;
+      arg = reduced->arg_collective();
+    }
+    if (reduced->device != partials[k]->device) return std::nullopt;  // device k's result
+    for (int64_t d = 0; d < x.axis; d++)
+      if (viewed->shape[static_cast<size_t>(d)] != 1) return std::nullopt;
+    std::vector<int64_t> bounds;
+    for (auto [lo, hi] : part_bounds(viewed->shape, x.axis, k, n)) bounds.insert(bounds.end(), {lo, hi});
+    if (block->arg_ints() != bounds) return std::nullopt;
+  }
+  std::vector<UOpPtr> flat;
+  for (auto& p : partials) flat.push_back(reshape(p, {prod(p->shape)}));
+  Lowered out{{}, x.axis, 1};
+  for (size_t k = 0; k < n; k++)
+    out.parts.push_back(reshape(make_device_collective(Op::REDUCE_SCATTER, flat, arg, k), x.parts[k]->shape));
+  multi_stats().reduce_scatters++;
+  return out;
+}
+
 Lowered all_gather(const Lowered& x) {
   if (x.axis < 0) return x;
   multi_stats().allgathers++;
+  if (int64_t group = library_group(x.parts)) return library_all_gather(x, group);
   Lowered out;
   for (auto& part : x.parts) out.parts.push_back(assemble(x.parts, x.layout(), part->device));
   return out;
@@ -237,6 +339,7 @@ Lowered ring_all_reduce(const std::vector<UOpPtr>& partials, Op op) {
 // Note [collectives between the devices of a process]
 Lowered all_reduce(const std::vector<UOpPtr>& partials, Op op) {
   multi_stats().allreduces++;
+  if (int64_t group = library_group(partials)) return library_all_reduce(partials, op, group);
   const size_t n = partials.size();
   const int64_t numel = prod(partials[0]->shape), ring = knobs::RING_ALLREDUCE.get();
   if (ring > 0 && numel >= ring && numel % static_cast<int64_t>(n) == 0) return ring_all_reduce(partials, op);
@@ -288,6 +391,7 @@ class MultiRewriter {
     const auto& a = multi->arg_ints();
     Lowered out{{}, a[0], a[1]};
     for (auto& s : multi->src) out.parts.push_back(memo_.count(s.get()) ? of(s).parts.at(0) : s);
+    if (auto scattered = as_reduce_scatter(out)) return *scattered;
     return out;
   }
 

@@ -64,6 +64,8 @@ struct MultiStats {
   uint64_t allreduces = 0;
   uint64_t allgathers = 0;
   uint64_t copies = 0;
+  uint64_t library = 0;  // the all-reduces and all-gathers run through the devices' library (one call each)
+  uint64_t reduce_scatters = 0;  // library all-reduces whose devices keep only their block, made reduce-scatters
 };
 MultiStats& multi_stats();
 

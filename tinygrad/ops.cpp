@@ -203,7 +203,8 @@ CollectiveArg UOp::arg_collective() const {
   return CollectiveArg{static_cast<Op>(v[0]), v[1], v[2]};
 }
 
-UOpPtr make_collective(Op op, const UOpPtr& x, const CollectiveArg& a) {
+namespace {
+Shape collective_shape(Op op, const UOpPtr& x, const CollectiveArg& a) {
   TG_ASSERT(op_group(op) == OpGroup::Collective, "make_collective of ", op_name(op));
   TG_ASSERT(a.ranks >= 1 && a.group > 0, "make_collective: group ", a.group, " of ", a.ranks, " ranks");
   Shape shape = x->shape;
@@ -217,8 +218,25 @@ UOpPtr make_collective(Op op, const UOpPtr& x, const CollectiveArg& a) {
       shape[0] *= a.ranks;
     }
   }
-  Arg arg{std::vector<int64_t>{static_cast<int64_t>(a.reduce), a.group, a.ranks}};
-  return make_uop(op, x->dtype, {x}, std::move(arg), shape, x->device);
+  return shape;
+}
+
+Arg collective_arg(const CollectiveArg& a) {
+  return Arg{std::vector<int64_t>{static_cast<int64_t>(a.reduce), a.group, a.ranks}};
+}
+}  // namespace
+
+UOpPtr make_collective(Op op, const UOpPtr& x, const CollectiveArg& a) {
+  return make_uop(op, x->dtype, {x}, collective_arg(a), collective_shape(op, x, a), x->device);
+}
+
+UOpPtr make_device_collective(Op op, const std::vector<UOpPtr>& parts, const CollectiveArg& a, size_t k) {
+  TG_ASSERT(static_cast<int64_t>(parts.size()) == a.ranks && k < parts.size(), "device collective of ", parts.size(),
+            " parts for ", a.ranks, " devices, part ", k);
+  for (auto& p : parts)
+    TG_ASSERT(p->shape == parts[0]->shape && p->dtype == parts[0]->dtype, "device collective parts differ: ",
+              p->str(0), " vs ", parts[0]->str(0));
+  return make_uop(op, parts[0]->dtype, parts, collective_arg(a), collective_shape(op, parts[0], a), parts[k]->device);
 }
 
 double UOp::const_value() const {

@@ -136,6 +136,11 @@ size_t live_uop_count();
 
 // A collective node of x (Note [collective args]); checks x's shape against the op.
 UOpPtr make_collective(Op op, const UOpPtr& x, const CollectiveArg& arg);
+// Device k's result of a collective between the devices of one process (Note [collectives
+// through a device library] in multi.cpp): its sources are every device's operand, in tuple
+// order (arg.ranks of them, of one shape and dtype, each on its own device), and it lies on
+// parts[k]'s device. Shapes as for make_collective.
+UOpPtr make_device_collective(Op op, const std::vector<UOpPtr>& parts, const CollectiveArg& arg, size_t k);
 
 // Kernel-graph constructors.
 UOpPtr kconst(DType dtype, double v);

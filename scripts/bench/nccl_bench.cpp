@@ -13,7 +13,7 @@
 #include "distributed/collective_runner.h"
 #include "distributed/host_exchange.h"
 #include "distributed/mpi_backend.h"
-#include "distributed/nccl_api.h"
+#include "tinygrad/runtime/nccl_api.h"
 #include "distributed/nccl_backend.h"
 #include "tinygrad/device.h"
 #include "tinygrad/knobs.h"
@@ -94,6 +94,6 @@ int main() {
       std::printf("%8zu %16s %16s %16s %9.3f %9.3f\n", mb, bw(t_plain).c_str(), bw(t_group).c_str(),
                   bw(t_node).c_str(), t_plain / t_group, t_plain / t_node);
   }
-  dist::nccl::api().ncclCommDestroy(plain);
+  nccl::api().ncclCommDestroy(plain);
   return 0;
 }

@@ -331,8 +331,8 @@ constexpr int64_t MAX_LANES = 128;
 //   wide lanes        two vectors: the contiguous loop's lanes, the partial sums of a reduce
 //   accumulators      the registers less 6 (two loaded vectors of B, a broadcast of A, three
 //                     for addresses and loads in flight): 10 of 16 on AVX2, 26 of 32 on AVX-512,
-//                     and at most MAX_TILE_LANES lanes (8 vectors on AVX-512)
-//   tile rows         accumulators / 2 (5 on AVX2, 4 on AVX-512; the largest that divides the loop)
+//                     and at most MAX_TILE_LANES lanes (16 vectors on AVX-512)
+//   tile rows         accumulators / 2 (5 on AVX2, 8 on AVX-512; the largest that divides the loop)
 //   K block           a B panel of K block x wide lanes in half the L1 (256 on a 32 KB AVX2 L1)
 //   row block         an A block of row block x K block in 1/16 of the L2 (64 on a 1 MB L2)
 //   cache blocks      for a B of at least half the L2
@@ -340,13 +340,26 @@ constexpr int64_t MAX_LANES = 128;
 // is written out before LLVM packs the lanes into vectors, so compile time grows with them
 // faster than linearly: on the loaded 2-core Zen 4 (AVX-512), tiles of up to 26 vectors (32 x 13,
 // up to 384 lanes) took the character GPT's first step from 16 s to 33 s, tiles of up to 16
-// (256 lanes) to 47 s and the MLP's from about 2 s to 4-5 s. So a tile has at most
-// MAX_TILE_LANES = 128 lanes, the bound BEAM searches within: 32 x 4 on AVX-512, 8 vectors,
-// as many as two FMA ports of latency 4 need in flight. Even so the AVX-512 sizes (with partial
-// sums of 32) took that first step to 45 s against 21 s in one pair of runs, so Zen 4, whose
-// FMAs run at AVX2's rate, is described with AVX2's limits (Note [the host's description] in
-// runtime/cpu_host.cpp).
-constexpr int64_t MAX_TILE_LANES = 128;
+// (256 lanes) to 47 s and the MLP's from about 2 s to 4-5 s. Zen 4, whose FMAs run at AVX2's
+// rate, is described with AVX2's limits (Note [the host's description] in runtime/cpu_host.cpp),
+// so these sizes are for cores with full-width 512-bit FMAs (Intel's, Zen 5): Note [full-width
+// tiles].
+//
+// Note [full-width tiles]: two 512-bit FMA ports of latency 4 need 8 independent FMAs in flight.
+// A tile of 8 vectors (32 x 4, 128 lanes) has exactly 8 accumulators, so each accumulator's
+// chain of FMAs is the loop's critical path and every broadcast or load that comes late stalls
+// both ports; the CNN's channel-last 5x5 convolutions ran at that bound (an input gradient's
+// inner loop: 40 FMAs, 10 vector loads and 8 broadcasts per 5 taps, 8 chains of 5 FMAs). So a
+// tile has at most MAX_TILE_LANES = 256 lanes: 32 x 8 on AVX-512, 16 accumulators, 10 of the 32
+// registers left for the loaded vectors and broadcasts. On the 2-core Intel Xeon (AVX-512 and
+// AMX, other builds and test suites beside it, load average 8 to 13), the CNN step's CPU time
+// per step went from 566 ms with 32 x 4 to 522 ms (four interleaved rounds each: 591, 594, 569,
+// 509 against 517, 534, 509, 526), and 32 x 12 (384 lanes) took 570 and 612 ms against 532 and
+// 487 ms for 32 x 8 in interleaved rounds.
+// First steps compile for longer: the MLP's about 2.3 s against 1.4 s, the CNN's 7.0 s against
+// 6.9 s, the character GPT's 18-19 s against 14-17 s (its process's CPU time 4% more). BEAM
+// keeps its own bound of 128 lanes (engine/beam.cpp).
+constexpr int64_t MAX_TILE_LANES = 256;
 
 // A reduce kernel's loops and memory accesses, as the heuristics see them: the loads inside a
 // reduce loop (those that decide reuse and contiguity) and the stores' indices.

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <charconv>
 #include <cerrno>
@@ -309,6 +310,13 @@ Header read_header(const std::string& path, std::ifstream& f) {
   return out;
 }
 
+std::atomic<uint64_t> bytes_read{0};  // safe_bytes_read()
+
+std::string damaged(const std::string& path, const std::string& name, size_t n, uint32_t actual, uint32_t recorded) {
+  return where(path) + "tensor '" + name + "' is damaged: the CRC-32 of its " + std::to_string(n) + " bytes is " +
+         hex8(actual) + ", the file recorded " + hex8(recorded) + " when it was written";
+}
+
 // Reads the data of every entry in file order (so the disk sees one forward pass), verifies its
 // checksum where the file has one, and hands it to `use(name, info, bytes)`.
 template <class F>
@@ -323,10 +331,10 @@ void read_entries(const std::string& path, std::ifstream& f, const Header& h, F 
     f.seekg(static_cast<std::streamoff>(h.data_start + info.begin));
     f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     TG_CHECK(f, where(path), "cannot read the data of entry '", e->first, "' (file changed while reading?)");
+    bytes_read += bytes.size();
     if (auto c = h.checksums.find(e->first); c != h.checksums.end()) {
       uint32_t actual = crc32_of(bytes.data(), bytes.size());
-      TG_CHECK(actual == c->second, where(path), "tensor '", e->first, "' is damaged: the CRC-32 of its ", bytes.size(),
-               " bytes is ", hex8(actual), ", the file recorded ", hex8(c->second), " when it was written");
+      TG_CHECK(actual == c->second, damaged(path, e->first, bytes.size(), actual, c->second));
     }
     use(e->first, info, bytes);
   }
@@ -523,5 +531,60 @@ size_t safe_verify(const std::string& path) {
 }
 
 std::string checksum_key(const std::string& tensor) { return CHECKSUM_PREFIX + tensor; }
+
+// Note [reading parts of tensors]: a sharded checkpoint is read by each rank in the parts its
+// layout needs (Note [reading what a rank needs] in launcher/checkpoint.cpp), so SafeReader
+// reads byte ranges of a tensor. A checksum covers a whole tensor: a whole read is verified
+// here, and a part's CRC-32 is returned, which crc32_concat (zlib's crc32_combine) joins with
+// the CRC-32 of the tensor's other parts, read elsewhere, into the one the file records.
+struct SafeReader::Impl {
+  std::string path;
+  std::ifstream file;
+  Header header;
+};
+
+SafeReader::SafeReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  impl_->header = read_header(path, impl_->file);
+}
+
+SafeReader::~SafeReader() = default;
+
+const std::string& SafeReader::path() const { return impl_->path; }
+const std::map<std::string, SafeTensorInfo>& SafeReader::entries() const { return impl_->header.entries; }
+const Metadata& SafeReader::metadata() const { return impl_->header.metadata; }
+
+const SafeTensorInfo& SafeReader::entry(const std::string& name) const {
+  auto it = impl_->header.entries.find(name);
+  TG_CHECK(it != impl_->header.entries.end(), where(impl_->path), "has no tensor '", name, "'");
+  return it->second;
+}
+
+std::optional<uint32_t> SafeReader::checksum(const std::string& name) const {
+  auto it = impl_->header.checksums.find(name);
+  if (it == impl_->header.checksums.end()) return std::nullopt;
+  return it->second;
+}
+
+uint32_t SafeReader::read(const std::string& name, uint64_t begin, uint64_t end, void* out) {
+  const SafeTensorInfo& info = entry(name);
+  TG_ASSERT(begin <= end && end <= info.end - info.begin, "SafeReader: bytes [", begin, ", ", end, ") of '", name,
+            "' (", info.end - info.begin, " bytes)");
+  const uint64_t n = end - begin;
+  impl_->file.seekg(static_cast<std::streamoff>(impl_->header.data_start + info.begin + begin));
+  impl_->file.read(static_cast<char*>(out), static_cast<std::streamsize>(n));
+  TG_CHECK(impl_->file, where(impl_->path), "cannot read the data of entry '", name, "' (file changed while reading?)");
+  bytes_read += n;
+  uint32_t crc = crc32_of(out, n);
+  auto recorded = checksum(name);
+  if (recorded && n == info.end - info.begin) TG_CHECK(crc == *recorded, damaged(impl_->path, name, n, crc, *recorded));
+  return crc;
+}
+
+uint64_t safe_bytes_read() { return bytes_read.load(); }
+
+uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {
+  return static_cast<uint32_t>(crc32_combine(crc_a, crc_b, static_cast<z_off_t>(length_b)));
+}
 
 }  // namespace tg::nn

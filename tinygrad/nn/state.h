@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "tinygrad/tensor.h"
@@ -45,6 +47,41 @@ struct SafeTensorInfo {
 };
 // The validated header: entries by name, without reading the tensor data.
 std::map<std::string, SafeTensorInfo> safe_header(const std::string& path);
+
+// A safetensors file opened to read parts of its tensors (Note [reading parts of tensors] in
+// state.cpp): the header is read and validated once, as safe_load does, and read() copies bytes
+// of one tensor. A read of a whole tensor verifies its checksum; a read of a part cannot, and
+// returns the part's CRC-32 so that the reader can verify the whole from the parts.
+class SafeReader {
+ public:
+  explicit SafeReader(const std::string& path);
+  ~SafeReader();
+  SafeReader(const SafeReader&) = delete;
+  SafeReader& operator=(const SafeReader&) = delete;
+
+  const std::string& path() const;
+  const std::map<std::string, SafeTensorInfo>& entries() const;
+  const Metadata& metadata() const;
+  // The entry of `name`; an error names the file and the tensor when the file has none.
+  const SafeTensorInfo& entry(const std::string& name) const;
+  // The CRC-32 the file records for `name`'s bytes (none for a file without checksums).
+  std::optional<uint32_t> checksum(const std::string& name) const;
+  // Copies bytes [begin, end) of tensor `name`'s data (offsets within the tensor) to `out` and
+  // returns their CRC-32; reading all of it, it verifies the recorded checksum.
+  uint32_t read(const std::string& name, uint64_t begin, uint64_t end, void* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Bytes of tensor data this process has read from safetensors files (safe_load, safe_verify and
+// SafeReader; headers not counted) since it started: what a resume reads, for tests and
+// measurements.
+uint64_t safe_bytes_read();
+
+// The CRC-32 of bytes a and b one after the other, from a's and b's CRC-32 and b's length.
+uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
 
 // Safetensors dtype codes: "F32" <-> float32 etc.; the code of an unsupported name throws.
 const char* safetensors_dtype(DType t);

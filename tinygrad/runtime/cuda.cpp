@@ -24,6 +24,9 @@
 #include "tinygrad/runtime/cuda_context.h"
 #include "tinygrad/runtime/cuda_graph.h"
 #include "tinygrad/runtime/cuda_staging.h"
+#ifdef TG_WITH_NCCL
+#include "tinygrad/runtime/cuda_nccl.h"
+#endif
 
 namespace tg {
 
@@ -38,6 +41,23 @@ std::string read_file(const std::filesystem::path& p) {
 }
 
 using CudaContext = cuda::Context;
+
+// Note [collectives through a device library] in multi.cpp: NCCL runs the collectives between
+// CUDA devices where it loads (runtime/cuda_nccl.h); elsewhere they are copy and add kernels.
+std::string nccl_library() {
+#ifdef TG_WITH_NCCL
+  if (cuda::nccl_available()) return "NCCL";
+#endif
+  return "";
+}
+
+std::string nccl_text() {
+#ifdef TG_WITH_NCCL
+  return cuda::nccl_description();
+#else
+  return "copy and add kernels (built without nccl.h)";
+#endif
+}
 
 // Note [stream-ordered memory]: blocks come from cuMemAllocAsync and go back through
 // cuMemFreeAsync on the device's stream, so neither waits for the GPU (cuMemAlloc and cuMemFree
@@ -207,12 +227,14 @@ class CudaDevice : public Device {
                            .channels_last_convolutions = false,
                            .pad_aliasing_rows = false,
                            .split_reductions = true,
-                           .realize_product_operands = false};
+                           .realize_product_operands = false,
+                           .collective_library = nccl_library()};
     int v = driver().version;
-    char buf[512];
-    std::snprintf(buf, sizeof(buf), "%s (%s, sm_%d, %d SMs, %.1f GiB, driver CUDA %d.%d, %s, %s)", name.c_str(),
-                  dev_name, cc_, attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), static_cast<double>(mem) / (1 << 30),
-                  v / 1000, v % 1000 / 10, nvrtc_description().c_str(), cublaslt_description().c_str());
+    char buf[1024];
+    std::snprintf(buf, sizeof(buf), "%s (%s, sm_%d, %d SMs, %.1f GiB, driver CUDA %d.%d, %s, %s, collectives between GPUs: %s)",
+                  name.c_str(), dev_name, cc_, attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                  static_cast<double>(mem) / (1 << 30), v / 1000, v % 1000 / 10, nvrtc_description().c_str(),
+                  cublaslt_description().c_str(), nccl_text().c_str());
     desc_ = buf;
     renderer_ = std::make_unique<CUDARenderer>();
     bool pools = attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) != 0;
@@ -290,12 +312,17 @@ class CudaDevice : public Device {
 
 namespace cuda {
 
+namespace {
+thread_local CUcontext current_ctx = nullptr;  // what this thread last made current
+}  // namespace
+
 void Context::current() const {
-  thread_local CUcontext current_ctx = nullptr;
   if (current_ctx == ctx) return;
   TG_CU("device " + name, cuCtxSetCurrent, ctx);
   current_ctx = ctx;
 }
+
+void Context::forget_current() { current_ctx = nullptr; }
 
 void wait_for_event(CUevent ev, const std::string& where) {
   const double limit = host_wait_limit();
@@ -451,7 +478,12 @@ std::unique_ptr<Device> make_cuda_device(const std::string& name) {
   TG_CHECK(index < count, "device '", name, "': only ", count, " CUDA device(s) found (CUDA",
            count > 1 ? " .. CUDA:" + std::to_string(count - 1) : std::string(), ")");
   static std::once_flag graphs;
-  std::call_once(graphs, cuda::register_cuda_graphs);
+  std::call_once(graphs, [] {
+    cuda::register_cuda_graphs();
+#ifdef TG_WITH_NCCL
+    cuda::register_nccl_collectives();
+#endif
+  });
   return std::make_unique<CudaDevice>(name, index);
 }
 

@@ -15,6 +15,9 @@ struct Context {
   CUstream stream = nullptr;
   // Makes ctx current on this thread (the driver keeps one per thread).
   void current() const;
+  // After a library call that may have made another context current (NCCL sets devices itself):
+  // the next current() sets its context again.
+  static void forget_current();
 };
 
 // The context of an open CUDA device ("CUDA", "CUDA:1"); an internal error for other devices.

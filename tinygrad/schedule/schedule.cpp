@@ -75,6 +75,7 @@
 #include "tinygrad/error.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/lazy.h"
+#include "tinygrad/multi.h"
 #include "tinygrad/schedule/library_operands.h"
 #include "tinygrad/schedule/match_matmul.h"
 #include "tinygrad/schedule/padded_rows.h"
@@ -222,9 +223,8 @@ NodeSet kernel_ends(const Graph& g) {
     if (g.output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
         is_collective(*u) || u->op == Op::CUSTOM_GRAD || u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
       realize.insert(u.get());
-    if (u->op == Op::COPY || is_collective(*u))
-      if (!existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
-    if (u->op == Op::TEMPLATE_KERNEL)
+    if (u->op == Op::COPY && !existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
+    if (u->op == Op::TEMPLATE_KERNEL || is_collective(*u))  // a device collective reads every device's operand
       for (auto& src : u->src)
         if (!existing_buffer(src.get())) realize.insert(src.get());
   }
@@ -399,6 +399,7 @@ NodeSet realize_points(const Graph& g) {
 // The realize points that must run to issue collective c (its input's kernel, when it has one,
 // then c), or nothing when c's input is not resident data.
 std::vector<const UOp*> resident_collective(const UOp* c, const NodeSet& realize, const NodeSet& joined) {
+  if (c->src.size() != 1) return {};  // between devices: its operands come from several kernels
   const UOp* in = c->src[0].get();
   std::vector<const UOp*> stack{in};
   NodeSet seen;
@@ -505,13 +506,15 @@ class ItemMaker {
   // Schedules realize point `u` into a new buffer, which it returns. An empty tensor needs no item.
   // A realize point that another kernel stores (Note [kernels with several outputs]) waits for it.
   std::shared_ptr<Buffer> add(const UOpPtr& u) {
+    if (auto it = buffers_.find(u.get()); it != buffers_.end()) return it->second;  // a device collective's
+    if (is_collective(*u)) return add_collective(u);
     auto out = std::make_shared<Buffer>(u->device, u->dtype, prod(u->shape));
     if (stored_by_.count(u.get())) {
       waiting_[u.get()] = out;
       return out;
     }
-    if (u->op == Op::COPY || is_collective(*u))
-      add_transfer(u, out);
+    if (u->op == Op::COPY)
+      add_copy(u, out);
     else if (u->op == Op::TEMPLATE_KERNEL)
       add_template_kernel(u, out);
     else if (auto it = joined_.find(u.get()); it != joined_.end())
@@ -531,16 +534,48 @@ class ItemMaker {
   std::unordered_map<const UOp*, std::shared_ptr<Buffer>> waiting_;  // their buffers until their kernel is made
   std::unordered_map<const UOp*, std::shared_ptr<Buffer>> buffers_;
   std::vector<ScheduleItem> items_;
-  std::vector<UOpPtr> stages_;  // first stages of split reduces: alive while `buffers_` names them
+  // first stages of split reduces and the results of device collectives: alive while `buffers_` names them
+  std::vector<UOpPtr> stages_;
 
-  void add_transfer(const UOpPtr& u, const std::shared_ptr<Buffer>& out) {
+  void add_copy(const UOpPtr& u, const std::shared_ptr<Buffer>& out) {
     ScheduleItem item;
     item.device = u->device;
-    item.kind = u->op == Op::COPY ? ScheduleItem::Kind::Copy : ScheduleItem::Kind::Collective;
+    item.kind = ScheduleItem::Kind::Copy;
     item.ast = u;
     item.buffers = {out, input_of(u->src[0].get())};
     TG_ASSERT(item.buffers[1], "copy source not realized");
     items_.push_back(std::move(item));
+  }
+
+  // Note [one item for a collective between devices]: a collective across the ranks is one node
+  // and one item {out, in}. A collective between the n devices of a tuple through their library
+  // (Note [collectives through a device library] in multi.cpp) is n nodes, device k's result,
+  // each reading all n operands; it runs as one call, so the first of them that the order
+  // reaches schedules all n (make_device_collective gives the others, the live nodes where the
+  // graph has them) as one item on the tuple: buffers [out_0 .. out_n-1, in_0 .. in_n-1], its
+  // graph device 0's node. The others then find their buffers made.
+  std::shared_ptr<Buffer> add_collective(const UOpPtr& u) {
+    const size_t n = u->src.size();
+    ScheduleItem item;
+    item.kind = ScheduleItem::Kind::Collective;
+    item.outputs = n;
+    std::vector<std::string> devices;
+    for (size_t k = 0; k < n; k++) {
+      UOpPtr result = n == 1 ? u : make_device_collective(u->op, u->src, u->arg_collective(), k);
+      auto out = std::make_shared<Buffer>(result->device, result->dtype, prod(result->shape));
+      buffers_[result.get()] = out;
+      item.buffers.push_back(out);
+      devices.push_back(result->device);
+      if (k == 0) item.ast = result;
+      stages_.push_back(std::move(result));
+    }
+    for (auto& src : u->src) {
+      item.buffers.push_back(input_of(src.get()));
+      TG_ASSERT(item.buffers.back(), op_name(u->op), " operand not realized");
+    }
+    item.device = join_devices(devices);
+    items_.push_back(std::move(item));
+    return buffers_.at(u.get());
   }
 
   void add_kernel(const UOpPtr& u, const std::shared_ptr<Buffer>& out) {

@@ -18,8 +18,8 @@ struct ScheduleItem {
   Kind kind = Kind::Kernel;
   UOpPtr ast;                                    // Kernel: kernel graph rooted at STORE (or a SINK of them); else the lazy node
   std::vector<std::shared_ptr<Buffer>> buffers;  // buffers[0, outputs) are written, the rest are read
-  std::string device;
-  size_t outputs = 1;  // Note [kernels with several outputs] in schedule.cpp
+  std::string device;  // a collective between the devices of a tuple: the tuple (Note [one item for a collective between devices])
+  size_t outputs = 1;  // Note [kernels with several outputs] and Note [one item for a collective between devices] in schedule.cpp
 };
 
 // Schedules everything needed to compute `outputs`. `output_buffers` (when given) receives the

@@ -1,14 +1,15 @@
 // Loading libnccl.so.2 with dlopen, once, and decoding its errors (see nccl_api.h).
-#include "distributed/nccl_api.h"
+#include "tinygrad/runtime/nccl_api.h"
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+
 #include <vector>
 
-#include "distributed/process_group.h"
 #include "tinygrad/error.h"
 
-namespace tg::dist::nccl {
+namespace tg::nccl {
 
 namespace {
 
@@ -88,6 +89,12 @@ const Api& api() {
 
 std::string unavailable_reason() { return state().reason; }
 
+std::string status() {
+  std::string why = unavailable_reason();
+  if (!why.empty()) return "unavailable: " + why;
+  return "NCCL " + version_text(api().version) + " (" + api().path + ")";
+}
+
 std::string error_name(ncclResult_t r) {
   switch (r) {
     case ncclSuccess: return "ncclSuccess";
@@ -111,14 +118,4 @@ void check(ncclResult_t r, const char* call, int rank) {
               text + (last && *last ? std::string("; ") + last : std::string()) + ")");
 }
 
-}  // namespace tg::dist::nccl
-
-namespace tg::dist {
-
-std::string nccl_status() {
-  std::string why = nccl::unavailable_reason();
-  if (!why.empty()) return "unavailable: " + why;
-  return "NCCL " + nccl::version_text(nccl::api().version) + " (" + nccl::api().path + ")";
-}
-
-}  // namespace tg::dist
+}  // namespace tg::nccl
