@@ -297,6 +297,12 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
         if (const UOp* node = library_copy_point(side)) library_copies.insert(node);
   }
   if (products.empty() && bf16_products.empty() && library_copies.empty()) return std::nullopt;
+  // The rebuild below changes a product only where it is relaid out, or a node under it changed;
+  // so where no product of the graph as it is would be, nothing changes (a small MLP's products:
+  // B too small to pad, A too few rows to copy B for), and the walk over every node is skipped.
+  auto relaid = [](const auto& p) { return padded_product(*p.first, p.second.first, *p.second.second) != nullptr; };
+  if (bf16_products.empty() && library_copies.empty() && std::none_of(products.begin(), products.end(), relaid))
+    return std::nullopt;
   // Note [products above products]: rebuild every node, sources first, and relay a product out
   // after its own sources were rebuilt: an MLP's second product reads the first one's rebuilt
   // output. (Relaying each product out of the original graph left the second product reading
