@@ -183,7 +183,8 @@ std::string canonical_device(const std::string& name) {
   return up;
 }
 
-Device& get_device(const std::string& name) {
+namespace {
+Device& look_up_device(const std::string& name) {
   ensure_builtin_devices();
   std::string full = canonical_device(name);
   std::string base = full.substr(0, full.find(':'));
@@ -199,6 +200,21 @@ Device& get_device(const std::string& name) {
   }
   auto dev = f->second(full);
   return *r.devices.emplace(full, std::move(dev)).first->second;
+}
+}  // namespace
+
+// Note [the last device looked up]: the scheduler asks for a node's device by name for every
+// reduce and kernel of every realize. Devices live until exit, so each thread keeps the last name
+// it asked for with its device, and asking again skips the name's canonical form and the locked
+// registry.
+Device& get_device(const std::string& name) {
+  thread_local std::string last_name;
+  thread_local Device* last = nullptr;
+  if (last && name == last_name) return *last;
+  Device& d = look_up_device(name);
+  last_name = name;
+  last = &d;
+  return d;
 }
 
 std::vector<std::string> registered_devices() {

@@ -23,7 +23,9 @@ std::atomic<uint64_t> generation{1};  // bumped by every set()
 
 const std::vector<KnobInfo>& all_knobs() { return registry(); }
 
-std::string codegen_key() {
+uint64_t knob_generation() { return generation.load(); }
+
+const std::string& codegen_key() {
   thread_local uint64_t built_for = 0;
   thread_local std::string key;
   uint64_t now = generation.load();

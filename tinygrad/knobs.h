@@ -1,6 +1,7 @@
 // Knobs: environment variables in one typed registry (DEBUG, BEAM, NOOPT, JIT, THREADS, DEVICE, ...).
 // Each is read once, on first use; tests may override a knob for their scope.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,12 @@ const std::vector<KnobInfo>& all_knobs();
 // Note [one kernel-cache key]: "BEAM=0 CC=cc TF32=1 ..." — the current value of every
 // KnobKind::Codegen knob, in registration order. The engine's compiled-kernel cache keys on it, so
 // a knob that changes generated code is part of the key by its declaration, not by a hand-kept
-// list. The text is rebuilt only after a knob changed (a generation count bumped by set()).
-std::string codegen_key();
+// list. The text is rebuilt only after a knob changed (knob_generation()); the reference is the calling
+// thread's copy, valid until it calls again.
+const std::string& codegen_key();
+
+// A count bumped by every knob's set(): a value derived from knobs stays valid while it is unchanged.
+uint64_t knob_generation();
 
 namespace knobs {
 extern IntKnob DEBUG;       // 1 kernels, 2 time+memory, 3 optimizations, 4 source, 5 every codegen pass

@@ -376,23 +376,26 @@ bool is_const(const UOpPtr& u) { return u->op == Op::CONST; }
 std::vector<UOpPtr> toposort(const std::vector<UOpPtr>& roots, const std::function<bool(const UOp&)>& descend) {
   std::vector<UOpPtr> order;
   std::unordered_set<const UOp*> seen;
-  // iterative DFS: graphs of training steps are deep
-  std::vector<std::pair<UOpPtr, size_t>> stack;
+  // iterative DFS: graphs of training steps are deep. An entry is a node, the next source to
+  // visit, and how many of its sources are visited (none where `descend` says so: asked once).
+  struct Entry {
+    const UOpPtr* node;
+    size_t next, count;
+  };
+  std::vector<Entry> stack;
+  auto push = [&](const UOpPtr& u) {
+    stack.push_back({&u, 0, !descend || descend(*u) ? u->src.size() : 0});
+  };
   for (auto& r : roots) {
-    if (seen.count(r.get())) continue;
-    stack.push_back({r, 0});
-    seen.insert(r.get());
+    if (!seen.insert(r.get()).second) continue;
+    push(r);
     while (!stack.empty()) {
-      auto& [node, i] = stack.back();
-      bool go = !descend || descend(*node);
-      if (go && i < node->src.size()) {
-        UOpPtr child = node->src[i++];
-        if (!seen.count(child.get())) {
-          seen.insert(child.get());
-          stack.push_back({child, 0});
-        }
+      Entry& e = stack.back();
+      if (e.next < e.count) {
+        const UOpPtr& child = (*e.node)->src[e.next++];
+        if (seen.insert(child.get()).second) push(child);
       } else {
-        order.push_back(node);
+        order.push_back(*e.node);
         stack.pop_back();
       }
     }

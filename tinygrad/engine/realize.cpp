@@ -66,9 +66,10 @@ thread_local ExecRecorder* exec_recorder = nullptr;
 
 // Kernel graphs are hash-consed, so the same kernel in a later step is the same node: the
 // cache keeps the key alive and maps it to its compiled program.
+using CompiledKernels = std::unordered_map<const UOp*, std::pair<UOpPtr, CompiledKernel>>;
 struct KernelCache {
   std::mutex mu;
-  std::unordered_map<std::string, std::unordered_map<const UOp*, std::pair<UOpPtr, CompiledKernel>>> by_key;
+  std::unordered_map<std::string, CompiledKernels> by_key;  // entries are never removed
 };
 KernelCache& kernel_cache() {
   static KernelCache* c = new KernelCache();
@@ -89,23 +90,36 @@ CompiledKernel compile_kernel(const ScheduleItem& item, Device& dev) {
                         std::move(k.source), k.choice};
 }
 
-// The cache's first key: the device and every knob that changes generated code (Note [one
-// kernel-cache key] in knobs.h).
-std::string cache_key(const ScheduleItem& item) { return item.device + " " + codegen_key(); }
+// The cache's kernels for a device under the current knobs: its first key is the device and every
+// knob that changes generated code (Note [one kernel-cache key] in knobs.h). That text is long and
+// the same for every kernel of a step, so each thread keeps the last key's map until the device or a
+// knob changes. The caller holds cache.mu.
+CompiledKernels& kernels_for(KernelCache& cache, const std::string& device) {
+  thread_local uint64_t generation = 0;
+  thread_local std::string last_device;
+  thread_local CompiledKernels* last = nullptr;
+  const uint64_t now = knob_generation();
+  if (!last || generation != now || device != last_device) {
+    last = &cache.by_key[device + " " + codegen_key()];
+    last_device = device;
+    generation = now;
+  }
+  return *last;
+}
 
 const CompiledKernel& compiled(const ScheduleItem& item) {
   auto& cache = kernel_cache();
-  const std::string key = cache_key(item);
+  CompiledKernels* kernels = nullptr;
   {
     std::lock_guard<std::mutex> lock(cache.mu);
-    auto& m = cache.by_key[key];
-    if (auto it = m.find(item.ast.get()); it != m.end()) return it->second.second;
+    kernels = &kernels_for(cache, item.device);
+    if (auto it = kernels->find(item.ast.get()); it != kernels->end()) return it->second.second;
   }
   trace::Span span("compile", "compile");
   CompiledKernel ck = compile_kernel(item, get_device(item.device));
   if (trace::enabled()) span.rename("compile " + ck.launch.name);
   std::lock_guard<std::mutex> lock(cache.mu);
-  auto& slot = cache.by_key[key][item.ast.get()];
+  auto& slot = (*kernels)[item.ast.get()];
   slot = {item.ast, std::move(ck)};
   return slot.second;
 }

@@ -140,8 +140,20 @@ class CpuDevice : public Device {
     return f == Feature::HostMemory || f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 ||
            f == Feature::AddressableMemory;
   }
+  // The scheduler asks for every reduce and kernel of every realize, and policy_for looks the host
+  // up by CPU_ISA under locks: each thread keeps the answer until a knob changes.
   const DevicePolicy& policy() const override {
-    return name_is_virtual() ? cpu().policy() : policy_for(cpu_host(), compiles_with_llvm_);
+    if (name_is_virtual()) return cpu().policy();
+    thread_local const CpuDevice* of = nullptr;
+    thread_local uint64_t generation = 0;
+    thread_local const DevicePolicy* kept = nullptr;
+    const uint64_t now = knob_generation();
+    if (of != this || generation != now) {
+      kept = &policy_for(cpu_host(), compiles_with_llvm_);
+      of = this;
+      generation = now;
+    }
+    return *kept;
   }
   std::string description() const override {
     return name() + " (" + const_cast<CpuDevice*>(this)->compiler().cache_key() + "; " + cpu_host().str() + ")";

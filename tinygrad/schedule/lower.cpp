@@ -30,7 +30,6 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
@@ -245,8 +244,8 @@ using InputOf = std::function<std::shared_ptr<Buffer>(const UOp*)>;
 // the order the key numbers them.
 class KernelKey {
  public:
-  KernelKey(const std::vector<UOpPtr>& roots, const InputOf& input_of, size_t first_param) : input_of_(input_of) {
-    for (auto& r : roots) roots_.insert(r.get());
+  KernelKey(const std::vector<UOpPtr>& roots, const InputOf& input_of, size_t first_param)
+      : roots_(roots), input_of_(input_of) {
     put(first_param);
     put(roots.size());
     for (auto& r : roots) visit(r.get());
@@ -256,11 +255,12 @@ class KernelKey {
   const std::vector<std::shared_ptr<Buffer>>& buffers() const { return buffers_; }
 
  private:
-  std::unordered_set<const UOp*> roots_;
+  const std::vector<UOpPtr>& roots_;  // a kernel's outputs: one, or a few (several outputs)
   const InputOf& input_of_;
   std::string bytes_;
   std::vector<std::shared_ptr<Buffer>> buffers_;
   std::unordered_map<const UOp*, uint32_t> id_;
+  std::vector<uint32_t> src_ids_;  // a stack of the sources' numbers of the nodes being written
   bool cacheable_ = true;
 
   template <class T>
@@ -301,11 +301,15 @@ class KernelKey {
   // root is never an input, and a CUSTOM_GRAD is its value (src[0]) alone.
   uint32_t visit(const UOp* n) {
     if (auto it = id_.find(n); it != id_.end()) return it->second;
-    std::shared_ptr<Buffer> buf = roots_.count(n) ? nullptr : input_of_(n);
-    std::vector<uint32_t> src;
+    bool root = std::any_of(roots_.begin(), roots_.end(), [n](const UOpPtr& r) { return r.get() == n; });
+    std::shared_ptr<Buffer> buf = root ? nullptr : input_of_(n);
+    const size_t first_src = src_ids_.size();  // n's sources' numbers go on src_ids_ above this
     if (!buf) {
       size_t count = n->op == Op::CUSTOM_GRAD ? 1 : n->src.size();
-      for (size_t i = 0; i < count; i++) src.push_back(visit(n->src[i].get()));
+      for (size_t i = 0; i < count; i++) {
+        uint32_t id = visit(n->src[i].get());
+        src_ids_.push_back(id);
+      }
     }
     put(buf ? 'I' : 'N');
     if (buf)
@@ -316,9 +320,10 @@ class KernelKey {
     put_ints(n->shape);
     if (!buf) {
       put_arg(n->arg);
-      put(src.size());
-      for (auto s : src) put(s);
+      put(src_ids_.size() - first_src);
+      for (size_t i = first_src; i < src_ids_.size(); i++) put(src_ids_[i]);
     }
+    src_ids_.resize(first_src);
     uint32_t id = static_cast<uint32_t>(id_.size());
     id_[n] = id;
     return id;

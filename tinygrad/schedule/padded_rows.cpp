@@ -243,6 +243,13 @@ UOpPtr with_bf16_buffer(const UOpPtr& side) {
   return lazy::cast(v, DType::Float32);
 }
 
+// Whether `product` (a MUL) reads an operand widened from bfloat16, which with_bf16_buffer relays
+// out: float32 products, the common case, leave the graph as it is.
+bool reads_bf16(const UOp& product) {
+  return std::any_of(product.src.begin(), product.src.end(),
+                     [](const UOpPtr& side) { return with_bf16_buffer(side) != nullptr; });
+}
+
 // `product` (a MUL) with its computed bfloat16 operands in buffers, or null where it has none.
 UOpPtr with_bf16_buffers(const UOp& product) {
   std::vector<UOpPtr> src = product.src;
@@ -250,6 +257,16 @@ UOpPtr with_bf16_buffers(const UOp& product) {
   for (auto& s : src)
     if (UOpPtr v = with_bf16_buffer(s)) s = v, changed = true;
   return changed ? with_src(product, std::move(src)) : nullptr;
+}
+
+// `u` over the rebuilt nodes of its sources, or `u` itself where none of them was rebuilt.
+UOpPtr over_rebuilt_sources(const UOpPtr& u, const std::unordered_map<const UOp*, UOpPtr>& replaced) {
+  auto rebuilt = [&](const UOpPtr& s) { return replaced.count(s.get()) > 0; };
+  if (replaced.empty() || std::none_of(u->src.begin(), u->src.end(), rebuilt)) return u;
+  std::vector<UOpPtr> src = u->src;
+  for (auto& s : src)
+    if (auto it = replaced.find(s.get()); it != replaced.end()) s = it->second;
+  return with_src(*u, std::move(src));
 }
 
 // The MUL that a sum of products (through casts) reduces, or null.
@@ -274,12 +291,18 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
     const DevicePolicy& policy = get_device(u->device).policy();
     if (form && (policy.pad_aliasing_rows || policy.copy_transposed_b)) products.emplace(form->mul, std::make_pair(*form, &policy));
     const UOp* mul = summed_product(*u);
-    if (mul && policy.cpu.bf16_dot) bf16_products.insert(mul);
+    if (mul && policy.cpu.bf16_dot && reads_bf16(*mul)) bf16_products.insert(mul);
     if (mul && runs_library_products(u->device))
       for (auto& side : mul->src)
         if (const UOp* node = library_copy_point(side)) library_copies.insert(node);
   }
   if (products.empty() && bf16_products.empty() && library_copies.empty()) return std::nullopt;
+  // The rebuild below changes a product only where it is relaid out, or a node under it changed;
+  // so where no product of the graph as it is would be, nothing changes (a small MLP's products:
+  // B too small to pad, A too few rows to copy B for), and the walk over every node is skipped.
+  auto relaid = [](const auto& p) { return padded_product(*p.first, p.second.first, *p.second.second) != nullptr; };
+  if (bf16_products.empty() && library_copies.empty() && std::none_of(products.begin(), products.end(), relaid))
+    return std::nullopt;
   // Note [products above products]: rebuild every node, sources first, and relay a product out
   // after its own sources were rebuilt: an MLP's second product reads the first one's rebuilt
   // output. (Relaying each product out of the original graph left the second product reading
@@ -289,11 +312,7 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
   PaddedRows r;
   for (auto& u : order) {
     if (is_input(u.get())) continue;
-    std::vector<UOpPtr> src = u->src;
-    bool changed = false;
-    for (auto& s : src)
-      if (auto it = replaced.find(s.get()); it != replaced.end()) s = it->second, changed = true;
-    UOpPtr now = changed ? with_src(*u, std::move(src)) : u;
+    UOpPtr now = over_rebuilt_sources(u, replaced);
     if (bf16_products.count(u.get()))
       if (auto buffered = with_bf16_buffers(*now)) now = buffered;
     if (library_copies.count(u.get())) now = lazy::contiguous(now);

@@ -97,15 +97,27 @@ bool is_injective_view(const UOp& u) {
 // others are there for its gradient rule only.
 size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
 
-// A realized node, or a view of one that needs no kernel: reshapes of a contiguous buffer.
-std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
-  if (u->realized) return u->realized;
-  if (u->op == Op::BUFFER) return u->arg_buffer();
+// The node whose buffer u reads without a kernel: u itself when realized or a BUFFER, or the node
+// under u's reshapes of a contiguous buffer (and markers whose value is their source's). Null
+// where u must be computed.
+const UOp* buffer_node(const UOp* u) {
+  if (u->realized || u->op == Op::BUFFER) return u;
   if (u->op == Op::RESHAPE || u->op == Op::DETACH || u->op == Op::CONTIGUOUS || u->op == Op::CUSTOM_GRAD) {
     if (u->op == Op::CONTIGUOUS && !(u->src[0]->realized || u->src[0]->op == Op::BUFFER)) return nullptr;
-    return existing_buffer(u->src[0].get());
+    return buffer_node(u->src[0].get());
   }
   return nullptr;
+}
+
+// Whether u is a realized node, or a view of one that needs no kernel (buffer_node). The passes
+// ask this of every node they visit; only the items take the buffer (existing_buffer).
+bool has_buffer(const UOp* u) { return buffer_node(u) != nullptr; }
+
+// The buffer u reads without a kernel, or null (buffer_node).
+std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
+  const UOp* b = buffer_node(u);
+  if (!b) return nullptr;
+  return b->realized ? b->realized : b->arg_buffer();
 }
 
 // Note [product operands]
@@ -138,17 +150,131 @@ Shape without_ones(const Shape& s) {
   return r;
 }
 
-// Un-realizes the row reduces that one kernel reads back over the same rows (Note [row fusion]).
-void fuse_rows(const std::vector<UOpPtr>& order, std::unordered_set<const UOp*>& realize,
-               const std::unordered_set<const UOp*>& output_set) {
-  std::unordered_map<const UOp*, std::vector<const UOp*>> users;
+// ---- realize points (Note [where kernels end]) ----
+
+using NodeSet = std::unordered_set<const UOp*>;
+
+// Each node -> the nodes still to compute that read its value (value_src_count), in the order of
+// the graph: what the passes below walk up through. Built once per schedule (Note [one readers
+// map]).
+using Readers = std::unordered_map<const UOp*, std::vector<const UOp*>>;
+
+// The graph a schedule computes: its outputs, after the scheduler's layout rewrites, and the
+// nodes still to compute under them, sources first.
+struct Graph {
+  std::vector<UOpPtr> outputs;
+  std::vector<UOpPtr> order;
+  NodeSet output_set;
+  std::unordered_map<const UOp*, UOpPtr> original_of;  // a rewritten node -> the caller's
+  Readers readers;
+};
+
+// Note [one readers map]: fusing reduces into their readers, row fusion, kernels with several
+// outputs and the order of collectives all walk the graph upwards from a node to its readers.
+// The graph does not change while they run (only the set of realize points does), so its readers
+// are found once, in graph_to_compute, and each pass reads them: a schedule is made on every
+// realize, and a map per pass was a good part of a small step's host time.
+Readers find_readers(const std::vector<UOpPtr>& order) {
+  Readers r;
+  r.reserve(order.size());
   for (auto& u : order) {
-    if (existing_buffer(u.get())) continue;
-    for (size_t i = 0; i < value_src_count(*u); i++) users[u->src[i].get()].push_back(u.get());
+    if (has_buffer(u.get())) continue;
+    for (size_t i = 0; i < value_src_count(*u); i++) r[u->src[i].get()].push_back(u.get());
   }
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+  return r;
+}
+
+const std::vector<const UOp*>& readers_of(const Graph& g, const UOp* u) {
+  static const std::vector<const UOp*> none;
+  auto it = g.readers.find(u);
+  return it == g.readers.end() ? none : it->second;
+}
+
+Graph graph_to_compute(const std::vector<UOpPtr>& outputs) {
+  auto to_compute = [](const UOp& u) { return !has_buffer(&u); };
+  Graph g{outputs, toposort(outputs, to_compute), {}, {}, {}};
+  // Note [padded B rows] in padded_rows.cpp
+  if (auto padded = pad_aliasing_rows(outputs, g.order, [](const UOp* u) { return has_buffer(u); })) {
+    g.outputs = std::move(padded->outputs);
+    g.original_of = std::move(padded->original_of);
+    g.order = toposort(g.outputs, to_compute);
+  }
+  for (auto& o : g.outputs) g.output_set.insert(o.get());
+  g.readers = find_readers(g.order);
+  return g;
+}
+
+// The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY, collectives and
+// template kernels (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]),
+// SCATTER_ADD (Note [accumulating stores] in lower.cpp).
+NodeSet kernel_ends(const Graph& g) {
+  NodeSet realize;
+  for (auto& u : g.order) {
+    if (has_buffer(u.get())) continue;
+    if (g.output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
+        is_collective(*u) || u->op == Op::CUSTOM_GRAD || u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
+      realize.insert(u.get());
+    if (u->op == Op::COPY && !has_buffer(u->src[0].get())) realize.insert(u->src[0].get());
+    if (u->op == Op::TEMPLATE_KERNEL || is_collective(*u))  // a device collective reads every device's operand
+      for (auto& src : u->src)
+        if (!has_buffer(src.get())) realize.insert(src.get());
+  }
+  return realize;
+}
+
+// Note [product operands]
+void realize_product_operands(const Graph& g, NodeSet& realize) {
+  for (auto& u : g.order) {
+    if (u->op != Op::REDUCE_AXIS || has_buffer(u.get()) || !realizes_product_operands(u->device)) continue;
+    const UOp* product = u->src[0].get();
+    while (product->op == Op::CAST) product = product->src[0].get();
+    if (product->op != Op::MUL) continue;
+    for (auto& side : product->src) {
+      const UOp* n = side.get();
+      while ((n->op == Op::CAST || is_reordering_view(*n)) && !has_buffer(n) && !realize.count(n))
+        n = n->src[0].get();
+      if (n->op != Op::EXPAND || has_buffer(n) || prod(n->shape) < PRODUCT_OPERAND_COPIES * prod(n->src[0]->shape))
+        continue;
+      const UOp* x = n->src[0].get();
+      while ((is_reordering_view(*x) || library_float_cast(*x)) && !has_buffer(x) && !realize.count(x))
+        x = x->src[0].get();
+      if (!has_buffer(x) && !realize.count(x) && is_alu(x->op) && x->op != Op::CAST) realize.insert(x);
+    }
+  }
+}
+
+// Note [where kernels end]: a reduce read once, through elementwise ops and injective views
+// only, by a realize point that is not itself a reduce, joins that realize point's kernel.
+void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
+  for (auto& u : g.order) {
+    if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || is_collective(*u) ||
+        u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
+      continue;
+    std::vector<const UOp*> stack;
+    auto push_value_srcs = [&](const UOp& n) {
+      for (size_t i = 0; i < value_src_count(n); i++) stack.push_back(n.src[i].get());
+    };
+    push_value_srcs(*u);
+    NodeSet seen;
+    while (!stack.empty()) {
+      const UOp* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second || has_buffer(n) || readers_of(g, n).size() != 1) continue;
+      if (n->op == Op::REDUCE_AXIS && realize.count(n) && !g.output_set.count(n)) {
+        realize.erase(n);
+        break;
+      }
+      if (realize.count(n) || !(is_elementwise(*n) || is_injective_view(*n))) continue;
+      push_value_srcs(*n);
+    }
+  }
+}
+
+// Un-realizes the row reduces that one kernel reads back over the same rows (Note [row fusion]).
+void fuse_rows(const Graph& g, NodeSet& realize) {
+  for (auto it = g.order.rbegin(); it != g.order.rend(); ++it) {
     const UOp* r = it->get();
-    if (!realize.count(r) || output_set.count(r) || !is_row_reduce(*r)) continue;
+    if (!realize.count(r) || g.output_set.count(r) || !is_row_reduce(*r)) continue;
     const Shape& full = r->src[0]->shape;
     const Shape& reduced = r->shape;
     auto keeps_rows = [&](const UOp& n) {
@@ -163,11 +289,11 @@ void fuse_rows(const std::vector<UOpPtr>& order, std::unordered_set<const UOp*>&
     const UOp* kernel = nullptr;
     bool ok = true;
     std::vector<const UOp*> stack{r};
-    std::unordered_set<const UOp*> seen;
+    NodeSet seen;
     while (ok && !stack.empty()) {
       const UOp* n = stack.back();
       stack.pop_back();
-      for (const UOp* u : users[n]) {
+      for (const UOp* u : readers_of(g, n)) {
         if (!seen.insert(u).second) continue;
         if (!keeps_rows(*u) || (u->op == Op::CONTIGUOUS && !realize.count(u))) {
           ok = false;
@@ -187,183 +313,81 @@ void fuse_rows(const std::vector<UOpPtr>& order, std::unordered_set<const UOp*>&
   }
 }
 
-// ---- realize points (Note [where kernels end]) ----
-
-using NodeSet = std::unordered_set<const UOp*>;
-
-// The graph a schedule computes: its outputs, after the scheduler's layout rewrites, and the
-// nodes still to compute under them, sources first.
-struct Graph {
-  std::vector<UOpPtr> outputs;
-  std::vector<UOpPtr> order;
-  NodeSet output_set;
-  std::unordered_map<const UOp*, UOpPtr> original_of;  // a rewritten node -> the caller's
-};
-
-Graph graph_to_compute(const std::vector<UOpPtr>& outputs) {
-  auto to_compute = [](const UOp& u) { return !existing_buffer(&u); };
-  Graph g{outputs, toposort(outputs, to_compute), {}, {}};
-  // Note [padded B rows] in padded_rows.cpp
-  if (auto padded = pad_aliasing_rows(outputs, g.order, [](const UOp* u) { return existing_buffer(u) != nullptr; })) {
-    g.outputs = std::move(padded->outputs);
-    g.original_of = std::move(padded->original_of);
-    g.order = toposort(g.outputs, to_compute);
-  }
-  for (auto& o : g.outputs) g.output_set.insert(o.get());
-  return g;
-}
-
-// The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY, collectives and
-// template kernels (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]),
-// SCATTER_ADD (Note [accumulating stores] in lower.cpp).
-NodeSet kernel_ends(const Graph& g) {
-  NodeSet realize;
-  for (auto& u : g.order) {
-    if (existing_buffer(u.get())) continue;
-    if (g.output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
-        is_collective(*u) || u->op == Op::CUSTOM_GRAD || u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
-      realize.insert(u.get());
-    if (u->op == Op::COPY && !existing_buffer(u->src[0].get())) realize.insert(u->src[0].get());
-    if (u->op == Op::TEMPLATE_KERNEL || is_collective(*u))  // a device collective reads every device's operand
-      for (auto& src : u->src)
-        if (!existing_buffer(src.get())) realize.insert(src.get());
-  }
-  return realize;
-}
-
-// Note [product operands]
-void realize_product_operands(const Graph& g, NodeSet& realize) {
-  for (auto& u : g.order) {
-    if (u->op != Op::REDUCE_AXIS || existing_buffer(u.get()) || !realizes_product_operands(u->device)) continue;
-    const UOp* product = u->src[0].get();
-    while (product->op == Op::CAST) product = product->src[0].get();
-    if (product->op != Op::MUL) continue;
-    for (auto& side : product->src) {
-      const UOp* n = side.get();
-      while ((n->op == Op::CAST || is_reordering_view(*n)) && !existing_buffer(n) && !realize.count(n))
-        n = n->src[0].get();
-      if (n->op != Op::EXPAND || existing_buffer(n) || prod(n->shape) < PRODUCT_OPERAND_COPIES * prod(n->src[0]->shape))
-        continue;
-      const UOp* x = n->src[0].get();
-      while ((is_reordering_view(*x) || library_float_cast(*x)) && !existing_buffer(x) && !realize.count(x))
-        x = x->src[0].get();
-      if (!existing_buffer(x) && !realize.count(x) && is_alu(x->op) && x->op != Op::CAST) realize.insert(x);
-    }
-  }
-}
-
-// How often each node is read by a node still to compute.
-std::unordered_map<const UOp*, int> count_readers(const Graph& g) {
-  std::unordered_map<const UOp*, int> readers;
-  for (auto& u : g.order) {
-    if (existing_buffer(u.get())) continue;
-    for (size_t i = 0; i < value_src_count(*u); i++) readers[u->src[i].get()]++;
-  }
-  return readers;
-}
-
-// Note [where kernels end]: a reduce read once, through elementwise ops and injective views
-// only, by a realize point that is not itself a reduce, joins that realize point's kernel.
-void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
-  auto readers = count_readers(g);
-  for (auto& u : g.order) {
-    if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || is_collective(*u) ||
-        u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
-      continue;
-    std::vector<const UOp*> stack;
-    auto push_value_srcs = [&](const UOp& n) {
-      for (size_t i = 0; i < value_src_count(n); i++) stack.push_back(n.src[i].get());
-    };
-    push_value_srcs(*u);
-    NodeSet seen;
-    while (!stack.empty()) {
-      const UOp* n = stack.back();
-      stack.pop_back();
-      if (!seen.insert(n).second || existing_buffer(n) || readers[n] != 1) continue;
-      if (n->op == Op::REDUCE_AXIS && realize.count(n) && !g.output_set.count(n)) {
-        realize.erase(n);
-        break;
-      }
-      if (realize.count(n) || !(is_elementwise(*n) || is_injective_view(*n))) continue;
-      push_value_srcs(*n);
-    }
-  }
-}
-
 // ---- kernels with several outputs (Note [kernels with several outputs]) ----
 
-using Readers = std::unordered_map<const UOp*, std::vector<const UOp*>>;
-
-Readers readers_of(const Graph& g) {
-  Readers r;
+// The nodes whose value, as a kernel computes it, includes a reduce: a REDUCE_AXIS, or a node that
+// reads one through nodes that are not realize points. A realize point in it has a reduce in its
+// kernel. One pass over the graph, sources first.
+NodeSet computing_reduces(const Graph& g, const NodeSet& realize) {
+  NodeSet r;
   for (auto& u : g.order) {
-    if (existing_buffer(u.get())) continue;
-    for (size_t i = 0; i < value_src_count(*u); i++) r[u->src[i].get()].push_back(u.get());
+    if (has_buffer(u.get())) continue;
+    bool reduces = u->op == Op::REDUCE_AXIS;
+    for (size_t i = 0; i < value_src_count(*u) && !reduces; i++) {
+      const UOp* s = u->src[i].get();
+      reduces = !realize.count(s) && r.count(s);
+    }
+    if (reduces) r.insert(u.get());
   }
   return r;
-}
-
-// Whether the kernel of realize point k (the nodes under it down to buffers and other realize
-// points) computes a reduce.
-bool kernel_reduces(const UOp* k, const NodeSet& realize) {
-  std::vector<const UOp*> stack{k};
-  NodeSet seen;
-  while (!stack.empty()) {
-    const UOp* n = stack.back();
-    stack.pop_back();
-    if (!seen.insert(n).second || existing_buffer(n) || (n != k && realize.count(n))) continue;
-    if (n->op == Op::REDUCE_AXIS) return true;
-    for (size_t i = 0; i < value_src_count(*n); i++) stack.push_back(n->src[i].get());
-  }
-  return false;
 }
 
 // The nodes of k's kernel evaluated at k's own index (reached through elementwise ops), and the
 // realize points they read.
 struct SameIndexRegion {
   NodeSet nodes;
-  std::vector<const UOp*> realized_reads;
+  std::vector<UOpPtr> realized_reads;
 };
-SameIndexRegion same_index_region(const UOp* k, const NodeSet& realize) {
+SameIndexRegion same_index_region(const UOpPtr& k, const NodeSet& realize) {
   SameIndexRegion r;
-  std::vector<const UOp*> stack{k};
+  std::vector<const UOpPtr*> stack{&k};
   while (!stack.empty()) {
-    const UOp* n = stack.back();
+    const UOpPtr& n = *stack.back();
     stack.pop_back();
-    if (existing_buffer(n)) continue;
-    if (n != k && realize.count(n)) {
+    if (has_buffer(n.get())) continue;
+    if (n != k && realize.count(n.get())) {
       r.realized_reads.push_back(n);
       continue;
     }
-    if (!(n == k || is_elementwise(*n)) || !r.nodes.insert(n).second) continue;
-    for (size_t i = 0; i < value_src_count(*n); i++) stack.push_back(n->src[i].get());
+    if (!(n == k || is_elementwise(*n)) || !r.nodes.insert(n.get()).second) continue;
+    for (size_t i = 0; i < value_src_count(*n); i++) stack.push_back(&n->src[i]);
   }
   return r;
 }
 
-// An elementwise realize point that can be one of a kernel's outputs.
-bool joinable(const UOp& u) { return is_alu(u.op) && !existing_buffer(&u); }
+// The realize points that can be one of a kernel's outputs: computed elementwise, their kernels
+// have no reduce. Empty where fewer than two are (no kernel could store another).
+NodeSet elementwise_kernels(const Graph& g, const NodeSet& realize) {
+  std::vector<const UOp*> alu;
+  for (auto& u : g.order)
+    if (realize.count(u.get()) && is_alu(u->op) && !has_buffer(u.get())) alu.push_back(u.get());
+  NodeSet r;
+  if (alu.size() < 2) return r;
+  const NodeSet reducing = computing_reduces(g, realize);
+  for (const UOp* u : alu)
+    if (!reducing.count(u)) r.insert(u);
+  return r;
+}
 
 // For each kernel that stores several outputs, the realize points its kernel also stores.
 std::unordered_map<const UOp*, std::vector<UOpPtr>> kernels_with_several_outputs(const Graph& g,
                                                                                 const NodeSet& realize) {
   std::unordered_map<const UOp*, std::vector<UOpPtr>> joined;
+  const NodeSet candidates = elementwise_kernels(g, realize);
+  if (candidates.size() < 2) return joined;  // nothing to do: a join takes a kernel and another output
   NodeSet absorbed;
-  Readers readers = readers_of(g);
-  std::unordered_map<const UOp*, UOpPtr> node_of;
-  for (auto& u : g.order) node_of[u.get()] = u;
   for (auto it = g.order.rbegin(); it != g.order.rend(); ++it) {
-    const UOp* k = it->get();
-    if (!realize.count(k) || absorbed.count(k) || !joinable(*k) || kernel_reduces(k, realize)) continue;
+    const UOpPtr& k = *it;
+    if (!candidates.count(k.get()) || absorbed.count(k.get())) continue;
     SameIndexRegion region = same_index_region(k, realize);
-    for (const UOp* u : region.realized_reads) {
-      if (absorbed.count(u) || joined.count(u) || !joinable(*u) || u->shape != k->shape || u->device != k->device ||
-          kernel_reduces(u, realize))
+    for (const UOpPtr& u : region.realized_reads) {
+      if (!candidates.count(u.get()) || absorbed.count(u.get()) || joined.count(u.get()) || u->shape != k->shape ||
+          u->device != k->device)
         continue;
-      const auto& rs = readers[u];
+      const auto& rs = readers_of(g, u.get());
       if (!std::all_of(rs.begin(), rs.end(), [&](const UOp* r) { return region.nodes.count(r) > 0; })) continue;
-      joined[k].push_back(node_of.at(u));
-      absorbed.insert(u);
+      joined[k.get()].push_back(u);
+      absorbed.insert(u.get());
     }
   }
   return joined;
@@ -374,9 +398,9 @@ NodeSet realize_points(const Graph& g) {
   NodeSet realize = kernel_ends(g);
   realize_product_operands(g, realize);
   fuse_reduces_into_readers(g, realize);
-  if (knobs::ROWFUSE) fuse_rows(g.order, realize, g.output_set);  // Note [row fusion]
+  if (knobs::ROWFUSE) fuse_rows(g, realize);  // Note [row fusion]
   // Note [shared elementwise chains] in shared_chains.cpp
-  realize_shared_chains(g.order, realize, [](const UOp* u) { return existing_buffer(u) != nullptr; });
+  realize_shared_chains(g.order, realize, [](const UOp* u) { return has_buffer(u); });
   return realize;
 }
 
@@ -406,17 +430,17 @@ std::vector<const UOp*> resident_collective(const UOp* c, const NodeSet& realize
   while (!stack.empty()) {
     const UOp* n = stack.back();
     stack.pop_back();
-    if (!seen.insert(n).second || existing_buffer(n)) continue;
+    if (!seen.insert(n).second || has_buffer(n)) continue;
     if (is_collective(*n) || (n != in && realize.count(n)) || joined.count(n)) return {};
     for (auto& s : n->src) stack.push_back(s.get());
   }
-  if (existing_buffer(in)) return {c};
+  if (has_buffer(in)) return {c};
   return {in, c};
 }
 
 // The position in `order` of the first realize point whose kernel reads c (reached through
 // nodes computed inline), or order.size() when none does.
-size_t first_reader(const UOp* c, const Readers& readers, const NodeSet& realize,
+size_t first_reader(const UOp* c, const Graph& g, const NodeSet& realize,
                     const std::unordered_map<const UOp*, size_t>& pos, size_t none) {
   size_t first = none;
   std::vector<const UOp*> stack{c};
@@ -424,9 +448,7 @@ size_t first_reader(const UOp* c, const Readers& readers, const NodeSet& realize
   while (!stack.empty()) {
     const UOp* n = stack.back();
     stack.pop_back();
-    auto it = readers.find(n);
-    if (it == readers.end()) continue;
-    for (const UOp* r : it->second) {
+    for (const UOp* r : readers_of(g, n)) {
       if (!seen.insert(r).second) continue;
       if (realize.count(r)) first = std::min(first, pos.at(r));
       else stack.push_back(r);
@@ -452,13 +474,11 @@ std::vector<UOpPtr> issue_order(const Graph& g, const NodeSet& realize,
     size_t reader;
   };
   std::vector<Moved> ahead;
-  Readers readers;
   for (auto& u : g.order) {
-    if (!is_collective(*u) || !realize.count(u.get()) || existing_buffer(u.get())) continue;
+    if (!is_collective(*u) || !realize.count(u.get()) || has_buffer(u.get())) continue;
     auto items = resident_collective(u.get(), realize, joined);
     if (items.empty()) continue;
-    if (readers.empty()) readers = readers_of(g);
-    size_t reader = first_reader(u.get(), readers, realize, pos, g.order.size());
+    size_t reader = first_reader(u.get(), g, realize, pos, g.order.size());
     if (reader < g.order.size()) ahead.push_back({items, reader});
   }
   if (ahead.size() < 2) return g.order;
@@ -587,7 +607,7 @@ class ItemMaker {
     UOpPtr root = u;
     // Note [split reductions] in split_reduce.cpp
     if (knobs::SPLIT_REDUCE && get_device(u->device).policy().split_reductions) {
-      auto is_input = [&](const UOp* n) { return realize_.count(n) > 0 || existing_buffer(n) != nullptr; };
+      auto is_input = [&](const UOp* n) { return realize_.count(n) > 0 || has_buffer(n); };
       if (auto split = split_reduce(u, is_input)) {
         const UOpPtr& partial = split->partial;
         buffers_[partial.get()] = lower(partial, std::make_shared<Buffer>(u->device, partial->dtype, prod(partial->shape)));
@@ -653,7 +673,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
   std::vector<UOpPtr> order = issue_order(g, realize, several);  // Note [gathers one reader ahead]
   ItemMaker maker(realize, std::move(several));
   for (auto& u : order) {
-    if (!realize.count(u.get()) || existing_buffer(u.get())) continue;
+    if (!realize.count(u.get()) || has_buffer(u.get())) continue;
     auto out = maker.add(u);
     bool keeps = u->op == Op::CUSTOM_GRAD || u->op == Op::TEMPLATE_KERNEL;
     if (kept && keeps && !g.output_set.count(u.get()) && prod(u->shape) > 0) {
