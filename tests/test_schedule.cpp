@@ -89,7 +89,7 @@ TEST(Fusion, RowsThatDoNotFitStaySeparate) {
 TEST(Fusion, AResidualStreamIsComputedOnceForItsReaders) {
   constexpr size_t LAYERS = 8;
   Tensors layer_outputs;
-  for (size_t l = 0; l < LAYERS; l++) layer_outputs.push_back(Tensor::rand({64, 256}).realize());
+  for (size_t l = 0; l < LAYERS; l++) layer_outputs.push_back(Tensor::rand({256, 256}).realize());
   auto stream = [&] {  // x_l = x_(l-1) + 0.5 h_l; every x_l's row means, and the last x
     Tensors outs;
     Tensor x = layer_outputs[0];
@@ -123,7 +123,7 @@ TEST(Fusion, AResidualStreamIsComputedOnceForItsReaders) {
     for (size_t j = 0; j < v.size(); j++) ASSERT_NEAR(v[j], inline_values[i][j], 1e-5) << i << " " << j;
   }
   // a chain of two inputs that two kernels read stays inline: its buffer would move more memory
-  Tensor a = Tensor::rand({64, 256}).realize(), b = Tensor::rand({64, 256}).realize();
+  Tensor a = Tensor::rand({256, 256}).realize(), b = Tensor::rand({256, 256}).realize();
   EXPECT_EQ(kernels({(a + b).sum(0), (a + b).sum(1)}), 2u);
 }
 

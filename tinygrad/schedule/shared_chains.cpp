@@ -20,8 +20,10 @@
 // is every residual, as eager frameworks store them. An input counts when it holds at least 1/FULL_SIZE_FRACTION of the node's
 // elements or LARGE_INPUT elements (a bias broadcast over the rows stays in cache; an embedding
 // table that a gather reads does not). Nodes whose inline form holds a reduce that is not a realize point (Note [row fusion])
-// are left alone: such a reduce belongs to one kernel by construction. SHARED_CHAINS=0 turns the
-// rule off.
+// are left alone: such a reduce belongs to one kernel by construction. Readers that may become one
+// kernel with several outputs (elementwise, of the node's shape) count as one. SHARED_CHAINS=0
+// turns the rule off. Nodes of fewer than LARGE_INPUT elements stay inline: recomputing them costs
+// less than a kernel launch.
 #include "tinygrad/schedule/shared_chains.h"
 
 #include <algorithm>
@@ -80,6 +82,21 @@ int64_t full_size_inputs(const UOp& u, const SmallSet& inputs) {
   return std::count_if(inputs.items.begin(), inputs.items.end(), [&](const UOp* s) { return prod(s->shape) >= large; });
 }
 
+// How many kernels evaluate u, counting the elementwise ones of u's shape as one: those can
+// become one kernel with several outputs (Note [kernels with several outputs] in schedule.cpp:
+// an optimizer's p, m and v all read the gradient), which reads u's inputs once.
+int64_t separate_kernels(const UOp& u, const SmallSet& kernels, const InlineReads& reads) {
+  int64_t separate = 0;
+  bool same_shape_elementwise = false;
+  for (const UOp* k : kernels.items) {
+    if (k->op == Op::REDUCE_AXIS || reads.holds_reduce.count(k) || k->shape != u.shape)
+      separate++;
+    else
+      same_shape_elementwise = true;
+  }
+  return separate + (same_shape_elementwise ? 1 : 0);
+}
+
 bool cheaper_in_a_buffer(int64_t kernels, int64_t loads) { return (kernels - 1) * (loads - 1) > 2; }
 
 }  // namespace
@@ -96,8 +113,8 @@ void realize_shared_chains(const std::vector<UOpPtr>& order, std::unordered_set<
       own.add(u);
     } else {
       own = std::move(kernels_of[u]);
-      const int64_t kernels = static_cast<int64_t>(own.items.size());
-      if (kernels > 1 && is_alu(u->op) && !reads.holds_reduce.count(u) &&
+      const int64_t kernels = separate_kernels(*u, own, reads);
+      if (kernels > 1 && is_alu(u->op) && prod(u->shape) >= LARGE_INPUT && !reads.holds_reduce.count(u) &&
           cheaper_in_a_buffer(kernels, full_size_inputs(*u, reads.inputs.at(u)))) {
         realize.insert(u);
         own = SmallSet{{u}};
