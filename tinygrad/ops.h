@@ -129,6 +129,10 @@ struct UOp {
   void compute_bounds() const;
 };
 
+// The sources a node's value is computed from: a CUSTOM_GRAD's value is its first source, the
+// others are there for its gradient rule only.
+inline size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
+
 // The one constructor: returns the existing node when an equal one is alive.
 UOpPtr make_uop(Op op, DType dtype, std::vector<UOpPtr> src = {}, Arg arg = {}, Shape shape = {},
                 std::string device = {});

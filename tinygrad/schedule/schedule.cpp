@@ -93,10 +93,6 @@ bool is_injective_view(const UOp& u) {
   return u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::SHRINK || u.op == Op::FLIP;
 }
 
-// The sources a node's value is computed from: a CUSTOM_GRAD's value is its first source, the
-// others are there for its gradient rule only.
-size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
-
 // The node whose buffer u reads without a kernel: u itself when realized or a BUFFER, or the node
 // under u's reshapes of a contiguous buffer (and markers whose value is their source's). Null
 // where u must be computed.

@@ -17,13 +17,14 @@
 // realized here is one kernel for the nodes under it. L is counted with the realize points made
 // before this pass (an upper bound: nodes under it may be realized after it), so a chain whose
 // top qualifies is cut at every node that several kernels read, which for the residual stream
-// is every residual, as eager frameworks store them. An input counts when it holds at least 1/FULL_SIZE_FRACTION of the node's
-// elements or LARGE_INPUT elements (a bias broadcast over the rows stays in cache; an embedding
-// table that a gather reads does not). Nodes whose inline form holds a reduce that is not a realize point (Note [row fusion])
-// are left alone: such a reduce belongs to one kernel by construction. Readers that may become one
-// kernel with several outputs (elementwise, of the node's shape) count as one. SHARED_CHAINS=0
-// turns the rule off. Nodes of fewer than LARGE_INPUT elements stay inline: recomputing them costs
-// less than a kernel launch.
+// is every residual, as eager frameworks store them. An input counts when it holds at least
+// 1/FULL_SIZE_FRACTION of the node's elements or LARGE_INPUT elements (a bias broadcast over the
+// rows stays in cache; an embedding table that a gather reads does not). Left inline are nodes of
+// fewer than LARGE_INPUT elements (recomputing them costs less than a kernel launch, so a graph
+// without larger ones skips the pass) and nodes whose inline form holds a reduce that is not a
+// realize point (Note [row fusion]: such a reduce belongs to one kernel by construction). Readers
+// that may become one kernel with several outputs (elementwise, of the node's shape) count as
+// one. SHARED_CHAINS=0 turns the rule off.
 #include "tinygrad/schedule/shared_chains.h"
 
 #include <algorithm>
@@ -49,9 +50,6 @@ struct SmallSet {
     for (const UOp* u : o.items) add(u);
   }
 };
-
-// The sources a node's value is computed from (a CUSTOM_GRAD's others serve its gradient rule).
-size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
 
 // What each node's inline form reads: the inputs it loads, and whether it holds a reduce.
 struct InlineReads {
@@ -103,7 +101,9 @@ bool cheaper_in_a_buffer(int64_t kernels, int64_t loads) { return (kernels - 1) 
 
 void realize_shared_chains(const std::vector<UOpPtr>& order, std::unordered_set<const UOp*>& realize,
                            const std::function<bool(const UOp*)>& is_resident) {
-  if (!knobs::SHARED_CHAINS) return;
+  auto candidate = [&](const UOp& u) { return is_alu(u.op) && prod(u.shape) >= LARGE_INPUT && !realize.count(&u); };
+  if (!knobs::SHARED_CHAINS || std::none_of(order.begin(), order.end(), [&](const UOpPtr& u) { return candidate(*u); }))
+    return;
   const InlineReads reads = inline_reads(order, realize, is_resident);
   std::unordered_map<const UOp*, SmallSet> kernels_of;  // the kernels that evaluate each node
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -114,7 +114,7 @@ void realize_shared_chains(const std::vector<UOpPtr>& order, std::unordered_set<
     } else {
       own = std::move(kernels_of[u]);
       const int64_t kernels = separate_kernels(*u, own, reads);
-      if (kernels > 1 && is_alu(u->op) && prod(u->shape) >= LARGE_INPUT && !reads.holds_reduce.count(u) &&
+      if (kernels > 1 && candidate(*u) && !reads.holds_reduce.count(u) &&
           cheaper_in_a_buffer(kernels, full_size_inputs(*u, reads.inputs.at(u)))) {
         realize.insert(u);
         own = SmallSet{{u}};

@@ -89,8 +89,6 @@ constexpr int64_t COLUMN_MIN_ELEMENTS = int64_t{1} << 20;
 constexpr int64_t COLUMN_PARTIALS = int64_t{1} << 17;
 constexpr int64_t COLUMN_MIN_PART = 64;
 
-size_t value_src_count(const UOp& u) { return u.op == Op::CUSTOM_GRAD ? 1 : u.src.size(); }
-
 // SPLIT_PARTS, or where it is 0 (the default) LONG_PARTS, or TENSOR_CORE_PARTS where the first
 // stage runs on the tensor cores (Note [split long reductions]).
 int64_t long_parts(const std::string& device) {
