@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
+#include <string>
 
 #include "ops_util.h"
 #include "test_util.h"
@@ -15,6 +17,7 @@
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/lazy.h"
+#include "tinygrad/runtime/cpu.h"
 #include "tinygrad/schedule/library_operands.h"
 #include "tinygrad/schedule/match_matmul.h"
 #include "tinygrad/schedule/schedule.h"
@@ -222,6 +225,72 @@ TEST(LibraryOperands, ComputedOperandsAreComputedIntoTheCopy) {
   for (size_t i = 0; i < a.size(); i++) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(b[i]))) << i;
   Tensor small = input({2, 4, 8, 16}, 9).permute({0, 2, 1, 3}).reshape({16, 64}).matmul(input({64, 8}, 10));
   EXPECT_EQ(library_copy_point(first_mul(small.uop())->src[0]), nullptr);
+}
+
+// ---- Note [mixed library operands] in schedule/padded_rows.cpp -------------------------------
+
+// A stand-in for a device whose products run through its library, for scheduling only (nothing
+// is run on it but copies): CPU memory, a GPU-style policy, Feature::MatmulLibrary.
+class LibraryDevice : public Device {
+ public:
+  explicit LibraryDevice(const std::string& name) : Device(name), cpu_(make_cpu_device(name)) {
+    policy_.gpu = GpuLimits{};
+  }
+  Allocator& allocator() override { return cpu_->allocator(); }
+  const Renderer& renderer() const override { return cpu_->renderer(); }
+  Compiler& compiler() override { return cpu_->compiler(); }
+  bool supports(Feature f) const override { return f == Feature::MatmulLibrary || cpu_->supports(f); }
+  const DevicePolicy& policy() const override { return policy_; }
+
+ private:
+  std::unique_ptr<Device> cpu_;
+  DevicePolicy policy_;
+};
+
+const std::string& library_device() {
+  static const std::string name = [] {
+    register_device("LIBSCHED", [](const std::string& n) { return std::make_unique<LibraryDevice>(n); });
+    return std::string("LIBSCHED");
+  }();
+  return name;
+}
+
+// How many of the kernels that compute `roots` a library takes.
+int library_products(const Tensors& roots) {
+  std::vector<UOpPtr> outs;
+  for (auto& r : roots) outs.push_back(r.uop());
+  int n = 0;
+  for (auto& item : create_schedule(outs)) {
+    if (item.kind != ScheduleItem::Kind::Kernel) continue;
+    std::vector<DType> dtypes;
+    for (auto& b : item.buffers) dtypes.push_back(b->dtype());
+    n += match_matmul(item.ast, dtypes).has_value();
+  }
+  return n;
+}
+
+// A cast back to the dtype a value was widened from is the value (Note [round trips through a
+// wider float] in lazy.cpp); a rounding and a widening back are not.
+TEST(LibraryOperands, WideningRoundTripsAreFolded) {
+  Tensor b = input({4, 8}, 1, DType::BFloat16), f = input({4, 8}, 2);
+  EXPECT_TRUE(b.float_().cast(DType::BFloat16).uop() == b.uop());
+  EXPECT_EQ(input({4, 8}, 3, DType::Float16).float_().cast(DType::Float16).uop()->op, Op::BUFFER);
+  EXPECT_EQ(f.cast(DType::BFloat16).float_().uop()->op, Op::CAST);
+}
+
+// GPT-2's projection of attention's output under bfloat16 autocast: the heads are rounded to
+// bfloat16 inside the copy the library needs of them ([B, H, T, D] read as [B*T, H*D]), the
+// float32 weight and the incoming gradient in the product. Without the rule the forward product
+// and the weight gradient paired a bfloat16 buffer with a rounded float32 operand, which no
+// library takes, and both ran as generated kernels.
+TEST(LibraryOperands, MixedPrecisionProductsReadTwoBFloat16Buffers) {
+  const std::string& dev = library_device();
+  Tensor heads = input({2, 4, 64, 16}, 1).to(dev).realize(), w = input({64, 64}, 2).to(dev).realize();
+  w.requires_grad_();
+  Tensor rows = heads.cast(DType::BFloat16).permute({0, 2, 1, 3}).reshape({2, 64, 64}).float_();
+  Tensor out = rows.cast(DType::BFloat16).matmul(w.cast(DType::BFloat16).T()).float_();
+  Tensor loss = (out * input({2, 64, 64}, 3).to(dev)).sum();
+  EXPECT_EQ(library_products({loss, loss.gradients({w})[0]}), 2);  // the forward product and dW
 }
 
 // ---- CUDA ------------------------------------------------------------------------------------
@@ -466,6 +535,29 @@ TEST_F(CudaMatmul, AttentionLayoutOperandsAreCopiedForTheLibrary) {
   // the attention output's copy and the q, k, v gradient's, computed into it, and no more
   EXPECT_LE(named(lib_names, "E_"), 3) << ::testing::PrintToString(lib_names);
   expect_same_gradients(lib, gen);
+}
+
+// Note [mixed library operands]: attention's output rounded to bfloat16 (in the copy the library
+// needs of its [B, H, T, D] layout), projected by a float32 weight rounded to bfloat16, as GPT-2
+// under bfloat16 autocast. The forward product and the weight gradient run through the library
+// (each reads two bfloat16 buffers), with the generated kernels' values within bfloat16 rounding of
+// the outputs (the products' results are rounded to bfloat16).
+TEST_F(CudaMatmul, MixedPrecisionProjectionRunsInTheLibrary) {
+  auto step = [this](bool library, std::vector<std::string>& names) {
+    matmul_lib_.set(library ? 1 : 0);
+    Tensor x = rnd({2, 4, 64, 16}, 41, -1, 1).to("CUDA").realize();
+    Tensor w = rnd({64, 64}, 42, -0.3, 0.3).to("CUDA").realize(), t = rnd({2, 64, 64}, 43, -1, 1).to("CUDA").realize();
+    w.requires_grad_();
+    Tensor rows = x.tanh().cast(DType::BFloat16).permute({0, 2, 1, 3}).reshape({2, 64, 64}).float_();
+    Tensor out = rows.cast(DType::BFloat16).matmul(w.cast(DType::BFloat16).T()).float_();
+    Tensor loss = (out * t).sum();
+    return realize_recorded({loss.gradients({w})[0], out}, names);
+  };
+  std::vector<std::string> lib_names, gen_names;
+  std::vector<float> lib = step(true, lib_names), gen = step(false, gen_names);
+  EXPECT_EQ(named(lib_names, "matmul_bfloat16"), 2) << ::testing::PrintToString(lib_names);
+  ASSERT_EQ(lib.size(), gen.size());
+  for (size_t i = 0; i < lib.size(); i++) ASSERT_NEAR(lib[i], gen[i], 1e-2 * (1 + std::fabs(gen[i]))) << i;
 }
 
 }  // namespace

@@ -15,6 +15,12 @@ std::vector<int64_t> flatten_pairs(const Pads& p) {
   for (auto& [a, b] : p) out.push_back(a), out.push_back(b);
   return out;
 }
+
+// Whether every value of `from` is exactly a value of `to` (a float widened to a wider float), so
+// that a cast to `to` and back gives the value unchanged.
+bool widens_exactly(DType from, DType to) {
+  return is_float(from) && is_float(to) && itemsize(to) > itemsize(from);
+}
 }  // namespace
 
 UOpPtr buffer(std::shared_ptr<Buffer> buf, Shape shape) {
@@ -52,9 +58,16 @@ UOpPtr where(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b) {
   return make_uop(Op::WHERE, a->dtype, {c, a, b}, {}, a->shape, a->device);
 }
 
+// Note [round trips through a wider float]: a cast back to the dtype a value was widened from
+// is the value itself (bfloat16 -> float32 -> bfloat16). Mixed precision makes such pairs at
+// every boundary between a bfloat16 result and a float32 interface that is cast down again (the
+// attention output handed to the next Linear); folded here, the product that reads it sees a
+// bfloat16 buffer, which a matmul library takes, instead of a computed cast, which it does not.
 UOpPtr cast(const UOpPtr& x, DType dtype) {
   if (x->dtype == dtype) return x;
   if (auto* c = base_const(x)) return constant(c->const_value(), dtype, x->device, x->shape);
+  if (x->op == Op::CAST && !x->realized && x->src[0]->dtype == dtype && widens_exactly(dtype, x->dtype))
+    return x->src[0];
   return make_uop(Op::CAST, dtype, {x}, {}, x->shape, x->device);
 }
 
