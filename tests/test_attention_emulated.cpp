@@ -41,6 +41,7 @@ struct TgWarp {
   std::barrier<>* bar;
   float f[32];
   unsigned a[32][4], b[32][2];
+  const unsigned short* rows[32];
 };
 static TgWarp tg_warps[4];
 #define __global__
@@ -84,6 +85,29 @@ static void tg_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
   }
   w.bar->arrive_and_wait();
 }
+// ldmatrix.m8n8.x4: lane l addresses row l % 8 of 8x8 tile l / 8 (8 contiguous 16-bit elements);
+// lane l receives of tile i its row l/4, elements 2(l%4) and +1, or transposed (trans) its
+// rows 2(l%4) and +1 at element l/4, the first in the low half.
+static void tg_ldsm4_any(unsigned* r, const unsigned short* p, bool trans) {
+  TgWarp& w = tg_warps[threadIdx.x / 32];
+  const int lane = threadIdx.x % 32;
+  w.rows[lane] = p;
+  w.bar->arrive_and_wait();
+  for (int i = 0; i < 4; i++) {
+    unsigned lo, hi;
+    if (trans) {
+      lo = w.rows[i * 8 + 2 * (lane % 4)][lane / 4];
+      hi = w.rows[i * 8 + 2 * (lane % 4) + 1][lane / 4];
+    } else {
+      lo = w.rows[i * 8 + lane / 4][2 * (lane % 4)];
+      hi = w.rows[i * 8 + lane / 4][2 * (lane % 4) + 1];
+    }
+    r[i] = lo | (hi << 16);
+  }
+  w.bar->arrive_and_wait();
+}
+static void tg_ldsm4(unsigned* r, const unsigned short* p) { tg_ldsm4_any(r, p, false); }
+static void tg_ldsm4_t(unsigned* r, const unsigned short* p) { tg_ldsm4_any(r, p, true); }
 )";
 
 // Runs kernel `name` on a grid of gx x gy blocks of 128 threads.

@@ -40,6 +40,16 @@ static __device__ __forceinline__ void tg_mma(float* c, const unsigned* a, unsig
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// Four 8x8 tiles of 16-bit elements from shared memory into the fragments of a warp (ldmatrix):
+// lane i supplies the address of row i % 8 of tile i / 8; _t transposes each tile.
+static __device__ __forceinline__ void tg_ldsm4(unsigned* r, const unsigned short* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+static __device__ __forceinline__ void tg_ldsm4_t(unsigned* r, const unsigned short* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
 #define KS (E + 8)
 #define VS (EV + 8)
 )";
@@ -87,8 +97,8 @@ std::string row_fragments(const char* a, const Side& side, const char* width) {
               {{"a", a}, {"src", side.src}, {"base", side.base}, {"count", side.count}, {"width", width}});
 }
 
-std::string zero_tile(const std::string& acc) {
-  return fill("${acc}[n][0] = ${acc}[n][1] = ${acc}[n][2] = ${acc}[n][3] = 0.0f;", {{"acc", acc}});
+std::string zero_tile(const std::string& acc, const char* tile = "n") {
+  return fill("${acc}[${n}][0] = ${acc}[${n}][1] = ${acc}[${n}][2] = ${acc}[${n}][3] = 0.0f;", {{"acc", acc}, {"n", tile}});
 }
 
 // Accumulator tiles `acc`, `tiles` of them, set to zero.
@@ -145,59 +155,64 @@ std::string key_walk() {
               load_block(KEY_WALK, KEYS, "ks", "KS", "E") + load_block(KEY_WALK, VALUES, "vs", "VS", "EV"));
 }
 
-// A product of the warp's A fragments `a` with a staged block's rows (`b` points into `smem`),
-// into the 8 tiles of `acc`: S = q k^T and dP = dO v^T (or their transposes in dK/dV).
-struct BlockProduct { const char *acc, *a, *b, *smem, *pitch, *width; };
+// A product of the warp's A fragments `a` with a staged block's rows (in `smem`), into the 8
+// tiles of `acc`: S = q k^T and dP = dO v^T (or their transposes in dK/dV).
+//
+// Note [fragments by ldmatrix]: B fragments come from shared memory by ldmatrix, which loads four
+// 8x8 tiles of 16-bit elements for the whole warp in one instruction (each lane addresses one
+// 8-element row), laid out as the mma's fragments: here the block's rows are the product's n,
+// so one ldmatrix gives the fragments of two neighbouring output tiles (lanes 0-15 address tile
+// n's 8 rows at columns kk * 16 and kk * 16 + 8; lanes 16-31 tile n + 1's). Loading each
+// fragment register by itself took 2 (here) to 4 (transposed, 16-bit) loads per mma.
+struct BlockProduct { const char *acc, *a, *smem, *pitch, *width; };
 
-constexpr const char* BLOCK_POINTER =
-    "      const unsigned short* ${b} = ${smem} + (n * 8 + g) * ${pitch} + 2 * t;\n";
 constexpr const char* BLOCK_PRODUCT = R"(#pragma unroll
-      for (int kk = 0; kk < ${width} / 16; kk++)
-        tg_mma(${acc}[n], ${a}[kk], *(const unsigned*)(${b} + kk * 16), *(const unsigned*)(${b} + kk * 16 + 8));
+      for (int kk = 0; kk < ${width} / 16; kk++) {
+        unsigned b[4];
+        tg_ldsm4(b, ${smem} + ((n + (lane >> 4)) * 8 + (lane & 7)) * ${pitch} + kk * 16 + (lane & 8));
+        tg_mma(${acc}[n], ${a}[kk], b[0], b[1]);
+        tg_mma(${acc}[n + 1], ${a}[kk], b[2], b[3]);
+      }
 )";
 
 std::string block_products(const std::vector<BlockProduct>& ps) {
-  std::string tiles, zero, pointers, products;
+  std::string tiles, zero, products;
   for (const auto& p : ps) {
-    TemplateValues v{{"acc", p.acc},   {"a", p.a},         {"b", p.b},
-                     {"smem", p.smem}, {"pitch", p.pitch}, {"width", p.width}};
+    TemplateValues v{{"acc", p.acc}, {"a", p.a}, {"smem", p.smem}, {"pitch", p.pitch}, {"width", p.width}};
     tiles += (tiles.empty() ? "" : ", ") + std::string(p.acc) + "[8][4]";
-    zero += "      " + zero_tile(p.acc) + "\n";
-    pointers += fill(BLOCK_POINTER, v);
+    zero += "      " + zero_tile(p.acc) + "\n      " + zero_tile(p.acc, "n + 1") + "\n";
     products += fill(BLOCK_PRODUCT, v);
   }
-  return "    float " + tiles + ";\n#pragma unroll\n    for (int n = 0; n < 8; n++) {\n" + zero + pointers +
-         products + "    }\n";
+  return "    float " + tiles + ";\n#pragma unroll\n    for (int n = 0; n < 8; n += 2) {\n" + zero + products + "    }\n";
 }
 
 // A product of accumulator tiles `from`, packed into A fragments `a` in registers, with a staged
-// block's columns (`c` points into `smem`), added into `acc`: O += P v, dQ += dS k, dV += P^T dO
-// and dK += dS^T q.
-struct RegisterProduct { const char *a, *from, *c, *smem, *pitch, *width, *acc; };
+// block's columns (in `smem`), added into `acc`: O += P v, dQ += dS k, dV += P^T dO and dK += dS^T
+// q. Here the block's rows are the product's k, so its B fragments are its 8x8 tiles transposed
+// (Note [fragments by ldmatrix]); one ldmatrix.trans gives those of two neighbouring output tiles
+// (lanes 0-15 address rows kk * 16 to kk * 16 + 15 at tile n's columns, lanes 16-31 at n + 1's).
+struct RegisterProduct { const char *a, *from, *smem, *pitch, *width, *acc; };
 
 constexpr const char* PACK = R"(      const unsigned ${a}[4] = {tg_pack(${s}[2 * kk][0], ${s}[2 * kk][1]), tg_pack(${s}[2 * kk][2], ${s}[2 * kk][3]),
                               tg_pack(${s}[2 * kk + 1][0], ${s}[2 * kk + 1][1]), tg_pack(${s}[2 * kk + 1][2], ${s}[2 * kk + 1][3])};
 )";
-constexpr const char* REGISTER_POINTER =
-    "      const unsigned short* ${c} = ${smem} + (kk * 16 + 2 * t) * ${pitch} + g;\n";
 constexpr const char* REGISTER_PRODUCT = R"(#pragma unroll
-      for (int n = 0; n < ${width} / 8; n++) {
-        const unsigned b0 = (unsigned)${c}[n * 8] | ((unsigned)${c}[n * 8 + ${pitch}] << 16);
-        const unsigned b1 = (unsigned)${c}[n * 8 + 8 * ${pitch}] | ((unsigned)${c}[n * 8 + 9 * ${pitch}] << 16);
-        tg_mma(${acc}[n], ${a}, b0, b1);
+      for (int n = 0; n < ${width} / 8; n += 2) {
+        unsigned b[4];
+        tg_ldsm4_t(b, ${smem} + (kk * 16 + (lane & 15)) * ${pitch} + (n + (lane >> 4)) * 8);
+        tg_mma(${acc}[n], ${a}, b[0], b[1]);
+        tg_mma(${acc}[n + 1], ${a}, b[2], b[3]);
       }
 )";
 
 std::string register_products(const std::vector<RegisterProduct>& ps) {
-  std::string packs, pointers, products;
+  std::string packs, products;
   for (const auto& p : ps) {
-    TemplateValues v{{"a", p.a},         {"s", p.from},      {"c", p.c},    {"smem", p.smem},
-                     {"pitch", p.pitch}, {"width", p.width}, {"acc", p.acc}};
+    TemplateValues v{{"a", p.a}, {"s", p.from}, {"smem", p.smem}, {"pitch", p.pitch}, {"width", p.width}, {"acc", p.acc}};
     packs += fill(PACK, v);
-    pointers += fill(REGISTER_POINTER, v);
     products += fill(REGISTER_PRODUCT, v);
   }
-  return "#pragma unroll\n    for (int kk = 0; kk < 4; kk++) {\n" + packs + pointers + products + "    }\n";
+  return "#pragma unroll\n    for (int kk = 0; kk < 4; kk++) {\n" + packs + products + "    }\n";
 }
 
 // Each element of the 8 tiles a thread holds: tile n, column pair element e (both halves inside).
@@ -268,12 +283,12 @@ std::string forward() {
                         {"q_fragments", row_fragments("qa", QUERIES, "E")},
                         {"zero_o", zero_tiles("o", "EV / 8")},
                         {"walk", key_walk()},
-                        {"scores", block_products({{"s", "qa", "kr", "ks", "KS", "E"}})},
+                        {"scores", block_products({{"s", "qa", "ks", "KS", "E"}})},
                         {"each_element", EACH_ELEMENT},
                         {"col", KEY_WALK.col},
                         {"mask", halves("        s[n][${e}] = " + std::string(KEY_WALK.visible) +
                                         " ? s[n][${e}] * SCALE_LOG2 : NEG_BIG;\n")},
-                        {"pv", register_products({{"pa", "s", "vr", "vs", "VS", "EV", "o"}})},
+                        {"pv", register_products({{"pa", "s", "vs", "VS", "EV", "o"}})},
                         {"out", halves(FORWARD_OUT)}});
 }
 
@@ -321,12 +336,12 @@ std::string backward_q() {
        {"zero_acc", zero_tiles("acc", "E / 8")},
        {"walk", key_walk()},
        {"products",
-        block_products({{"s", "qa", "kr", "ks", "KS", "E"}, {"dp", "da", "vr", "vs", "VS", "EV"}})},
+        block_products({{"s", "qa", "ks", "KS", "E"}, {"dp", "da", "vs", "VS", "EV"}})},
        {"each_element", EACH_ELEMENT},
        {"col", KEY_WALK.col},
        {"weights", weights(KEY_WALK, "s", "lse${h}")},
        {"ds", ds_lines("s", "dp", "dd${h}")},
-       {"ds_k", register_products({{"sa", "s", "kc", "ks", "KS", "E", "acc"}})},
+       {"ds_k", register_products({{"sa", "s", "ks", "KS", "E", "acc"}})},
        {"out", halves(BACKWARD_Q_OUT)}});
 }
 
@@ -380,14 +395,14 @@ std::string backward_kv() {
                             {"zero_dk", zero_tiles("dk", "E / 8")},
                             {"zero_dv", zero_tiles("dv", "EV / 8")},
                             {"walk", walk(QUERY_WALK, loads)},
-                            {"products", block_products({{"st", "ka", "qr", "qs", "QS", "E"},
-                                                         {"dpt", "va", "dr", "dos", "DS", "EV"}})},
+                            {"products", block_products({{"st", "ka", "qs", "QS", "E"},
+                                                         {"dpt", "va", "dos", "DS", "EV"}})},
                             {"each_element", EACH_ELEMENT},
                             {"col", QUERY_WALK.col},
                             {"weights", weights(QUERY_WALK, "st", "lses[col]")},
                             {"ds", ds_lines("dpt", "dpt", "deltas[col]")},
-                            {"dv_dk", register_products({{"pa", "st", "dc", "dos", "DS", "EV", "dv"},
-                                                         {"sa", "dpt", "qc", "qs", "QS", "E", "dk"}})},
+                            {"dv_dk", register_products({{"pa", "st", "dos", "DS", "EV", "dv"},
+                                                         {"sa", "dpt", "qs", "QS", "E", "dk"}})},
                             {"out", halves(BACKWARD_KV_OUT)}});
 }
 
