@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "test_util.h"
@@ -125,6 +126,43 @@ TEST(Fusion, AResidualStreamIsComputedOnceForItsReaders) {
   // a chain of two inputs that two kernels read stays inline: its buffer would move more memory
   Tensor a = Tensor::rand({256, 256}).realize(), b = Tensor::rand({256, 256}).realize();
   EXPECT_EQ(kernels({(a + b).sum(0), (a + b).sum(1)}), 2u);
+}
+
+// Note [products stored rounded]: a bfloat16 product read back in float32 (a Linear under
+// autocast) is stored rounded, in a bfloat16 buffer, by the product's own kernel; its two readers
+// widen it as they load it. The values are those of the product rounded, as before; a product
+// whose float32 result is itself an output keeps its float32 buffer.
+TEST(Fusion, HalfProductsReadBackInFloat32AreStoredRounded) {
+  Tensor x = Tensor::rand({64, 96}).realize(), w = Tensor::rand({96, 48}).realize();
+  Tensor y = x.cast(DType::BFloat16).matmul(w.cast(DType::BFloat16)).float_();
+  Tensor a = y * 2.0, b = y.sum(0);
+  auto products = [](const Tensors& ts) {  // the dtype each kernel with a sum of products writes
+    std::vector<UOpPtr> outs;
+    for (auto& t : ts) outs.push_back(t.uop());
+    std::vector<DType> written;
+    for (auto& item : create_schedule(outs)) {
+      bool product = false;
+      for (auto& u : toposort({item.ast})) product = product || (u->op == Op::REDUCE && u->src[0]->op == Op::MUL);
+      if (product) written.push_back(item.buffers[0]->dtype());
+    }
+    return written;
+  };
+  EXPECT_EQ(products({a, b}), std::vector<DType>{DType::BFloat16});
+  auto bf16_rounded = [](float f) {  // to the nearest bfloat16, ties to even
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  std::vector<float> ys = y.to_vector<float>(), as = a.to_vector<float>();
+  for (size_t i = 0; i < ys.size(); i++) {
+    EXPECT_EQ(ys[i], bf16_rounded(ys[i]));
+    EXPECT_EQ(as[i], 2 * ys[i]);
+  }
+  Tensor w2 = Tensor::rand({96, 48}).realize();  // a product not computed yet
+  EXPECT_EQ(products({x.cast(DType::BFloat16).matmul(w2.cast(DType::BFloat16)).float_()}),
+            std::vector<DType>{DType::Float32});
 }
 
 // Note [split reductions] and Note [split long reductions] in schedule/split_reduce.cpp: the rule

@@ -239,6 +239,38 @@ void realize_product_operands(const Graph& g, NodeSet& realize) {
   }
 }
 
+// Note [products stored rounded]: under mixed precision a product sums in float32 and its one
+// reader rounds the sum to bfloat16 (or float16): `x.matmul(w)` of half operands is a REDUCE_AXIS
+// in float32 cast to the half type, which a Linear widens back to float32 for its caller. Every
+// value read from the sum is then the rounded one, so the sum is stored rounded: the cast is the
+// realize point (the product joins its kernel, as a reduce joins the one reader it has) and its
+// buffer is half the size. GPT-2's activations and logits are such sums; their readers widen the
+// half values as they load them. Where a reader of the cast is itself a realize point (a weight
+// gradient returned in float32) the product stays stored by that reader: moving it would leave a
+// kernel that only widens.
+void store_products_rounded(const Graph& g, NodeSet& realize) {
+  // the one node reading `n`, or null
+  auto only_reader = [&](const UOp* n) -> const UOp* {
+    const auto& readers = readers_of(g, n);
+    return readers.size() == 1 ? readers[0] : nullptr;
+  };
+  for (auto& u : g.order) {
+    if (u->op != Op::REDUCE_AXIS || !realize.count(u.get()) || g.output_set.count(u.get()) ||
+        u->dtype != DType::Float32)
+      continue;
+    const UOp* product = u->src[0].get();
+    while (product->op == Op::CAST) product = product->src[0].get();
+    if (product->op != Op::MUL) continue;
+    const UOp* rounded = only_reader(u.get());  // through the reshape that drops the summed dims
+    while (rounded && rounded->op == Op::RESHAPE && !realize.count(rounded)) rounded = only_reader(rounded);
+    if (!rounded || rounded->op != Op::CAST || !is_half(rounded->dtype) || realize.count(rounded)) continue;
+    const auto& widened = readers_of(g, rounded);
+    if (std::any_of(widened.begin(), widened.end(), [&](const UOp* r) { return realize.count(r) > 0; })) continue;
+    realize.erase(u.get());
+    realize.insert(rounded);
+  }
+}
+
 // Note [where kernels end]: a reduce read once, through elementwise ops and injective views
 // only, by a realize point that is not itself a reduce, joins that realize point's kernel.
 void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
@@ -393,6 +425,7 @@ std::unordered_map<const UOp*, std::vector<UOpPtr>> kernels_with_several_outputs
 NodeSet realize_points(const Graph& g) {
   NodeSet realize = kernel_ends(g);
   realize_product_operands(g, realize);
+  store_products_rounded(g, realize);  // Note [products stored rounded]
   fuse_reduces_into_readers(g, realize);
   if (knobs::ROWFUSE) fuse_rows(g, realize);  // Note [row fusion]
   // Note [shared elementwise chains] in shared_chains.cpp
