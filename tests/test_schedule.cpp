@@ -128,7 +128,7 @@ TEST(Fusion, AResidualStreamIsComputedOnceForItsReaders) {
   EXPECT_EQ(kernels({(a + b).sum(0), (a + b).sum(1)}), 2u);
 }
 
-// Note [products stored rounded]: a bfloat16 product read back in float32 (a Linear under
+// Note [values stored rounded]: a bfloat16 product read back in float32 (a Linear under
 // autocast) is stored rounded, in a bfloat16 buffer, by the product's own kernel; its two readers
 // widen it as they load it. The values are those of the product rounded, as before; a product
 // whose float32 result is itself an output keeps its float32 buffer.

@@ -259,47 +259,6 @@ UOpPtr with_bf16_buffers(const UOp& product) {
   return changed ? with_src(product, std::move(src)) : nullptr;
 }
 
-// The bfloat16 node that product operand `side` widens to float32 (below its views, a float32
-// cast of it, and the views below that cast), or null where the operand is not one.
-const UOp* widened_bf16_source(const UOpPtr& side) {
-  const UOp* n = side.get();
-  bool widened = false;
-  for (; !n->realized; n = n->src[0].get()) {
-    if (op_group(n->op) == OpGroup::Movement) continue;
-    if (widened || n->op != Op::CAST || n->dtype != DType::Float32 || n->src[0]->dtype != DType::BFloat16) break;
-    widened = true;
-  }
-  return widened && n->dtype == DType::BFloat16 ? n : nullptr;
-}
-
-// Whether bfloat16 node `n` rounds a float32 value in the kernel that reads it.
-bool rounds_float32(const UOp& n) { return !n.realized && n.op == Op::CAST && n.src[0]->dtype == DType::Float32; }
-
-// Note [mixed library operands]: a library product takes two bfloat16 operands, or two float32
-// ones that it rounds itself (MatmulSpec::inputs_bf16), never one of each. Mixed precision makes
-// such pairs: a bfloat16 activation (attention's output) times a float32 weight or gradient
-// rounded to bfloat16 in the product's kernel (c_proj's forward product and its weight gradient
-// in GPT-2), which then ran as generated kernels at a tenth of the library's speed. The pair may
-// appear only once the operands are rebuilt: attention's output is rounded from float32 too, but
-// inside the contiguous copy the library needs of it (Note [library operands]), which leaves a
-// bfloat16 buffer. So on a device whose products run through its library, each product with
-// such a copy or such a pair is looked at again after its sources are rebuilt, and the operand
-// still rounded in the product is rounded into a bfloat16 buffer first (with_bf16_buffer: one
-// pass over it); both are then loaded as bfloat16.
-// `product` with that operand in a buffer, or null where its operands are not such a pair.
-UOpPtr with_rounded_operand_buffer(const UOp& product) {
-  if (product.src.size() != 2) return nullptr;
-  const UOp* a = widened_bf16_source(product.src[0]);
-  const UOp* b = widened_bf16_source(product.src[1]);
-  if (!a || !b || rounds_float32(*a) == rounds_float32(*b)) return nullptr;
-  std::vector<UOpPtr> src = product.src;
-  UOpPtr& rounded = rounds_float32(*a) ? src[0] : src[1];
-  UOpPtr buffered = with_bf16_buffer(rounded);
-  if (!buffered) return nullptr;
-  rounded = buffered;
-  return with_src(product, std::move(src));
-}
-
 // `u` over the rebuilt nodes of its sources, or `u` itself where none of them was rebuilt.
 UOpPtr over_rebuilt_sources(const UOpPtr& u, const std::unordered_map<const UOp*, UOpPtr>& replaced) {
   auto rebuilt = [&](const UOpPtr& s) { return replaced.count(s.get()) > 0; };
@@ -326,7 +285,6 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
   std::unordered_map<const UOp*, std::pair<ProductForm, const DevicePolicy*>> products;
   std::unordered_set<const UOp*> bf16_products;     // Note [bfloat16 operands in buffers]
   std::unordered_set<const UOp*> library_copies;  // nodes to copy: Note [library operands]
-  std::unordered_set<const UOp*> mixed_products;  // Note [mixed library operands]
   for (auto& u : order) {
     if (u->op != Op::REDUCE_AXIS || is_input(u.get())) continue;
     auto form = product_of(*u);
@@ -334,21 +292,16 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
     if (form && (policy.pad_aliasing_rows || policy.copy_transposed_b)) products.emplace(form->mul, std::make_pair(*form, &policy));
     const UOp* mul = summed_product(*u);
     if (mul && policy.cpu.bf16_dot && reads_bf16(*mul)) bf16_products.insert(mul);
-    if (mul && runs_library_products(u->device)) {
-      bool copied = false;  // a copy may hold an operand's rounding (Note [mixed library operands])
+    if (mul && runs_library_products(u->device))
       for (auto& side : mul->src)
-        if (const UOp* node = library_copy_point(side)) library_copies.insert(node), copied = true;
-      if (copied || with_rounded_operand_buffer(*mul)) mixed_products.insert(mul);
-    }
+        if (const UOp* node = library_copy_point(side)) library_copies.insert(node);
   }
-  if (products.empty() && bf16_products.empty() && library_copies.empty() && mixed_products.empty())
-    return std::nullopt;
+  if (products.empty() && bf16_products.empty() && library_copies.empty()) return std::nullopt;
   // The rebuild below changes a product only where it is relaid out, or a node under it changed;
   // so where no product of the graph as it is would be, nothing changes (a small MLP's products:
   // B too small to pad, A too few rows to copy B for), and the walk over every node is skipped.
   auto relaid = [](const auto& p) { return padded_product(*p.first, p.second.first, *p.second.second) != nullptr; };
-  if (bf16_products.empty() && library_copies.empty() && mixed_products.empty() &&
-      std::none_of(products.begin(), products.end(), relaid))
+  if (bf16_products.empty() && library_copies.empty() && std::none_of(products.begin(), products.end(), relaid))
     return std::nullopt;
   // Note [products above products]: rebuild every node, sources first, and relay a product out
   // after its own sources were rebuilt: an MLP's second product reads the first one's rebuilt
@@ -362,8 +315,6 @@ std::optional<PaddedRows> pad_aliasing_rows(const std::vector<UOpPtr>& outputs, 
     UOpPtr now = over_rebuilt_sources(u, replaced);
     if (bf16_products.count(u.get()))
       if (auto buffered = with_bf16_buffers(*now)) now = buffered;
-    if (mixed_products.count(u.get()))
-      if (auto buffered = with_rounded_operand_buffer(*now)) now = buffered;
     if (library_copies.count(u.get())) now = lazy::contiguous(now);
     if (auto p = products.find(u.get()); p != products.end())
       if (auto padded = padded_product(*now, p->second.first, *p->second.second)) now = padded;
