@@ -293,6 +293,23 @@ TEST(LibraryOperands, MixedPrecisionProductsReadTwoBFloat16Buffers) {
   EXPECT_EQ(library_products({loss, loss.gradients({w})[0]}), 2);  // the forward product and dW
 }
 
+// A half product with its bias and relu is one kernel that the library runs (the epilogue
+// fused), its sum never stored by itself (Note [values stored rounded] leaves it there).
+TEST(LibraryOperands, HalfProductWithBiasAndReluStaysOneKernel) {
+  const std::string& dev = library_device();
+  Tensor a = input({64, 80}, 1, DType::BFloat16).to(dev).realize();
+  Tensor b = input({48, 80}, 2, DType::BFloat16).to(dev).realize();
+  Tensor bias = input({48}, 3, DType::BFloat16).to(dev).realize();
+  Tensor out = (a.matmul(b.T()) + bias).relu();
+  EXPECT_EQ(create_schedule({out.uop()}).size(), 1u);
+  EXPECT_EQ(library_products({out}), 1);
+  Tensor from_f32 = input({96, 160}, 4).to(dev).realize(), w = input({64, 160}, 5).to(dev).realize();
+  Tensor b32 = input({64}, 6).to(dev).realize();
+  Tensor out32 = from_f32.cast(DType::BFloat16).matmul(w.cast(DType::BFloat16).T()).float_() + b32;
+  EXPECT_EQ(create_schedule({out32.uop()}).size(), 1u);
+  EXPECT_EQ(library_products({out32}), 1);
+}
+
 // ---- CUDA ------------------------------------------------------------------------------------
 
 struct Case {

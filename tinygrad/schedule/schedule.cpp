@@ -247,7 +247,9 @@ void realize_product_operands(const Graph& g, NodeSet& realize) {
 // realize point with a rounding cast as its one reader (through the reshape that drops a
 // reduce's summed dims) is stored rounded: the cast becomes the realize point, the value is
 // computed in the cast's kernel (a reduce joins it, as a reduce joins the one reader it has) and
-// its buffer is half the size, with the same values. GPT-2's activations, logits and the
+// its buffer is half the size, with the same values. Reduces that joined a reader's kernel
+// already (a product with its bias and relu, Note [where kernels end]) have no buffer to shrink
+// and are left there. GPT-2's activations, logits and the
 // products' computed operands are such values; their readers widen them as they load them, and
 // a product then reads two half buffers. Where a reader of the cast is itself a realize point (a
 // weight gradient returned in float32) the value stays where it is: moving it would leave a
@@ -464,10 +466,10 @@ std::unordered_map<const UOp*, std::vector<UOpPtr>> kernels_with_several_outputs
 NodeSet realize_points(const Graph& g) {
   NodeSet realize = kernel_ends(g);
   realize_product_operands(g, realize);
-  store_values_rounded(g, realize);  // Note [values stored rounded]
-  realize_rounded_partners(g, realize);  // Note [mixed library operands]
   fuse_reduces_into_readers(g, realize);
   if (knobs::ROWFUSE) fuse_rows(g, realize);  // Note [row fusion]
+  store_values_rounded(g, realize);  // Note [values stored rounded]
+  realize_rounded_partners(g, realize);  // Note [mixed library operands]
   // Note [shared elementwise chains] in shared_chains.cpp
   realize_shared_chains(g.order, realize, [](const UOp* u) { return has_buffer(u); });
   return realize;
