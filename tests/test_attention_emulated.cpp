@@ -106,6 +106,15 @@ static void tg_ldsm4_any(unsigned* r, const unsigned short* p, bool trans) {
   }
   w.bar->arrive_and_wait();
 }
+// cp.async, synchronously: a copy of `bytes` bytes, or zeros where the row is past the end.
+static void tg_cp_any(unsigned short* dst, const unsigned short* src, bool valid, int bytes) {
+  if (valid) std::memcpy(dst, src, bytes);
+  else std::memset(dst, 0, bytes);
+}
+static void tg_cp16(unsigned short* dst, const unsigned short* src, bool valid) { tg_cp_any(dst, src, valid, 16); }
+static void tg_cp4(unsigned short* dst, const unsigned short* src, bool valid) { tg_cp_any(dst, src, valid, 4); }
+static void tg_cp_commit() {}
+static void tg_cp_wait_all_but_last() {}
 static void tg_ldsm4(unsigned* r, const unsigned short* p) { tg_ldsm4_any(r, p, false); }
 static void tg_ldsm4_t(unsigned* r, const unsigned short* p) { tg_ldsm4_any(r, p, true); }
 )";

@@ -50,6 +50,19 @@ static __device__ __forceinline__ void tg_ldsm4_t(unsigned* r, const unsigned sh
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(p)));
 }
+// Asynchronous copies into shared memory (cp.async): 16 bytes, or 4 where the source is not
+// 16-byte aligned; `valid` false writes zeros. A group is committed per block; waiting for all
+// but the last group leaves the newest block's copies in flight.
+static __device__ __forceinline__ void tg_cp16(unsigned short* dst, const unsigned short* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+static __device__ __forceinline__ void tg_cp4(unsigned short* dst, const unsigned short* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 4 : 0));
+}
+static __device__ __forceinline__ void tg_cp_commit() { asm volatile("cp.async.commit_group;"); }
+static __device__ __forceinline__ void tg_cp_wait_all_but_last() { asm volatile("cp.async.wait_group 1;"); }
 #define KS (E + 8)
 #define VS (EV + 8)
 )";
@@ -149,10 +162,52 @@ std::string load_block(const Walk& w, const Side& side, const char* into, const 
                            {"block", w.block}, {"count", side.count}, {"value", value}});
 }
 
-// The forward's and dQ's blocks: k and v.
+// Note [staged key blocks]: the forward's and dQ's blocks of k and v are copied into shared
+// memory by cp.async, two stages deep: while a block is multiplied, the next one is on its way
+// (the copies of a block synchronously, then the products, left the tensor cores idle while
+// each block arrived). `ks` and `vs` point at the current stage; 16-byte copies where q, k and v
+// are 16-byte aligned (rows of E 16-bit elements, E a multiple of 16), 4-byte ones otherwise.
+constexpr const char* STAGE_BLOCK = R"(    for (int i = threadIdx.x; i < 64 * (${width} / ${per}); i += 128) {
+      const int j = i / (${width} / ${per}), c = i % (${width} / ${per}) * ${per};
+      const bool in = ${block} + j < SK;
+      tg_cp${bytes}(${into} + j * ${pitch} + c, in ? ${src} + (kb + ${block} + j) * ${width} + c : ${src}, in);
+    }
+)";
+
+std::string stage_block(const char* block, const char* src, const char* into, const char* pitch, const char* width) {
+  std::string wide = fill(STAGE_BLOCK, {{"per", "8"}, {"bytes", "16"}, {"block", block}, {"src", src},
+                                        {"into", into}, {"pitch", pitch}, {"width", width}});
+  std::string narrow = fill(STAGE_BLOCK, {{"per", "2"}, {"bytes", "4"}, {"block", block}, {"src", src},
+                                          {"into", into}, {"pitch", pitch}, {"width", width}});
+  return "    if (aligned) {\n" + wide + "    } else {\n" + narrow + "    }\n";
+}
+
+// Stages block `block` of k and v into stage `stage` and commits the copies as one group.
+std::string stage_keys(const char* block, const char* stage) {
+  std::string ks = std::string("ks_stages + ") + stage + " * 64 * KS", vs = std::string("vs_stages + ") + stage + " * 64 * VS";
+  return stage_block(block, "k", ks.c_str(), "KS", "E") + stage_block(block, "v", vs.c_str(), "VS", "EV") +
+         "    tg_cp_commit();\n";
+}
+
+constexpr const char* KEY_WALK_STAGED = R"(  const int kend = CAUSAL ? min(SK, first + 64) : SK;
+  const bool aligned = (((unsigned long long)k | (unsigned long long)v) & 15) == 0;
+  {
+${first}  }
+  for (int k0 = 0, stage = 0; k0 < kend; k0 += 64, stage ^= 1) {
+    __syncthreads();
+    if (k0 + 64 < kend) {
+${next}    } else {
+      tg_cp_commit();
+    }
+    tg_cp_wait_all_but_last();
+    __syncthreads();
+    const unsigned short* ks = ks_stages + stage * 64 * KS;
+    const unsigned short* vs = vs_stages + stage * 64 * VS;
+)";
+
+// The forward's and dQ's walk over blocks of k and v (Note [staged key blocks]).
 std::string key_walk() {
-  return walk(KEY_WALK,
-              load_block(KEY_WALK, KEYS, "ks", "KS", "E") + load_block(KEY_WALK, VALUES, "vs", "VS", "EV"));
+  return fill(KEY_WALK_STAGED, {{"first", stage_keys("0", "0")}, {"next", stage_keys("k0 + 64", "(stage ^ 1)")}});
 }
 
 // A product of the warp's A fragments `a` with a staged block's rows (in `smem`), into the 8
@@ -234,8 +289,8 @@ std::string ds_lines(const std::string& ds, const std::string& dp, const std::st
 
 // Note [tensor-core attention]: the forward pass.
 constexpr const char* FORWARD = R"(
-${signature}  __shared__ __align__(16) unsigned short ks[64 * KS];
-  __shared__ __align__(16) unsigned short vs[64 * VS];
+${signature}  __shared__ __align__(16) unsigned short ks_stages[2 * 64 * KS];
+  __shared__ __align__(16) unsigned short vs_stages[2 * 64 * VS];
 ${ids}  unsigned qa[E / 16][4];
 ${q_fragments}  float o[EV / 8][4];
 ${zero_o}  float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.0f, l1 = 0.0f;
@@ -296,8 +351,8 @@ std::string forward() {
 // float32) beside q's: S = q k^T and dP = dO v^T per key block, dS = P * (dP - D) with P =
 // exp(S - L), and dQ += dS k with dS as the A fragments.
 constexpr const char* BACKWARD_Q = R"(
-${signature}  __shared__ __align__(16) unsigned short ks[64 * KS];
-  __shared__ __align__(16) unsigned short vs[64 * VS];
+${signature}  __shared__ __align__(16) unsigned short ks_stages[2 * 64 * KS];
+  __shared__ __align__(16) unsigned short vs_stages[2 * 64 * VS];
 ${ids}  unsigned qa[E / 16][4], da[EV / 16][4];
 ${q_fragments}#pragma unroll
   for (int kk = 0; kk < EV / 16; kk++) {
