@@ -7,6 +7,8 @@
 #include <functional>
 #include <map>
 
+#include <sys/resource.h>
+
 #include <nlohmann/json.hpp>
 
 #include "launcher/registry.h"
@@ -25,6 +27,19 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
+// The process's CPU time so far (user and system, every thread), in milliseconds.
+double process_cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3; };
+  return ms(u.ru_utime) + ms(u.ru_stime);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // Runs step() (which must realize its results) `reps` times after one warm-up, in place. Each
 // step ends with a synchronize of the default device, so GPU kernels are timed to completion.
 BenchResult measure(const std::string& name, int reps, const std::function<void()>& step_fn) {
@@ -38,14 +53,16 @@ BenchResult measure(const std::string& name, int reps, const std::function<void(
   step();
   r.first_ms = ms_since(t0);
   step();
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   for (int i = 0; i < reps; i++) {
     auto t = Clock::now();
+    double c = process_cpu_ms();
     step();
     times.push_back(ms_since(t));
+    cpu_times.push_back(process_cpu_ms() - c);
   }
-  std::sort(times.begin(), times.end());
-  r.ms = times[times.size() / 2];
+  r.ms = median(times);
+  r.cpu_ms = median(cpu_times);
   return r;
 }
 
@@ -292,7 +309,7 @@ std::vector<BenchResult> run_bench(const std::vector<std::string>& names, int re
 }
 
 std::string bench_json(const BenchResult& r) {
-  nlohmann::json j{{"name", r.name}, {"ms", r.ms}, {"first_ms", r.first_ms}};
+  nlohmann::json j{{"name", r.name}, {"ms", r.ms}, {"cpu_ms", r.cpu_ms}, {"first_ms", r.first_ms}};
   if (r.gflops > 0) j["gflops"] = r.gflops;
   if (r.gbps > 0) j["gbps"] = r.gbps;
   if (r.peak_mb > 0) j["peak_mb"] = r.peak_mb;

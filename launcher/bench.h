@@ -10,6 +10,7 @@ namespace tg::launcher {
 struct BenchResult {
   std::string name;
   double ms = 0;          // median milliseconds per repetition
+  double cpu_ms = 0;      // median CPU time per repetition (every thread's; a loaded machine stretches ms, not this)
   double gflops = 0;      // 0 when not a measure of this workload
   double gbps = 0;
   double first_ms = 0;    // the first repetition, compilation included

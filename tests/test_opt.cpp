@@ -258,6 +258,27 @@ TEST(Opt, HandCodedOptsBlockALargeMatmul) {
   EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(c.matmul(d)).ast)), "UPCAST(0,4) UPCAST(1,16)");
 }
 
+// Note [blocks of B panels] in codegen/opt_block.cpp: a B read from panels of the tile's width
+// (the layout of Note [B panels] in schedule/padded_rows.cpp, made here by hand) gets K blocks of
+// a panel in 1/16 of the L2 instead of half the L1, and keeps the product's result.
+TEST(Opt, HandCodedOptsBlockAMatmulOfBPanels) {
+  // B: 2.3 MB, rows of 1152 bytes (not padded); 16 rows of A (too few for a copy of B)
+  Tensor a = realized_randn({16, 2048}, 40), b = realized_randn({2048, 288}, 41);
+  Tensor copy = b.reshape({2048, 18, 16}).permute({1, 0, 2}).contiguous().realize();
+  Tensor panels = copy.permute({1, 0, 2}).reshape({2048, 288});
+  ScheduleItem item = only_kernel(a.matmul(panels));
+  auto opts = hand_coded_opts(item.ast);  // an AVX2 core's: 32 KB L1, 1 MB L2, 16-lane tiles
+  EXPECT_EQ(opts_str(opts), "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,1024) UPCAST(4,4) UPCAST(3,16)");
+  expect_close(run_with(item, opts), run_with(item, {}), 1e-3);
+  // the same B with its rows: K blocks of a K x 16 panel in half the L1
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(a.matmul(b)).ast)),
+            "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,256) UPCAST(4,4) UPCAST(3,16)");
+  // panels of another width than the tile's are rows to it
+  CpuLimits avx512{.vector_bits = 512, .vector_registers = 32};
+  EXPECT_EQ(opts_str(hand_coded_opts(item.ast, avx512)),
+            "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,128) UPCAST(4,8) UPCAST(3,32)");
+}
+
 TEST(Opt, BadBlocksAreNamed) {
   Tensor a = realized_randn({6, 10}, 30), b = realized_randn({10, 4}, 31);
   ScheduleItem mm = only_kernel(a.matmul(b)), mx = only_kernel(a.max(1));

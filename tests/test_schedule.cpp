@@ -253,7 +253,8 @@ TEST(Fusion, ComputedMatmulOperandIsRealizedOnTheCpu) {
 }
 
 // Note [padded B rows] in schedule/padded_rows.cpp: a large B whose rows are a multiple of 1 KB is
-// copied into padded rows first on the CPU (one kernel more), and the product reads a view of the copy.
+// copied first on the CPU (one kernel more: panels of the tile's width for float32, Note [B
+// panels]), and the product reads a view of the copy.
 TEST(Fusion, LargeMatmulReadsBFromPaddedRowsOnTheCpu) {
   Tensor a = Tensor::randn({8, 256}).realize(), b = Tensor::randn({256, 512}).realize();  // B: 512 KB
   Tensor c = Tensor::randn({256, 520}).realize(), w = Tensor::randn({512, 256}).realize();
@@ -281,13 +282,15 @@ size_t written_buffers(const Tensor& t, int64_t numel, DType dtype) {
 }
 }  // namespace
 
-// Note [the matmul form] in schedule/padded_rows.cpp: the scheduler pads a matmul's B in its own
-// type (one cache line: 16 float32 or 32 bfloat16 columns more), only where the device policy
-// says so; a batched B and the products of the backward pass read theirs as it is.
+// Note [the matmul form] in schedule/padded_rows.cpp: the scheduler relays a matmul's B out in its
+// own type, only where the device policy says so: float32 into panels of the tile's width (Note
+// [B panels]: as many elements), bfloat16 into rows padded by one cache line (32 columns more); a
+// batched B and the products of the backward pass read theirs as it is.
 TEST(Fusion, SchedulerPadsTheRowsOfAMatmulsB) {
   if (!get_device(default_device()).policy().pad_aliasing_rows) GTEST_SKIP() << "the device keeps B's layout";
   Tensor a = Tensor::randn({8, 256}).realize(), b = Tensor::randn({256, 512}).realize();
-  EXPECT_EQ(written_buffers(a.matmul(b), 256 * 528, DType::Float32), 1u);
+  EXPECT_EQ(written_buffers(a.matmul(b), 256 * 512, DType::Float32), 1u);
+  EXPECT_EQ(written_buffers(a.matmul(b), 256 * 528, DType::Float32), 0u);
   Tensor ah = Tensor::randn({8, 512}, {.dtype = DType::BFloat16}).realize();
   Tensor bh = Tensor::randn({512, 512}, {.dtype = DType::BFloat16}).realize();
   EXPECT_EQ(written_buffers(ah.matmul(bh), 512 * 544, DType::BFloat16), 1u);

@@ -39,6 +39,19 @@ namespace tg {
 // so each B panel is read from memory once per row block and then MB/R times from L1.
 // KBLOCK also bounds the rows of B one panel touches to KB (page-table reach: a 2048-wide B
 // has one 8 KB row per k).
+//
+// Note [blocks of B panels]: where B is read from panels (Note [B panels] in
+// schedule/padded_rows.cpp: a tile's K x 16 or K x 32 columns of B are one contiguous run), the
+// panel streams from the L2 as well as it sits in the L1 (the hardware prefetchers follow it), so
+// the K block is no longer bounded by the L1: it is sized so that a panel takes 1/16 of the L2
+// (panel_k_block), and the row block so that the A block (MB x KB) takes half the L2 with the K
+// block chosen (a_block_bytes). What a larger K block saves is the output's traffic: every K
+// block reads and writes the whole output block again (C is 16 MB at 2048^2, far from the L2).
+// On the 2-core Intel Xeon (2 MB L2, 48 KB L1, loaded by other builds), a 2048 matmul's CPU time
+// per product went from about 173 ms (KB 128, MB 128) to about 145 ms with KB 512 / MB 256 and
+// 130 ms with KB 1024 / MB 256 (the sizes this rule gives); KB 256 / MB 512 took 165 ms. Under
+// CPU_ISA=avx2 the same rule (KB 1024, MB 256) took 212-219 ms against 242-250 with KB 256 /
+// MB 64. B read with padded rows keeps the L1-bounded sizes above.
 
 namespace {
 
@@ -110,6 +123,22 @@ UOpPtr block_reduce(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
   return graph_rewrite(make_uop(Op::SINK, DType::Float32, stores), symbolic());
 }
 
+namespace {
+
+// Note [blocks of B panels]: whether B, the load that moves along the tile's columns and the
+// reduce, reads a contiguous panel: one step of the reduce moves it by the tile's width.
+bool reads_b_panels(const UOpPtr& ast, const KernelAxis& wide, int64_t wide_lanes, const KernelAxis& red) {
+  for (auto& n : toposort({ast})) {
+    if (n->op != Op::LOAD) continue;
+    auto in = ranges_in(n->src[1]);
+    if (in.count(wide.range.get()) && in.count(red.range.get()))
+      return index_stride(n->src[1], red.range) == wide_lanes && index_stride(n->src[1], wide.range) == 1;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, int64_t wide_lanes,
                                     const KernelAxis& rows, int64_t row_lanes, const KernelAxis& red,
                                     const CpuTiles& tiles) {
@@ -117,11 +146,13 @@ std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, i
   std::vector<Opt> tile{{OptOp::UPCAST, rows.id, row_lanes}, {OptOp::UPCAST, wide.id, wide_lanes}};
   // B, the operand that moves along the wide loop and the reduce, is what the blocks keep in cache
   if (wide.size * red.size * 4 < tiles.min_panel_bytes || rows.size < 2 * row_lanes) return tile;
+  const bool panels = reads_b_panels(ast, wide, wide_lanes, red);  // Note [blocks of B panels]
   int64_t mb = 0, kb = 0;
-  for (int64_t b = tiles.row_block; b >= row_lanes && !mb; b--)
-    if (b % row_lanes == 0 && rows.size % b == 0 && rows.size / b >= 2) mb = b;
-  for (int64_t b = tiles.k_block; b >= MIN_K_BLOCK && !kb; b--)
+  for (int64_t b = panels ? tiles.panel_k_block : tiles.k_block; b >= MIN_K_BLOCK && !kb; b--)
     if (red.size % b == 0 && red.size / b >= 2) kb = b;
+  const int64_t row_block = panels && kb ? tiles.a_block_bytes / (kb * 4) : tiles.row_block;
+  for (int64_t b = row_block; b >= row_lanes && !mb; b--)
+    if (b % row_lanes == 0 && rows.size % b == 0 && rows.size / b >= 2) mb = b;
   if (!mb) return tile;
   const int64_t next = next_range_id(ast);
   const int64_t wide_inner = next, rows_inner = next + 1;  // the ids BLOCK gives the inner loops
