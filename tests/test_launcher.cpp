@@ -317,7 +317,8 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
 
 TEST(LauncherInfo, NamesFeaturesDevicesAndKnobs) {
   std::string info = info_text();
-  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: ", "rendezvous store: "})
+  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: ", "rendezvous store: ",
+                           "copies between the devices of a process", "  CPU -> CPU:1: through host\n"})
     EXPECT_NE(info.find(want), std::string::npos) << want << "\n" << info;
 }
 
