@@ -315,15 +315,15 @@ TupleCollectives tuple_collectives(const std::vector<std::string>& named) {
   return c.tuples[key] = out;
 }
 
-// ---- copies between devices (Note [copies between devices]) --------------------------------------
+// ---- copies between devices (Note [copies between devices]) -------------------------------------
 
 // Note [copies between devices]: a COPY item (Tensor::to, the multi-device rewrite's gathers and
-// exchanges, a reshard) moves a buffer's bytes to another device. Between two devices of one
-// backend that both have Feature::PeerCopy (the GPUs of a process: CUDA, CUDA:1) the destination
-// copies on the devices (Device::copy_from): on CUDA, cuMemcpyPeerAsync on its stream, through
-// the GPUs' peer access where they have it and staged by the driver where not; the host neither
-// waits nor touches the bytes. A copy between two buffers of one such device is the device's own
-// copy. Every other pair (CPU <-> CUDA, CPU:n among themselves, CUDA and OpenCL) goes through
+// exchanges, a shard from one device) moves a buffer's bytes to another device. Between two
+// devices of one backend that both have Feature::PeerCopy (the GPUs of a process: CUDA, CUDA:1)
+// the destination copies on the devices (Device::copy_from): on CUDA, cuMemcpyPeerAsync on its
+// stream, through the GPUs' peer access where they have it and staged by the driver where not;
+// the host neither waits nor touches the bytes. A copy between two buffers of one such device is
+// the device's own copy. Every other pair (CPU <-> CUDA, CPU:n among themselves, CUDA and OpenCL) goes through
 // host memory: copy_out, which waits for the source device, then copy_in. A copy on the devices
 // keeps the order a host copy had: the destination waits for the work queued on the source
 // before it, and the source's later work waits for the copy (that work may reuse the source's

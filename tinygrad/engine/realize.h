@@ -18,7 +18,7 @@ struct GlobalCounters {
   uint64_t kernels_scheduled = 0;
   uint64_t kernels_run = 0;
   uint64_t copies = 0;
-  uint64_t device_copies = 0;  // of those, the ones that ran on the devices (Note [copies between devices] in device.cpp)
+  uint64_t device_copies = 0;  // of those, the ones run on the devices (Note [copies between devices])
   uint64_t collectives = 0;
   double kernel_seconds = 0;  // only measured at DEBUG>=2
   static GlobalCounters& get();
