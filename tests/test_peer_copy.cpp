@@ -117,6 +117,9 @@ TEST_F(PeerCopy, KindFollowsTheFeatureAndTheBackend) {
   EXPECT_EQ(describe_copy("DMA:1", "DMA:1"), "same device");
   EXPECT_EQ(describe_copy("DMA", "CPU"), "through host");
   EXPECT_STREQ(copy_kind_name(CopyKind::ThroughHost), "through host");
+  KnobScope off(knobs::PEER_COPY, 0);
+  EXPECT_EQ(copy_kind("DMA", "DMA:1"), CopyKind::ThroughHost);
+  EXPECT_EQ(copy_kind("DMA", "DMA"), CopyKind::ThroughHost);
 }
 
 TEST_F(PeerCopy, ADeviceWithoutTheFeatureRefuses) {
@@ -157,6 +160,14 @@ TEST_F(PeerCopy, ToAnotherDeviceCopiesOnTheDevices) {
   EXPECT_EQ(y.device(), "DMA:1");
   expect_near(y.to_vector<float>(), v, 0);
   expect_near((y * 2).to("DMA:2").to_vector<float>(), (Tensor::from_vector(v, {5, 7}) * 2).to_vector<float>(), 0);
+  // PEER_COPY=0: the same copy through the host
+  KnobScope off(knobs::PEER_COPY, 0);
+  const size_t seen_before = seen().size();
+  before = copies_now();
+  expect_near((y * 3).to("DMA:3").to_vector<float>(), (Tensor::from_vector(v, {5, 7}) * 3).to_vector<float>(), 0);
+  EXPECT_EQ(seen().size(), seen_before);
+  EXPECT_EQ(copies_since(before).all, 1u);
+  EXPECT_EQ(copies_since(before).on_devices, 0u);
 }
 
 TEST_F(PeerCopy, ACopyWithinADeviceRunsOnIt) {

@@ -330,13 +330,14 @@ TupleCollectives tuple_collectives(const std::vector<std::string>& named) {
 // memory: the pool hands freed blocks out again). A device graph that records a peer copy
 // (runtime/cuda_graph.cpp) makes those two waits around its launch instead, since a capture
 // cannot wait on work queued outside it. DEBUG=1 prints each copy with its kind; `tg info`
-// lists the kind between the machine's devices.
+// lists the kind between the machine's devices; PEER_COPY=0 sends every copy through the host.
 
 void Device::copy_from(void* /*dst*/, Device& from, const void* /*src*/, size_t /*bytes*/) {
   TG_ASSERT(false, name(), " cannot copy from ", from.name(), " on the devices (it has no Feature::PeerCopy)");
 }
 
 CopyKind copy_kind(const std::string& src, const std::string& dst) {
+  if (!knobs::PEER_COPY) return CopyKind::ThroughHost;
   const std::string s = canonical_device(src), d = canonical_device(dst);
   if (!get_device(s).supports(Feature::PeerCopy) || !get_device(d).supports(Feature::PeerCopy))
     return CopyKind::ThroughHost;
