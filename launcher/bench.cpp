@@ -107,6 +107,26 @@ BenchResult copy(const std::string& name, const Shape& shape, int reps) {
   return r;
 }
 
+// 256 MiB from the default device to the next device of its backend (CUDA -> CUDA:1, CUDA:1 ->
+// CUDA), peer to peer or, with PEER_COPY=0, through the host (Note [copies between devices]); the
+// destination is synchronized too, so the copy is timed to completion.
+BenchResult copy_peer(const std::string& name, int reps) {
+  const std::string from = default_device();
+  const std::string base = from.substr(0, from.find(':'));
+  const int devices = device_count(base);
+  TG_CHECK(devices >= 2, "tg bench ", name, ": needs two ", base, " devices, found ", devices);
+  const std::string to = from == base ? base + ":1" : base;
+  const int64_t n = int64_t{64} << 20;
+  Tensor x = Tensor::randn({n}).realize();
+  Device& dst = get_device(to);
+  BenchResult r = measure(name, reps, [&] {
+    x.to(to).realize();
+    dst.synchronize();
+  });
+  r.gbps = 4.0 * static_cast<double>(n) / (r.ms * 1e6);
+  return r;
+}
+
 // A GPT training step on batch b of t random tokens: forward, cross-entropy, backward, AdamW
 // (weight decay on matrices only), replayed by the JIT; `dtype` is the model's compute dtype.
 BenchResult gpt_step(const std::string& name, int reps, const nn::GPTConfig& c, int64_t b, int64_t t,
@@ -251,6 +271,7 @@ const std::map<std::string, Workload>& workloads() {
       {"elementwise_8192", {[](int reps) { return elementwise("elementwise_8192", {8192, 8192}, reps); }, false}},
       {"copy", [](int reps) { return copy("copy", {STREAM_N}, reps); }},
       {"copy_8192", {[](int reps) { return copy("copy_8192", {8192, 8192}, reps); }, false}},
+      {"copy_peer", {[](int reps) { return copy_peer("copy_peer", reps); }, false}},
       {"softmax", [](int reps) { return row_op("softmax", {4096, 1024}, reps, softmax); }},
       {"softmax_8192", {[](int reps) { return row_op("softmax_8192", {8192, 8192}, reps, softmax); }, false}},
       {"layernorm", [](int reps) { return row_op("layernorm", {4096, 1024}, reps, layernorm); }},

@@ -20,8 +20,9 @@ struct BenchResult {
 
 // Workloads: mlp_step, cnn_step, gpt_char_step, matmul_1024, matmul_2048, elementwise, copy, softmax,
 // layernorm, conv2d, mlp_step_b16, and, sized for a GPU and run only when named, matmul_8192_bf16,
-// matmul_8192_fp16, copy_8192, elementwise_8192, softmax_8192 and layernorm_8192. An empty list
-// runs all the others.
+// matmul_8192_fp16, copy_8192, elementwise_8192, softmax_8192 and layernorm_8192, and copy_peer
+// (256 MiB from the default device to the next of its backend, CUDA -> CUDA:1; PEER_COPY=0 for
+// the host path). An empty list runs all the others.
 std::vector<std::string> bench_names();
 // The workloads `tg bench` runs when none is named: all but the GPU-sized ones.
 std::vector<std::string> default_bench_names();

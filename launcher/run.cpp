@@ -256,6 +256,19 @@ std::vector<std::vector<std::string>> info_tuples() {
   if (!gpus.empty()) out.push_back(gpus);
   return out;
 }
+
+// The device pairs `tg info` says the copies of: two virtual CPU devices, the host and the first
+// GPU, and every pair of GPUs (Note [copies between devices]).
+std::vector<std::pair<std::string, std::string>> info_copy_pairs() {
+  std::vector<std::pair<std::string, std::string>> out{{"CPU", "CPU:1"}};
+  const auto tuples = info_tuples();
+  if (tuples.size() < 2) return out;
+  const auto& gpus = tuples[1];
+  out.emplace_back("CPU", gpus[0]);
+  for (size_t i = 0; i < gpus.size(); i++)
+    for (size_t j = i + 1; j < gpus.size(); j++) out.emplace_back(gpus[i], gpus[j]);
+  return out;
+}
 }  // namespace
 
 std::string info_text() {
@@ -291,6 +304,15 @@ std::string info_text() {
     os << "  " << join_devices(tuple) << ": ";
     try {
       os << tuple_collectives(tuple).describe() << "\n";
+    } catch (const std::exception& e) {
+      os << "unavailable (" << e.what() << ")\n";
+    }
+  }
+  os << "copies between the devices of a process (Note [copies between devices]):\n";
+  for (const auto& [src, dst] : info_copy_pairs()) {
+    os << "  " << src << " -> " << dst << ": ";
+    try {
+      os << describe_copy(src, dst) << "\n";
     } catch (const std::exception& e) {
       os << "unavailable (" << e.what() << ")\n";
     }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh: on a machine with an NVIDIA GPU, builds everything (without LLVM), runs every
 # test labelled gpu (the CUDA suites, the backend suites' _cuda variants, the nccl suites under mpirun,
-# NCCL between the GPUs of the process: test_multi_cuda_1gpu, and test_multi_cuda with 2+ GPUs),
+# NCCL between the GPUs of the process: test_multi_cuda_1gpu, and test_multi_cuda with 2+ GPUs;
+# copies within a GPU and peer copies between GPUs, alone and in CUDA graphs: test_peer_copy_cuda_1gpu,
+# and test_peer_copy_cuda with 2+ GPUs),
 # trains configs/fmnist_mlp.yaml on CUDA and on the CPU, and trains the CNN data-parallel over NCCL at
 # world size 1 (ddp and zero1 under mpirun: replayed CUDA graphs with the NCCL work inside; ddp under
 # tg launch, NCCL bootstrapped through the rendezvous store; parameters against the run without
@@ -24,6 +26,7 @@ cmake --build build -j"$(nproc)" >> "$OUT/build.log" 2>&1 || { log "build failed
 log "build: $((SECONDS - t0)) s"
 build/launcher/tg info 2>&1 | grep -E -A1 "^  CUDA|^NCCL|^process-group" | tee -a "$OUT/summary.txt"
 build/launcher/tg info 2>&1 | grep -E -A2 "^collectives between" | tee -a "$OUT/summary.txt"
+build/launcher/tg info 2>&1 | grep -E "^copies between|^  (CPU|CUDA)(:[0-9]+)? -> " | tee -a "$OUT/summary.txt"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 t0=$SECONDS

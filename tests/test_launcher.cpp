@@ -300,10 +300,11 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
             "error: unknown command 'frobnicate' (commands: train, config, keys, info, bench, tokenize, sample, plot, trace, launch, help)\n");
   EXPECT_EQ(run({"tg", "bench", "matmul_999"}).second,
             "error: tg bench: unknown workload 'matmul_999' (workloads: cnn_step, cnn_step_bf16, colsum_16384, conv2d, copy, "
-            "copy_8192, elementwise, elementwise_8192, gpt2_step, gpt2_step_t4096, gpt_char_step, layernorm, "
+            "copy_8192, copy_peer, elementwise, elementwise_8192, gpt2_step, gpt2_step_t4096, gpt_char_step, layernorm, "
             "layernorm_8192, layernorm_bwd_16384, matmul_1024, "
             "matmul_1024_bf16, matmul_2048, matmul_2048_bf16, matmul_8192_bf16, matmul_8192_fp16, mlp_step, mlp_step_b16, "
             "mlp_step_bf16, softmax, softmax_8192)\n");
+  EXPECT_EQ(run({"tg", "bench", "copy_peer"}).second, "error: tg bench copy_peer: needs two CPU devices, found 1\n");
   EXPECT_EQ(run({"tg", "train"}).first, 1);
   EXPECT_EQ(run({"tg", "train", cfg, "stray"}).second,
             "error: unexpected argument 'stray' (overrides are key=value, e.g. optim.lr=0.01)\n");
@@ -317,7 +318,8 @@ TEST(LauncherCli, ErrorsAreOneLineAndExitOne) {
 
 TEST(LauncherInfo, NamesFeaturesDevicesAndKnobs) {
   std::string info = info_text();
-  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: ", "rendezvous store: "})
+  for (const char* want : {"CPU kernels:", "devices:", "memory pool:", "knobs", "DEBUG=", "models:", "nlohmann-json", "process-group backends: local", "NCCL: ", "rendezvous store: ",
+                           "copies between the devices of a process", "  CPU -> CPU:1: through host\n"})
     EXPECT_NE(info.find(want), std::string::npos) << want << "\n" << info;
 }
 

@@ -315,6 +315,51 @@ TupleCollectives tuple_collectives(const std::vector<std::string>& named) {
   return c.tuples[key] = out;
 }
 
+// ---- copies between devices (Note [copies between devices]) -------------------------------------
+
+// Note [copies between devices]: a COPY item (Tensor::to, the multi-device rewrite's gathers and
+// exchanges, a shard from one device) moves a buffer's bytes to another device. Between two
+// devices of one backend that both have Feature::PeerCopy (the GPUs of a process: CUDA, CUDA:1)
+// the destination copies on the devices (Device::copy_from): on CUDA, cuMemcpyPeerAsync on its
+// stream, through the GPUs' peer access where they have it and staged by the driver where not;
+// the host neither waits nor touches the bytes. A copy between two buffers of one such device is
+// the device's own copy. Every other pair (CPU <-> CUDA, CPU:n among themselves, CUDA and OpenCL) goes through
+// host memory: copy_out, which waits for the source device, then copy_in. A copy on the devices
+// keeps the order a host copy had: the destination waits for the work queued on the source
+// before it, and the source's later work waits for the copy (that work may reuse the source's
+// memory: the pool hands freed blocks out again). A device graph that records a peer copy
+// (runtime/cuda_graph.cpp) makes those two waits around its launch instead, since a capture
+// cannot wait on work queued outside it. DEBUG=1 prints each copy with its kind; `tg info`
+// lists the kind between the machine's devices; PEER_COPY=0 sends every copy through the host.
+
+void Device::copy_from(void* /*dst*/, Device& from, const void* /*src*/, size_t /*bytes*/) {
+  TG_ASSERT(false, name(), " cannot copy from ", from.name(), " on the devices (it has no Feature::PeerCopy)");
+}
+
+CopyKind copy_kind(const std::string& src, const std::string& dst) {
+  if (!knobs::PEER_COPY) return CopyKind::ThroughHost;
+  const std::string s = canonical_device(src), d = canonical_device(dst);
+  if (!get_device(s).supports(Feature::PeerCopy) || !get_device(d).supports(Feature::PeerCopy))
+    return CopyKind::ThroughHost;
+  if (s == d) return CopyKind::SameDevice;
+  return s.substr(0, s.find(':')) == d.substr(0, d.find(':')) ? CopyKind::Peer : CopyKind::ThroughHost;
+}
+
+const char* copy_kind_name(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::SameDevice: return "same device";
+    case CopyKind::Peer: return "peer";
+    case CopyKind::ThroughHost: return "through host";
+  }
+  return "?";
+}
+
+std::string describe_copy(const std::string& src, const std::string& dst) {
+  const CopyKind kind = copy_kind(src, dst);
+  std::string route = kind == CopyKind::ThroughHost ? "" : get_device(dst).peer_route(get_device(src));
+  return std::string(copy_kind_name(kind)) + (route.empty() ? "" : " (" + route + ")");
+}
+
 // ---- Buffer ----------------------------------------------------------------------------------
 
 Buffer::Buffer(std::string device, DType dtype, int64_t numel)
@@ -348,6 +393,14 @@ void Buffer::copy_in(const void* host, size_t bytes) {
   if (bytes == 0) return;
   ensure_allocated();
   dev_->allocator().copy_in(ptr_, host, bytes);
+}
+
+void Buffer::copy_from(const Buffer& src) {
+  TG_ASSERT(src.nbytes() == nbytes(), "copy of ", src.nbytes(), " bytes into a buffer of ", nbytes());
+  if (nbytes() == 0) return;
+  TG_ASSERT(src.ptr_, "copy from an unallocated buffer of ", src.device_);
+  ensure_allocated();
+  dev_->copy_from(ptr_, get_device(src.device_), src.ptr_, nbytes());
 }
 
 void Buffer::copy_out(void* host, size_t bytes) const {

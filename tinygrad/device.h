@@ -111,7 +111,8 @@ struct MatmulSpec {
 // constructor; Note [one arena for a captured step's intermediates] in engine/jit.cpp).
 // TensorCores: mma.sync tf32 products in generated kernels (codegen/tensor_core.h; CUDA sm_80 and up).
 // Streams: a compute and a communication stream with events between them (Note [streams and
-// events]).
+// events]). PeerCopy: the device copies from another device of its backend (or from itself) on
+// the devices, without the host (Device::copy_from; Note [copies between devices] in device.cpp).
 enum class Feature {
   HostMemory,
   Timing,
@@ -121,7 +122,8 @@ enum class Feature {
   MatmulLibrary,
   AddressableMemory,
   TensorCores,
-  Streams
+  Streams,
+  PeerCopy
 };
 
 // Note [streams and events]: a device with Feature::Streams runs work on two queues, each in
@@ -174,6 +176,13 @@ class Device {
   // Makes the device current on this thread for libraries that use the current device (CUDA: its
   // context); a no-op elsewhere.
   virtual void make_current() {}
+  // Feature::PeerCopy (Note [copies between devices] in device.cpp): queues a copy of `bytes` from
+  // `src`, memory of `from` (this device or another of its backend), into `dst` on this device,
+  // after the work queued on both devices before it and before the work queued on both after it.
+  // Without the feature: an internal error.
+  virtual void copy_from(void* dst, Device& from, const void* src, size_t bytes);
+  // How copy_from moves bytes from `from`, for DEBUG output and `tg info` ("direct access").
+  virtual std::string peer_route(Device& /*from*/) { return ""; }
   MemoryPool& pool();
   // Compiles through the device compiler, cached by source (virtual CPU devices share CPU's:
   // Note [virtual CPU devices] in runtime/cpu.cpp).
@@ -212,6 +221,15 @@ TupleCollectives tuple_collectives(const std::vector<std::string>& devices);
 // devices (returning the runner's group id); the CUDA device registers NCCL's when it opens.
 using TupleRunnerFactory = std::function<int64_t(const std::vector<std::string>& devices)>;
 void register_collective_library(const std::string& library, TupleRunnerFactory factory);
+
+// Note [copies between devices] in device.cpp: how a COPY moves its bytes from `src` to `dst`.
+// SameDevice and Peer run on the devices (Device::copy_from), ThroughHost copies out to host
+// memory and in again.
+enum class CopyKind { SameDevice, Peer, ThroughHost };
+CopyKind copy_kind(const std::string& src, const std::string& dst);
+const char* copy_kind_name(CopyKind kind);  // "same device", "peer", "through host"
+// "peer (direct access)", "through host": the kind with the device's route, for `tg info` and DEBUG.
+std::string describe_copy(const std::string& src, const std::string& dst);
 
 // Device registry. Names follow tinygrad: "CPU", "CUDA", "CUDA:1", "CL"; "CPU:1", "CPU:2", ... are
 // virtual CPU devices (Note [virtual CPU devices] in runtime/cpu.cpp).
@@ -253,6 +271,8 @@ class Buffer {
   void* ptr() const { return ptr_; }
   void copy_in(const void* host, size_t bytes);
   void copy_out(void* host, size_t bytes) const;
+  // All of `src`'s bytes into this buffer on the devices (copy_kind is not ThroughHost).
+  void copy_from(const Buffer& src);
 
  private:
   std::string device_;

@@ -73,7 +73,7 @@ void StringKnob::set(const std::string& v) {
 }
 
 namespace knobs {
-IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run; 2: per-kernel time and memory; 3: the optimizer's choices; 4: generated source; 5: the kernel after every codegen pass");
+IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run, copies with their kind (peer, through host); 2: per-kernel time and memory; 3: the optimizer's choices; 4: generated source; 5: the kernel after every codegen pass");
 IntKnob CPU_LLVM("CPU_LLVM", 1, "1: CPU kernels through the LLVM ORC JIT (when built with LLVM); 0: system C compiler",
                  KnobKind::Codegen);
 IntKnob BEAM("BEAM", 0, "beam width of the kernel optimization search (0: hand-coded heuristics); winners are cached on disk",
@@ -117,6 +117,9 @@ IntKnob RING_ALLREDUCE("RING_ALLREDUCE", 1 << 18,
 IntKnob MULTI_LIBRARY("MULTI_LIBRARY", 1,
                       "1: collectives between the devices of one process run through the devices' library where "
                       "every device of the tuple has it (NCCL on CUDA: one grouped call); 0: copy and add kernels");
+IntKnob PEER_COPY("PEER_COPY", 1,
+                  "1: copies between two devices of one backend that can (the GPUs of a process) run on the "
+                  "devices, peer to peer; 0: every copy goes through host memory");
 IntKnob CUDA_GRAPH("CUDA_GRAPH", 4, "n>0: jitted replays on CUDA run as CUDA graphs, up to n instantiated per capture (one per set of buffer addresses); 0: kernel by kernel");
 IntKnob TRACE("TRACE", 0, "1: tg train records a timeline per rank into the run directory, as train.trace=true does");
 StringKnob DEVICE("DEVICE", "CPU", "default device for new tensors");

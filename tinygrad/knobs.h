@@ -72,6 +72,7 @@ extern IntKnob SHARED_CHAINS;  // 1: elementwise chains that several kernels rea
 extern IntKnob FLASH_ATTENTION;  // 2 (default): attention on CUDA/OpenCL runs as fused kernels where they take it, on tensor cores where it can; 1: without tensor cores; 0: the composition
 extern IntKnob RING_ALLREDUCE;  // all-reduces between a process's devices of >= n elements go around a ring; 0: never
 extern IntKnob MULTI_LIBRARY;   // 1: collectives between a process's devices through their library (NCCL) where all have it
+extern IntKnob PEER_COPY;   // 1: copies between GPUs of a process run peer to peer; 0: through host memory
 extern IntKnob CUDA_GRAPH;  // n>0: JIT replays on CUDA run as CUDA graphs, n instantiated per capture; 0: kernel by kernel
 extern IntKnob TRACE;     // 1: tg train writes a Chrome-trace timeline per rank (launcher/trace.h)
 extern StringKnob DEVICE;   // default device

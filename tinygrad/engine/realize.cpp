@@ -155,16 +155,35 @@ void run_kernel(const ScheduleItem& item, const KernelLaunch& ck) {
   }
 }
 
-void run_copy(const ScheduleItem& item) {
-  trace::Span span("copy", "copy");
+// A copy item's bytes, on the devices where both can, else through host memory (Note [copies
+// between devices] in device.cpp). Returns how they went.
+CopyKind copy_bytes(const ScheduleItem& item) {
   auto& dst = item.buffers[0];
   auto& src = item.buffers[1];
+  const CopyKind kind = copy_kind(src->device(), dst->device());
+  if (kind != CopyKind::ThroughHost) {
+    dst->copy_from(*src);
+    return kind;
+  }
   std::vector<uint8_t> host(src->nbytes());
   src->copy_out(host.data(), host.size());
   dst->copy_in(host.data(), host.size());
-  GlobalCounters::get().copies++;
-  if (knobs::DEBUG >= 1)
-    std::fprintf(stderr, "*** copy %s -> %s, %zu bytes\n", src->device().c_str(), dst->device().c_str(), host.size());
+  return kind;
+}
+
+void run_copy(const ScheduleItem& item) {
+  trace::Span span("copy", "copy");
+  const CopyKind kind = copy_bytes(item);
+  span.arg("kind", copy_kind_name(kind));
+  auto& counters = GlobalCounters::get();
+  counters.copies++;
+  counters.device_copies += kind != CopyKind::ThroughHost;
+  if (knobs::DEBUG >= 1) {
+    const std::string& src = item.buffers[1]->device();
+    const std::string& dst = item.buffers[0]->device();
+    std::fprintf(stderr, "*** copy %s -> %s, %zu bytes, %s\n", src.c_str(), dst.c_str(), item.buffers[0]->nbytes(),
+                 describe_copy(src, dst).c_str());
+  }
 }
 
 // Collectives still running (see CollectiveRunner): an item waits for those whose buffers it uses.
@@ -272,6 +291,7 @@ void record_exec_items(const std::vector<ExecItem>& items, const std::function<v
   for (auto& e : items) {
     pending.wait_for(e.item);
     if (e.item.kind == ScheduleItem::Kind::Collective) pending.add(e.item, runner_of(e.item).start(e.item));
+    else if (e.item.kind == ScheduleItem::Kind::Copy) copy_bytes(e.item);
     else launch(e);
   }
   pending.wait_all();

@@ -18,6 +18,7 @@ struct GlobalCounters {
   uint64_t kernels_scheduled = 0;
   uint64_t kernels_run = 0;
   uint64_t copies = 0;
+  uint64_t device_copies = 0;  // of those, the ones run on the devices (Note [copies between devices])
   uint64_t collectives = 0;
   double kernel_seconds = 0;  // only measured at DEBUG>=2
   static GlobalCounters& get();
@@ -73,8 +74,10 @@ void run_exec_items(const std::vector<ExecItem>& items);
 
 // For device graphs (engine/jit's ExecGraph): the collective sequence check of a captured list
 // (CollectiveRunner::check_sequence; run it before capturing, outside capture mode), and the
-// recording of a list into a graph: kernels through `launch`, collectives started through their
-// runner and waited for before their first reader and at the end, as run_exec_items orders them.
+// recording of a list into a graph: kernels through `launch`, copies queued as run_exec_items
+// queues them but not counted (a graph takes only copies on the devices: Note [copies between
+// devices] in device.cpp), collectives started through their runner and waited for before their
+// first reader and at the end, as run_exec_items orders them.
 void check_collectives(const std::vector<ExecItem>& items);
 void record_exec_items(const std::vector<ExecItem>& items, const std::function<void(const ExecItem&)>& launch);
 

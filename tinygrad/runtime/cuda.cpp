@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -198,6 +199,19 @@ class CudaEvent : public DeviceEvent {
   CUevent ev_ = nullptr;
 };
 
+// Note [peer copies between GPUs]: a copy from another GPU of the process (Note [copies between
+// devices] in device.cpp) is one cuMemcpyPeerAsync on the destination's stream, so the
+// destination's later kernels are ordered after it as after any kernel. The driver copies
+// through the GPUs' peer access where cuDeviceCanAccessPeer says they have it (this context's
+// access to the source's is enabled before the first copy, cuCtxEnablePeerAccess) and stages
+// the bytes itself where they have not; copies need no mapping of the stream-ordered pools'
+// memory, so the pools' access (cuMemPoolSetAccess) is left as it is. Around the copy the
+// destination's stream waits on an event recorded on the source's stream (the source's bytes
+// are written) and the source's stream waits on an event recorded after the copy (the source's
+// later kernels, and a block its pool hands out again, come after the read). While the
+// destination's stream is being captured into a graph (runtime/cuda_graph.cpp) those waits
+// cannot be recorded (an event of a stream outside the capture); the graph makes them around
+// its launch. A copy between two buffers of one GPU is a cuMemcpyDtoDAsync on its stream.
 class CudaDevice : public Device {
  public:
   CudaDevice(const std::string& name, int ordinal) : Device(name) {
@@ -255,7 +269,28 @@ class CudaDevice : public Device {
     if (f == Feature::MatmulLibrary) return cublaslt_available();
     if (f == Feature::TensorCores) return cc_ >= 80;
     return f == Feature::Timing || f == Feature::Float16 || f == Feature::BFloat16 || f == Feature::NativeTranscendentals ||
-           f == Feature::AddressableMemory || f == Feature::Streams;
+           f == Feature::AddressableMemory || f == Feature::Streams || f == Feature::PeerCopy;
+  }
+  // Note [peer copies between GPUs]
+  void copy_from(void* dst, Device& from, const void* src, size_t bytes) override {
+    auto* peer = dynamic_cast<CudaDevice*>(&from);
+    TG_ASSERT(peer, name(), " copies on the devices only from CUDA devices, not from ", from.name());
+    const std::string where = "copy " + from.name() + " -> " + name() + ", " + std::to_string(bytes) + " bytes";
+    const auto d = reinterpret_cast<CUdeviceptr>(dst);
+    const auto s = reinterpret_cast<CUdeviceptr>(src);
+    c_.current();
+    if (peer == this) return TG_CU(where, cuMemcpyDtoDAsync, d, s, bytes, c_.stream);
+    enable_peer_access(*peer);
+    const bool joined = !capturing();  // a graph joins the two devices around its launch
+    if (joined) wait_event(StreamKind::Compute, *peer->record_event(StreamKind::Compute));
+    c_.current();
+    TG_CU(where, cuMemcpyPeerAsync, d, c_.ctx, s, peer->c_.ctx, bytes, c_.stream);
+    if (joined) peer->wait_event(StreamKind::Compute, *record_event(StreamKind::Compute));
+  }
+  std::string peer_route(Device& from) override {
+    auto* peer = dynamic_cast<CudaDevice*>(&from);
+    if (!peer || peer == this) return "";
+    return can_access(*peer) ? "direct access" : "staged by the driver";
   }
   std::shared_ptr<DeviceEvent> record_event(StreamKind s) override {
     return std::make_shared<CudaEvent>(c_, stream(s));
@@ -290,6 +325,21 @@ class CudaDevice : public Device {
     });
     return comm_stream_;
   }
+  // cuDeviceCanAccessPeer: this GPU can reach `peer`'s memory directly (NVLink or PCIe).
+  bool can_access(const CudaDevice& peer) const {
+    int v = 0;
+    TG_CU("device " + name() + ", peer " + peer.name(), cuDeviceCanAccessPeer, &v, dev_, peer.dev_);
+    return v != 0;
+  }
+  // Once per peer: this context's access to the peer's context, where the GPUs have it.
+  void enable_peer_access(const CudaDevice& peer) {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    if (!peers_asked_.insert(&peer).second || !can_access(peer)) return;
+    c_.current();
+    CUresult r = driver().cuCtxEnablePeerAccess(peer.c_.ctx, 0);
+    if (r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) return;  // by another library on the shared context
+    cuda::check_cu(r, "cuCtxEnablePeerAccess", "device " + name() + ", peer " + peer.name());
+  }
   int attribute(CUdevice_attribute a) const {
     int v = 0;
     TG_CU("device " + name(), cuDeviceGetAttribute, &v, a, dev_);
@@ -298,6 +348,8 @@ class CudaDevice : public Device {
   CudaContext c_;
   CUstream comm_stream_ = nullptr;
   std::once_flag comm_once_;
+  std::mutex peers_mu_;
+  std::set<const CudaDevice*> peers_asked_;  // peers whose access enable_peer_access has settled
   CUdevice dev_ = 0;
   int cc_ = 0;
   std::string desc_;

@@ -24,7 +24,8 @@ namespace tg::cuda {
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy) X(cuFuncGetAttribute)                       \
   X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuStreamBeginCapture)           \
   X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphExecUpdate) X(cuGraphLaunch) X(cuGraphDestroy)        \
-  X(cuGraphExecDestroy) X(cuStreamWaitEvent) X(cuEventQuery) X(cuStreamIsCapturing)
+  X(cuGraphExecDestroy) X(cuStreamWaitEvent) X(cuEventQuery) X(cuStreamIsCapturing)                        \
+  X(cuDeviceCanAccessPeer) X(cuCtxEnablePeerAccess) X(cuMemcpyPeerAsync) X(cuMemcpyDtoDAsync)
 
 #define TG_NVRTC_FUNCS(X)                                                                                    \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs)               \

@@ -2,9 +2,11 @@
 // launch per kernel (Note [CUDA graphs for replays]).
 #include "tinygrad/runtime/cuda_graph.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tinygrad/device.h"
@@ -42,15 +44,29 @@ namespace {
 // when the addresses change, never updated in place: NCCL's captured kernels carry state of
 // their own that an update does not rewrite.
 //
-// What is not graphed: a list with copies (host memory in between), or items on more than one
+// Copies on the devices are recorded too (Note [copies between devices] in device.cpp): one
+// between two buffers of the GPU, or from another GPU of the process (a peer copy: a tensor of
+// CUDA:1 that the step reads on CUDA). A peer copy reads memory that the other GPU's stream
+// writes and frees, and a capture cannot wait on a stream outside it, so the launch makes the
+// waits the copy makes when it runs alone (Note [peer copies between GPUs] in cuda.cpp): the
+// graph's stream waits for the work queued on each source GPU, and each source GPU's stream
+// waits for the graph.
+//
+// What is not graphed: a list with copies through host memory, or items on more than one
 // device: the factory declines and replays go item by item (DEBUG=1 says why). A
 // capture the driver rejects (a program queued work that cannot be captured) is reported at
 // DEBUG=1 and that capture replays item by item from then on. At DEBUG>=2 replays go item by item
 // too, so that each kernel's GPU time is measured.
 class CudaGraph : public ExecGraph {
  public:
-  CudaGraph(const Context& c, size_t max_instances, size_t kernels, size_t collectives)
-      : c_(c), max_instances_(max_instances), kernels_(kernels), collectives_(collectives) {}
+  CudaGraph(const Context& c, size_t max_instances, size_t kernels, size_t copies, size_t collectives,
+            std::vector<std::string> peers)
+      : c_(c),
+        max_instances_(max_instances),
+        kernels_(kernels),
+        copies_(copies),
+        collectives_(collectives),
+        peers_(std::move(peers)) {}
   ~CudaGraph() override {
     for (auto& i : instances_) driver().cuGraphExecDestroy(i.exec);  // nothing to report at teardown
   }
@@ -103,13 +119,16 @@ class CudaGraph : public ExecGraph {
       how = buf;
     }
     inst->last_used = ++clock_;
-    c_.current();
-    TG_CU(where(), cuGraphLaunch, inst->exec, c_.stream);
-    GlobalCounters::get().kernels_run += kernels_;
-    GlobalCounters::get().collectives += collectives_;
+    launch_joined(inst->exec);
+    auto& counters = GlobalCounters::get();
+    counters.kernels_run += kernels_;
+    counters.copies += copies_;
+    counters.device_copies += copies_;
+    counters.collectives += collectives_;
     if (knobs::DEBUG >= 1)
-      std::fprintf(stderr, "*** %-6s graph of %zu kernels and %zu collectives (%s)\n", c_.name.c_str(), kernels_,
-                   collectives_, how.c_str());
+      std::fprintf(stderr, "*** %-6s graph of %zu kernels and %zu collectives%s (%s)\n", c_.name.c_str(), kernels_,
+                   collectives_, copies_ ? (", " + std::to_string(copies_) + " copies on the devices").c_str() : "",
+                   how.c_str());
   }
 
  private:
@@ -121,6 +140,16 @@ class CudaGraph : public ExecGraph {
 
   std::string where() const {
     return "device " + c_.name + ", graph of " + std::to_string(kernels_) + " kernels";
+  }
+
+  // The launch, after the work queued on the GPUs its peer copies read, and before their later
+  // work (see the Note).
+  void launch_joined(CUgraphExec exec) {
+    Device& self = get_device(c_.name);
+    for (auto& p : peers_) self.wait_event(StreamKind::Compute, *get_device(p).record_event(StreamKind::Compute));
+    c_.current();
+    TG_CU(where(), cuGraphLaunch, exec, c_.stream);
+    for (auto& p : peers_) get_device(p).wait_event(StreamKind::Compute, *self.record_event(StreamKind::Compute));
   }
 
   Instance* find(const std::vector<void*>& addrs) {
@@ -160,7 +189,8 @@ class CudaGraph : public ExecGraph {
 
   const Context& c_;
   size_t max_instances_;
-  size_t kernels_, collectives_;
+  size_t kernels_, copies_, collectives_;
+  std::vector<std::string> peers_;  // the other GPUs its copies read
   std::vector<Instance> instances_;
   uint64_t clock_ = 0;
   std::string broken_;  // why capturing failed; replays then go item by item
@@ -170,12 +200,25 @@ class CudaGraph : public ExecGraph {
 // (Note [device graphs]): a copy's source device comes from its graph node.
 std::string not_graphable(const std::vector<ExecItem>& items) {
   for (auto& e : items) {
-    if (e.item.kind == ScheduleItem::Kind::Copy)
-      return "it copies " + e.item.ast->src[0]->device + " -> " + e.item.device;
+    if (e.item.kind == ScheduleItem::Kind::Copy &&
+        copy_kind(e.item.ast->src[0]->device, e.item.device) == CopyKind::ThroughHost)
+      return "it copies " + e.item.ast->src[0]->device + " -> " + e.item.device + " through the host";
     if (e.item.device != items[0].item.device)
       return "it runs on " + items[0].item.device + " and " + e.item.device;
   }
   return "";
+}
+
+// The other GPUs whose memory the list's copies read, each once.
+std::vector<std::string> peer_sources(const std::vector<ExecItem>& items) {
+  std::vector<std::string> out;
+  for (auto& e : items) {
+    if (e.item.kind != ScheduleItem::Kind::Copy) continue;
+    const std::string src = canonical_device(e.item.ast->src[0]->device);
+    if (src != canonical_device(e.item.device) && std::find(out.begin(), out.end(), src) == out.end())
+      out.push_back(src);
+  }
+  return out;
 }
 
 }  // namespace
@@ -189,10 +232,13 @@ void register_cuda_graphs() {
         std::fprintf(stderr, "*** CUDA graph: not used for this capture: %s\n", why.c_str());
       return nullptr;
     }
-    size_t collectives = 0;
-    for (auto& e : items) collectives += e.item.kind == ScheduleItem::Kind::Collective;
+    size_t copies = 0, collectives = 0;
+    for (auto& e : items) {
+      copies += e.item.kind == ScheduleItem::Kind::Copy;
+      collectives += e.item.kind == ScheduleItem::Kind::Collective;
+    }
     return std::make_unique<CudaGraph>(context_of(items[0].item.device), static_cast<size_t>(instances),
-                                       items.size() - collectives, collectives);
+                                       items.size() - copies - collectives, copies, collectives, peer_sources(items));
   });
 }
 
