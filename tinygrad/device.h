@@ -253,6 +253,9 @@ class Buffer {
   void* ptr() const { return ptr_; }
   void copy_in(const void* host, size_t bytes);
   void copy_out(void* host, size_t bytes) const;
+  // A view's base and its byte offset in it (null and 0 for a buffer of its own).
+  const std::shared_ptr<Buffer>& view_base() const { return base_; }
+  size_t view_offset() const { return offset_; }
 
  private:
   std::string device_;
