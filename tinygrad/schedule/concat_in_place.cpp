@@ -10,9 +10,15 @@
 // view of the concatenation's buffer at the piece's offset, so P's kernel stores its values
 // where the concatenation has them, and the concatenation itself is no kernel. The pieces that
 // cannot be placed (a constant, an existing buffer, a value of another dtype, an output of the
-// schedule, P already placed in another concatenation) are written by one kernel per run of
-// neighbouring such pieces; a concatenation is stored in place only where at least one piece is
-// placed and one kernel at most writes the others, so it never costs more kernels than before.
+// schedule, P already placed in another concatenation, views that reorder P's elements) are
+// written by one kernel per run of neighbouring such pieces; a concatenation is stored in place
+// only where at least one piece is placed and one kernel at most writes the others, so it never
+// costs more kernels than before. A piece whose views reorder its elements (the CPU's channel-
+// last weight gradient, Note [channel-last convolutions] in tensor_nn.cpp) is not computed in the
+// concatenation's order instead: its kernel's register tiles follow its own order, and the
+// 5x5 32->32 layer's second-stage sum took 21 ms a step instead of 2.4 that way (DEBUG=2, a
+// loaded 2-core machine); so the CNN's bucket (four such pieces) stays a kernel on the CPU, and
+// only its all-reduce runs in place.
 //
 // Views need a device whose buffers are addresses (Feature::AddressableMemory) and an offset that
 // the device's policy allows (DevicePolicy::view_alignment: any element's on the CPU, 256 bytes
@@ -96,7 +102,6 @@ bool keeps_order(const std::vector<int64_t>& q, const Shape& in) {
 // permutes (adjacent permutes composed), which either keep the elements' order or not.
 struct PieceSource {
   const UOp* node = nullptr;      // the first realize point, resident node or computed node below the views
-  const UOp* permuted = nullptr;  // the highest permute on the way (only reshapes and detaches above it)
   bool in_order = true;           // the views keep the order of node's elements
   bool read_once = true;          // every node on the way, node included, has one reader
 };
@@ -114,7 +119,6 @@ PieceSource piece_source(const UOpPtr& value, const NodeSet& realize, const Read
   while (!realize.count(n) && !is_resident(n) &&
          (n->op == Op::RESHAPE || n->op == Op::DETACH || n->op == Op::PERMUTE)) {
     if (n->op == Op::PERMUTE) {
-      if (!src.permuted) src.permuted = n;
       const auto& inner = n->arg_ints();
       if (run.empty()) {
         run = inner;
@@ -132,31 +136,18 @@ PieceSource piece_source(const UOpPtr& value, const NodeSet& realize, const Read
   return src;
 }
 
-// Where the piece can be computed in place: its source node when the views keep its order;
-// else, where `relayout` allows, the permute above a realize point that only this piece reads
-// and that is recomputable in the piece's order (a CONTIGUOUS copy: the CPU's channel-last weight
-// gradient, Note [channel-last convolutions] in tensor_nn.cpp), which becomes the realize point
-// in its stead. Null where neither.
-// With `change`, makes the permute the realize point where it takes the source's place.
-const UOp* place_of(const UOp* u, const PieceSource& src, const NodeSet& outputs,
-                    const std::function<bool(const UOp*)>& is_resident, bool relayout, NodeSet& realize, bool change) {
+// Whether the piece's source node can be computed straight into the concatenation's buffer.
+bool placeable(const UOp* u, const PieceSource& src, const NodeSet& realize, const NodeSet& outputs,
+               const std::function<bool(const UOp*)>& is_resident) {
   const UOp* n = src.node;
-  if (!realize.count(n) || is_resident(n) || outputs.count(n) || n->dtype != u->dtype || n->device != u->device)
-    return nullptr;
-  if (src.in_order) return computed_by_a_kernel(*n) ? n : nullptr;
-  if (!relayout || !src.permuted || !src.read_once || n->op != Op::CONTIGUOUS) return nullptr;
-  if (change) {
-    realize.erase(n);
-    realize.insert(src.permuted);
-  }
-  return src.permuted;
+  return src.in_order && realize.count(n) && !is_resident(n) && !outputs.count(n) && n->dtype == u->dtype &&
+         n->device == u->device && computed_by_a_kernel(*n);
 }
 
 }  // namespace
 
-ConcatsInPlace plan_concats_in_place(const std::vector<UOpPtr>& order, NodeSet& realize, const NodeSet& outputs,
-                                     const ReadersFn& readers, const std::function<bool(const UOp*)>& is_resident,
-                                     const std::function<bool(const std::string&)>& relayout) {
+ConcatsInPlace plan_concats_in_place(const std::vector<UOpPtr>& order, const NodeSet& realize, const NodeSet& outputs,
+                                     const ReadersFn& readers, const std::function<bool(const UOp*)>& is_resident) {
   ConcatsInPlace out;
   for (auto& node : order) {
     const UOp* u = node.get();
@@ -167,31 +158,25 @@ ConcatsInPlace plan_concats_in_place(const std::vector<UOpPtr>& order, NodeSet& 
     auto pads = concat_pads(u, realize, readers);
     if (pads.empty()) continue;
     ConcatInPlace plan{tiling_pieces(u, pads), true};
-    // first without changing any realize point: is the concatenation worth storing in place?
-    std::vector<PieceSource> sources;
-    size_t placeable = 0, runs = 0;
+    size_t placed = 0, runs = 0;
     bool in_run = false;
     NodeSet seen;
     for (auto& piece : plan.pieces) {
-      sources.push_back(piece_source(piece.value, realize, readers, is_resident));
-      const PieceSource& src = sources.back();
+      const PieceSource src = piece_source(piece.value, realize, readers, is_resident);
       const size_t offset = static_cast<size_t>(piece.begin) * itemsize(u->dtype);
-      const UOp* n = src.in_order ? src.node : src.permuted;
-      const bool fits = n && !out.placed.count(n) && seen.insert(n).second && (align == 0 || offset % align == 0) &&
-                        place_of(u, src, outputs, is_resident, relayout(u->device), realize, false);
-      placeable += fits;
+      const bool fits = placeable(u, src, realize, outputs, is_resident) && !out.placed.count(src.node) &&
+                        seen.insert(src.node).second && (align == 0 || offset % align == 0);
+      if (fits) {
+        piece.placed = src.node;
+        plan.sealed = plan.sealed && src.read_once;
+      }
+      placed += fits;
       runs += !fits && !in_run;
       in_run = !fits;
-      if (!fits) sources.back().node = nullptr;
     }
-    if (placeable == 0 || runs > 1) continue;
-    for (size_t i = 0; i < plan.pieces.size(); i++) {
-      if (!sources[i].node) continue;
-      const UOp* n = place_of(u, sources[i], outputs, is_resident, relayout(u->device), realize, true);
-      plan.pieces[i].placed = n;
-      plan.sealed = plan.sealed && sources[i].read_once;
-      out.placed[n] = {u, plan.pieces[i].begin};
-    }
+    if (placed == 0 || runs > 1) continue;
+    for (auto& piece : plan.pieces)
+      if (piece.placed) out.placed[piece.placed] = {u, piece.begin};
     out.concats.emplace(u, std::move(plan));
   }
   return out;

@@ -4,7 +4,6 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -38,14 +37,11 @@ struct ConcatsInPlace {
 // The 1-d concatenations among the realize points of `order` (the nodes still to compute,
 // sources first) that store at least one piece in place and need at most one kernel for the
 // others. `readers` gives the nodes that read a node's value, `is_resident` the nodes read from
-// memory as they are, `outputs` the schedule's outputs, `relayout` the devices where a piece's
-// CONTIGUOUS copy in another order may be replaced by a kernel that computes it in the piece's
-// order (which then is a realize point in `realize` instead).
-ConcatsInPlace plan_concats_in_place(const std::vector<UOpPtr>& order, std::unordered_set<const UOp*>& realize,
+// memory as they are, `outputs` the schedule's outputs.
+ConcatsInPlace plan_concats_in_place(const std::vector<UOpPtr>& order, const std::unordered_set<const UOp*>& realize,
                                      const std::unordered_set<const UOp*>& outputs,
                                      const std::function<const std::vector<const UOp*>&(const UOp*)>& readers,
-                                     const std::function<bool(const UOp*)>& is_resident,
-                                     const std::function<bool(const std::string&)>& relayout);
+                                     const std::function<bool(const UOp*)>& is_resident);
 
 // The value of pieces [first, last) of a concatenation: their concatenation, [begin of first,
 // end of last), which a kernel writes into that stretch of the buffer.

@@ -502,13 +502,11 @@ std::vector<UOpPtr> issue_order(const Graph& g, const NodeSet& realize,
   return out;
 }
 
-// Note [concatenations stored in place] in concat_in_place.cpp. A piece is computed in the
-// concatenation's order instead of its own only where no library may run its kernel (a library
-// product stores its output in its own order).
-ConcatsInPlace concats_in_place(const Graph& g, NodeSet& realize) {
+// Note [concatenations stored in place] in concat_in_place.cpp.
+ConcatsInPlace concats_in_place(const Graph& g, const NodeSet& realize) {
   return plan_concats_in_place(
       g.order, realize, g.output_set, [&g](const UOp* u) -> const std::vector<const UOp*>& { return readers_of(g, u); },
-      [](const UOp* u) { return has_buffer(u); }, [](const std::string& d) { return !runs_library_products(d); });
+      [](const UOp* u) { return has_buffer(u); });
 }
 
 // A concatenation that a kernel with several outputs stores stays an ordinary kernel.
@@ -750,7 +748,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
                                           std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
   Graph g = graph_to_compute(outputs);
   NodeSet realize = realize_points(g);
-  ConcatsInPlace concats = concats_in_place(g, realize);  // may move realize points
+  ConcatsInPlace concats = concats_in_place(g, realize);
   auto several = kernels_with_several_outputs(g, realize);
   drop_joined_concats(concats, several);
   std::vector<UOpPtr> order = issue_order(g, realize, several);  // Note [gathers one reader ahead]
