@@ -186,7 +186,7 @@ CollectiveWait CollectiveEngine::start(const ScheduleItem& item) {
     trace_args(span, id, in->nbytes(), pg_);
     switch (kind) {
       case Op::ALLREDUCE:
-        std::memcpy(dst, src, out->nbytes());
+        if (dst != src) std::memcpy(dst, src, out->nbytes());  // in place: Note [all-reduces in place] in schedule.cpp
         pg_.all_reduce(dst, n_out, dtype, op)->wait();
         break;
       case Op::REDUCE_SCATTER: pg_.reduce_scatter(src, dst, n_out, dtype, op)->wait(); break;

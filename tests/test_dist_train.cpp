@@ -64,7 +64,7 @@ struct Traced {
   TrainSummary summary;
   int64_t captures = 0, replays = 0, optimizer_steps = 0;
   std::string disabled_reason;
-  std::vector<uint64_t> scheduled, run;  // GlobalCounters after step i + 1
+  std::vector<uint64_t> scheduled, run, collectives;  // GlobalCounters after step i + 1
   std::vector<std::vector<std::vector<float>>> params, state;  // after step i + 1
 };
 
@@ -75,6 +75,7 @@ class Tracer : public TrainObserver {
     GlobalCounters c = GlobalCounters::get();
     t_.scheduled.push_back(c.kernels_scheduled);
     t_.run.push_back(c.kernels_run);
+    t_.collectives.push_back(c.collectives);
     std::vector<std::vector<float>> ps, st;
     for (Tensor* p : tr.model().parameters()) ps.push_back(p->to_vector<float>());
     for (auto& [k, v] : tr.optimizer().state_dict()) st.push_back(v.to_vector<float>());
@@ -86,7 +87,8 @@ class Tracer : public TrainObserver {
   Traced& t_;
 };
 
-// Trains through a Trainer (no run_train, so the JIT can be inspected) with JIT=jit.
+// Trains through a Trainer (no run_train, so the JIT can be inspected) with JIT=jit; without a
+// distributed.strategy each rank trains alone.
 Traced trace(const Config& cfg, int jit) {
   testutil::KnobScope jit_knob(knobs::JIT, jit);
   fs::create_directories(cfg.get_string("train.run_dir"));
@@ -94,7 +96,8 @@ Traced trace(const Config& cfg, int jit) {
   Traced t;
   GlobalCounters::reset();
   {
-    Trainer tr(cfg, cfg.get_string("train.run_dir"), group.get());
+    const bool alone = cfg.get_string("distributed.strategy") == "none";  // one process's step
+    Trainer tr(cfg, cfg.get_string("train.run_dir"), alone ? nullptr : group.get());
     tr.add_observer(std::make_shared<Tracer>(t));
     t.summary = tr.fit();
     t.captures = tr.jit().captures();
@@ -248,6 +251,39 @@ TEST(DdpTrain, JitReplaysStepsWithTheirAllReduces) {
     ASSERT_EQ(a.size(), b.size());
     for (auto& [k, v] : a) EXPECT_EQ(v, b[k]) << k;
   }
+}
+
+// Note [concatenations stored in place] in tinygrad/schedule/concat_in_place.cpp: backward
+// computes the gradients into their bucket, which is all-reduced in place, so a replayed ddp step
+// runs the kernels of the same step in one process (on a rank's share of the batch) and nothing
+// more than its buckets' all-reduces (no concatenation kernel, no copy of the reduced
+// gradients), and its parameters stay equal to those of JIT=0.
+TEST(DdpTrain, ReplayedDdpStepRunsThePlainStepsKernelsAndItsAllReduces) {
+  const std::vector<std::string> same = {"distributed.skip_nonfinite=false", "optim.clip_grad_norm=0"};
+  auto with = [&](const std::string& dir, std::vector<std::string> extra) {
+    extra.insert(extra.end(), same.begin(), same.end());
+    return config(dir, extra);
+  };
+  const std::string rank = std::to_string(dist::env_rank());
+  // the plain step on a rank's share of the batch, so that its kernels are shaped as ddp's
+  const std::string share = "data.batch_size=" + std::to_string(32 / dist::env_world_size());
+  Traced plain = trace(with(BASE + "_count_plain" + rank, {share}), 1);
+  Traced ddp = trace(with(BASE + "_count_ddp", {"distributed.strategy=ddp"}), 1);
+  Traced ddp_off = trace(with(BASE + "_count_ddp_jit0", {"distributed.strategy=ddp"}), 0);
+  ASSERT_EQ(plain.replays, 4);
+  ASSERT_EQ(ddp.replays, 4);
+  // step 4 is a replay of every run
+  const uint64_t plain_kernels = plain.run[3] - plain.run[2], ddp_kernels = ddp.run[3] - ddp.run[2];
+  const uint64_t ddp_collectives = ddp.collectives[3] - ddp.collectives[2];
+  std::printf("replayed step: plain %llu kernels; ddp %llu kernels and %llu collectives\n",
+              static_cast<unsigned long long>(plain_kernels), static_cast<unsigned long long>(ddp_kernels),
+              static_cast<unsigned long long>(ddp_collectives));
+  EXPECT_GT(plain_kernels, 0u);
+  EXPECT_EQ(plain.collectives[3] - plain.collectives[2], 0u);
+  EXPECT_EQ(ddp_collectives, 1u) << "one bucket, one all-reduce";
+  EXPECT_LE(ddp_kernels, plain_kernels);
+  for (size_t i = 0; i < 6; i++) EXPECT_EQ(ddp.params[i], ddp_off.params[i]) << "parameters after step " << i + 1;
+  fs::remove_all(BASE + "_count_plain" + rank);
 }
 
 // Note [the gradient norm of every run] in launcher/trainer.cpp: steps that neither clip nor
@@ -445,7 +481,8 @@ TEST(DdpTrain, StepsBetweenLogStepsReadNothingFromTheDevice) {
     auto group = dist::world_group();
     auto reads = std::make_shared<ReadsPerStep>();
     {
-      Trainer tr(cfg, cfg.get_string("train.run_dir"), group.get());
+      const bool alone = cfg.get_string("distributed.strategy") == "none";  // one process's step
+    Trainer tr(cfg, cfg.get_string("train.run_dir"), alone ? nullptr : group.get());
       tr.add_observer(reads);
       tr.fit();
       EXPECT_EQ(tr.jit().replays(), 4);

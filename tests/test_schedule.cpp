@@ -708,3 +708,46 @@ TEST(LoweringCache, TheSameOpOnOtherBuffersIsLoweredOnce) {
     EXPECT_FLOAT_EQ(both[i], a[i] + b[i]);
   }
 }
+
+// Note [concatenations stored in place] in schedule/concat_in_place.cpp: the kernels that compute
+// a 1-d concatenation's pieces store them into its buffer, and the pieces no kernel computes here
+// (constants, an output of the schedule) are written by one kernel per run of them, at most one.
+TEST(Fusion, AConcatenationsPiecesAreStoredInPlace) {
+  Tensor a = Tensor::randn({8, 4});
+  a.realize();
+  const auto av = a.to_vector<float>();
+  auto rows = [&] { return a.sum(1); };         // [8]
+  auto cols = [&] { return (a * 2.0).max(0); };  // [4]
+  std::vector<float> row_sums(8, 0.0f), col_max(4, -1e30f);
+  for (size_t i = 0; i < 8; i++)
+    for (size_t j = 0; j < 4; j++) {
+      row_sums[i] += av[i * 4 + j];
+      col_max[j] = std::max(col_max[j], 2.0f * av[i * 4 + j]);
+    }
+  auto expect_pieces = [](const Tensor& c, const std::vector<std::vector<float>>& parts) {
+    std::vector<float> want;
+    for (auto& p : parts) want.insert(want.end(), p.begin(), p.end());
+    auto got = c.to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got[i], want[i], 1e-5) << "element " << i;
+  };
+  // both pieces computed in place: the two reduces and no concatenation kernel
+  Tensor both = Tensor::cat({rows(), cols()}, 0);
+  EXPECT_EQ(kernels({both}), 2u);
+  expect_pieces(both, {row_sums, col_max});
+  // a constant piece after them: one kernel writes it
+  Tensor padded = Tensor::cat({rows(), cols(), Tensor::zeros({3})}, 0);
+  EXPECT_EQ(kernels({padded}), 3u);
+  expect_pieces(padded, {row_sums, col_max, {0, 0, 0}});
+  // two runs of constants would take two kernels: one concatenation kernel instead
+  Tensor gaps = Tensor::cat({rows(), Tensor::zeros({3}), cols(), Tensor::ones({2})}, 0);
+  EXPECT_EQ(kernels({gaps}), 3u);
+  expect_pieces(gaps, {row_sums, {0, 0, 0}, col_max, {1, 1}});
+  // a piece that is an output keeps its own buffer and is copied (another order: nodes are
+  // shared, and `both` is realized)
+  Tensor r = rows(), c = Tensor::cat({cols(), r}, 0);
+  EXPECT_EQ(kernels({c, r}), 3u);
+  Tensor::realize_all({c, r});
+  expect_pieces(c, {col_max, row_sums});
+  expect_pieces(r, {row_sums});
+}

@@ -273,6 +273,9 @@ class Buffer {
   void copy_out(void* host, size_t bytes) const;
   // All of `src`'s bytes into this buffer on the devices (copy_kind is not ThroughHost).
   void copy_from(const Buffer& src);
+  // A view's base and its byte offset in it (null and 0 for a buffer of its own).
+  const std::shared_ptr<Buffer>& view_base() const { return base_; }
+  size_t view_offset() const { return offset_; }
 
  private:
   std::string device_;

@@ -86,6 +86,10 @@ struct DevicePolicy {
   // Note [collectives through a device library] in multi.cpp: the library that runs collectives
   // between devices of this kind ("NCCL" on CUDA where libnccl loads), or "" (copy and add kernels).
   std::string collective_library;
+  // Note [concatenations stored in place] in schedule/concat_in_place.cpp: the byte alignment a
+  // view of a buffer must have for the kernels and the library to be handed it as a buffer of
+  // its own (0: any element's offset).
+  size_t view_alignment = 0;
 };
 
 // The library that the collectives between the devices of a tuple run through: the one every

@@ -32,14 +32,32 @@ using Buffers = std::vector<std::shared_ptr<Buffer>>;
 // One that died is an intermediate nobody else sees; the capture gets a new buffer like it
 // (items compare buffers by identity; owner_less keeps a dead buffer's identity apart from a
 // new buffer at the same address). Buffers first seen as inputs of an item (parameters,
-// constants made from host data inside the step) are held strongly.
+// constants made from host data inside the step) are held strongly. A dead view of a buffer
+// (Note [concatenations stored in place] in schedule/concat_in_place.cpp) comes back as a view,
+// at its offset, of its base as revived, so the capture's pieces still alias their concatenation.
 struct Recording {
   struct Seen {
     std::weak_ptr<Buffer> buf;
     std::string device;
     DType dtype;
     int64_t numel;
+    bool view = false;
+    std::weak_ptr<Buffer> base;  // views only: the buffer viewed, its dtype and size, and the offset
+    DType base_dtype = DType::UInt8;
+    int64_t base_numel = 0;
+    size_t offset = 0;
   };
+  static Seen seen_of(const std::shared_ptr<Buffer>& b) {
+    Seen s{b, b->device(), b->dtype(), b->numel()};
+    if (const auto& base = b->view_base()) {
+      s.view = true;
+      s.base = base;
+      s.base_dtype = base->dtype();
+      s.base_numel = base->numel();
+      s.offset = b->view_offset();
+    }
+    return s;
+  }
   struct Item {
     ExecItem exec;  // buffers empty; see `bufs`
     std::vector<Seen> bufs;
@@ -54,29 +72,35 @@ struct Recording {
     for (size_t p = 0; p < e.item.buffers.size(); p++) {
       auto& b = e.item.buffers[p];
       if (seen.insert(b).second && p >= e.item.outputs) held.push_back(b);
-      it.bufs.push_back({b, b->device(), b->dtype(), b->numel()});
+      it.bufs.push_back(seen_of(b));
     }
     items.push_back(std::move(it));
   }
   // The items with their buffers, dead intermediates replaced by new ones.
   std::vector<ExecItem> resolve() {
-    std::map<std::weak_ptr<Buffer>, std::shared_ptr<Buffer>, std::owner_less<std::weak_ptr<Buffer>>> revived;
+    Revived revived;
     std::vector<ExecItem> out;
     for (auto& it : items) {
       ExecItem e = std::move(it.exec);
-      for (auto& s : it.bufs) {
-        auto b = s.buf.lock();
-        if (!b) {
-          auto& r = revived[s.buf];
-          if (!r) r = std::make_shared<Buffer>(s.device, s.dtype, s.numel);
-          b = r;
-        }
-        e.item.buffers.push_back(std::move(b));
-      }
+      for (auto& s : it.bufs) e.item.buffers.push_back(revive(s, revived));
       out.push_back(std::move(e));
     }
     items.clear();
     return out;
+  }
+  using Revived = std::map<std::weak_ptr<Buffer>, std::shared_ptr<Buffer>, std::owner_less<std::weak_ptr<Buffer>>>;
+  // The buffer s saw: itself while alive, else one new buffer like it (a view of its base revived).
+  static std::shared_ptr<Buffer> revive(const Seen& s, Revived& revived) {
+    if (auto b = s.buf.lock()) return b;
+    auto& r = revived[s.buf];
+    if (r) return r;
+    if (s.view) {
+      Seen base{s.base, s.device, s.base_dtype, s.base_numel};
+      r = std::make_shared<Buffer>(revive(base, revived), s.offset, s.dtype, s.numel);
+    } else {
+      r = std::make_shared<Buffer>(s.device, s.dtype, s.numel);
+    }
+    return r;
   }
   struct Assign {  // the buffers of the target's parts (one on a single device); before is empty when it was lazy
     Tensor target;
@@ -294,15 +318,30 @@ size_t collective_waited_at(const std::vector<ExecItem>& items, size_t c) {
   return items.size();
 }
 
-// The fixed intermediates of a captured list, in order of first use.
+// The buffers of a list that are views of another (Note [concatenations stored in place] in
+// schedule/concat_in_place.cpp) and the buffers they view: their memory is one, so they keep it
+// rather than share the arena (a view placed apart from its base would no longer alias it).
+std::unordered_set<const Buffer*> aliased_buffers(const std::vector<ExecItem>& items) {
+  std::unordered_set<const Buffer*> out;
+  for (auto& e : items)
+    for (auto& b : e.item.buffers)
+      for (const Buffer* v = b.get(); v && v->view_base(); v = v->view_base().get()) {
+        out.insert(v);
+        out.insert(v->view_base().get());
+      }
+  return out;
+}
+
+// The fixed intermediates of a captured list, in order of first use (views and their bases left out).
 std::vector<Intermediate> intermediates(const std::vector<ExecItem>& items, const std::unordered_set<const Buffer*>& written) {
   std::vector<Intermediate> all;
   std::unordered_map<const Buffer*, size_t> index;
+  const std::unordered_set<const Buffer*> aliased = aliased_buffers(items);
   for (size_t i = 0; i < items.size(); i++) {
     const bool collective = items[i].item.kind == ScheduleItem::Kind::Collective;
     const size_t until = collective ? collective_waited_at(items, i) : i;
     for (auto& b : items[i].item.buffers) {
-      if (!b || !written.count(b.get()) || b->numel() == 0) continue;
+      if (!b || !written.count(b.get()) || b->numel() == 0 || aliased.count(b.get())) continue;
       auto [it, fresh] = index.emplace(b.get(), all.size());
       if (fresh) all.push_back({b, i, i});
       auto& x = all[it->second];

@@ -242,7 +242,10 @@ class CudaDevice : public Device {
                            .pad_aliasing_rows = false,
                            .split_reductions = true,
                            .realize_product_operands = false,
-                           .collective_library = nccl_library()};
+                           .collective_library = nccl_library(),
+                           // cuBLASLt is told its operands' alignment from their offsets, buffers
+                           // taken to start where cuMemAlloc puts them
+                           .view_alignment = 256};
     int v = driver().version;
     char buf[1024];
     std::snprintf(buf, sizeof(buf), "%s (%s, sm_%d, %d SMs, %.1f GiB, driver CUDA %d.%d, %s, %s, collectives between GPUs: %s)",

@@ -76,6 +76,7 @@
 #include "tinygrad/knobs.h"
 #include "tinygrad/lazy.h"
 #include "tinygrad/multi.h"
+#include "tinygrad/schedule/concat_in_place.h"
 #include "tinygrad/schedule/library_operands.h"
 #include "tinygrad/schedule/match_matmul.h"
 #include "tinygrad/schedule/padded_rows.h"
@@ -576,13 +577,40 @@ std::vector<UOpPtr> issue_order(const Graph& g, const NodeSet& realize,
   return out;
 }
 
+// Note [concatenations stored in place] in concat_in_place.cpp.
+ConcatsInPlace concats_in_place(const Graph& g, const NodeSet& realize) {
+  return plan_concats_in_place(
+      g.order, realize, g.output_set, [&g](const UOp* u) -> const std::vector<const UOp*>& { return readers_of(g, u); },
+      [](const UOp* u) { return has_buffer(u); });
+}
+
+// A concatenation that a kernel with several outputs stores stays an ordinary kernel.
+void drop_joined_concats(ConcatsInPlace& out, const std::unordered_map<const UOp*, std::vector<UOpPtr>>& several) {
+  if (out.concats.empty() || several.empty()) return;
+  NodeSet joined;
+  for (auto& [k, us] : several) {
+    joined.insert(k);
+    for (auto& u : us) joined.insert(u.get());
+  }
+  for (auto it = out.concats.begin(); it != out.concats.end();) {
+    if (!joined.count(it->first)) {
+      ++it;
+      continue;
+    }
+    for (auto& p : it->second.pieces)
+      if (p.placed) out.placed.erase(p.placed);
+    it = out.concats.erase(it);
+  }
+}
+
 // ---- schedule items ----
 
 // Makes the buffers and schedule items of the realize points, visited sources first.
 class ItemMaker {
  public:
-  ItemMaker(const NodeSet& realize, std::unordered_map<const UOp*, std::vector<UOpPtr>> joined)
-      : realize_(realize), joined_(std::move(joined)) {
+  ItemMaker(const Graph& g, const NodeSet& realize, std::unordered_map<const UOp*, std::vector<UOpPtr>> joined,
+            ConcatsInPlace concats)
+      : g_(g), realize_(realize), joined_(std::move(joined)), concats_(std::move(concats)) {
     for (auto& [k, us] : joined_)
       for (auto& u : us) stored_by_.insert(u.get());
   }
@@ -599,7 +627,8 @@ class ItemMaker {
   std::shared_ptr<Buffer> add(const UOpPtr& u) {
     if (auto it = buffers_.find(u.get()); it != buffers_.end()) return it->second;  // a device collective's
     if (is_collective(*u)) return add_collective(u);
-    auto out = std::make_shared<Buffer>(u->device, u->dtype, prod(u->shape));
+    if (auto it = concats_.concats.find(u.get()); it != concats_.concats.end()) return add_concat(u, it->second);
+    auto out = new_buffer(u);
     if (stored_by_.count(u.get())) {
       waiting_[u.get()] = out;
       return out;
@@ -619,14 +648,66 @@ class ItemMaker {
   std::vector<ScheduleItem> take_items() { return std::move(items_); }
 
  private:
+  const Graph& g_;
   const NodeSet& realize_;
   std::unordered_map<const UOp*, std::vector<UOpPtr>> joined_;  // a kernel -> the other outputs it stores
+  ConcatsInPlace concats_;                                        // Note [concatenations stored in place]
+  std::unordered_map<const UOp*, std::shared_ptr<Buffer>> concat_buffers_;
   NodeSet stored_by_;                                             // those other outputs
   std::unordered_map<const UOp*, std::shared_ptr<Buffer>> waiting_;  // their buffers until their kernel is made
   std::unordered_map<const UOp*, std::shared_ptr<Buffer>> buffers_;
   std::vector<ScheduleItem> items_;
   // first stages of split reduces and the results of device collectives: alive while `buffers_` names them
   std::vector<UOpPtr> stages_;
+
+  // The buffer of a concatenation stored in place, made when its first piece or itself is.
+  std::shared_ptr<Buffer> concat_buffer(const UOp* c) {
+    auto& b = concat_buffers_[c];
+    if (!b) b = std::make_shared<Buffer>(c->device, c->dtype, prod(c->shape));
+    return b;
+  }
+
+  // A new buffer for realize point u: a view of its concatenation's buffer where u is a placed piece.
+  std::shared_ptr<Buffer> new_buffer(const UOpPtr& u) {
+    auto it = concats_.placed.find(u.get());
+    if (it == concats_.placed.end()) return std::make_shared<Buffer>(u->device, u->dtype, prod(u->shape));
+    const size_t offset = static_cast<size_t>(it->second.begin) * itemsize(u->dtype);
+    return std::make_shared<Buffer>(concat_buffer(it->second.concat), offset, u->dtype, prod(u->shape));
+  }
+
+  // Note [concatenations stored in place]: the placed pieces are already there (made before, as
+  // the concatenation's sources); one kernel writes the run of the others, if there is one.
+  std::shared_ptr<Buffer> add_concat(const UOpPtr& u, const ConcatInPlace& plan) {
+    auto out = concat_buffer(u.get());
+    const auto& pieces = plan.pieces;
+    for (size_t first = 0; first < pieces.size(); first++) {
+      if (pieces[first].placed) continue;
+      size_t last = first;
+      while (last < pieces.size() && !pieces[last].placed) last++;
+      const size_t offset = static_cast<size_t>(pieces[first].begin) * itemsize(u->dtype);
+      lower(concat_run_value(pieces, first, last),
+            std::make_shared<Buffer>(out, offset, u->dtype, pieces[last - 1].end - pieces[first].begin));
+      first = last;
+    }
+    buffers_[u.get()] = out;
+    return out;
+  }
+
+  // Note [all-reduces in place]: an all-reduce across the ranks whose operand is an intermediate
+  // of this schedule that it alone reads (a DDP bucket) writes its result over the operand: no
+  // second buffer, and on the host no copy of the operand before the reduction. A concatenation
+  // stored in place qualifies only when sealed (nothing else reads its pieces' views).
+  bool reduces_in_place(const UOpPtr& u) const {
+    if (u->op != Op::ALLREDUCE || u->src.size() != 1) return false;
+    const UOp* src = u->src[0].get();
+    if (has_buffer(src) || !buffers_.count(src) || g_.output_set.count(src) || src->dtype != u->dtype ||
+        src->op == Op::CUSTOM_GRAD || src->op == Op::TEMPLATE_KERNEL || concats_.placed.count(src))
+      return false;
+    const auto& rs = readers_of(g_, src);
+    if (rs.size() != 1 || rs[0] != u.get()) return false;
+    auto c = concats_.concats.find(src);
+    return c == concats_.concats.end() || c->second.sealed;
+  }
 
   void add_copy(const UOpPtr& u, const std::shared_ptr<Buffer>& out) {
     ScheduleItem item;
@@ -651,9 +732,11 @@ class ItemMaker {
     item.kind = ScheduleItem::Kind::Collective;
     item.outputs = n;
     std::vector<std::string> devices;
+    const bool in_place = reduces_in_place(u);  // Note [all-reduces in place]
     for (size_t k = 0; k < n; k++) {
       UOpPtr result = n == 1 ? u : make_device_collective(u->op, u->src, u->arg_collective(), k);
-      auto out = std::make_shared<Buffer>(result->device, result->dtype, prod(result->shape));
+      auto out = in_place ? input_of(u->src[0].get())
+                          : std::make_shared<Buffer>(result->device, result->dtype, prod(result->shape));
       buffers_[result.get()] = out;
       item.buffers.push_back(out);
       devices.push_back(result->device);
@@ -740,9 +823,11 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
                                           std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
   Graph g = graph_to_compute(outputs);
   NodeSet realize = realize_points(g);
+  ConcatsInPlace concats = concats_in_place(g, realize);
   auto several = kernels_with_several_outputs(g, realize);
+  drop_joined_concats(concats, several);
   std::vector<UOpPtr> order = issue_order(g, realize, several);  // Note [gathers one reader ahead]
-  ItemMaker maker(realize, std::move(several));
+  ItemMaker maker(g, realize, std::move(several), std::move(concats));
   for (auto& u : order) {
     if (!realize.count(u.get()) || has_buffer(u.get())) continue;
     auto out = maker.add(u);
