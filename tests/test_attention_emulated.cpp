@@ -115,6 +115,7 @@ static void tg_cp16(unsigned short* dst, const unsigned short* src, bool valid) 
 static void tg_cp4(unsigned short* dst, const unsigned short* src, bool valid) { tg_cp_any(dst, src, valid, 4); }
 static void tg_cp_commit() {}
 static void tg_cp_wait_all_but_last() {}
+static void tg_cp_wait_all() {}
 static void tg_ldsm4(unsigned* r, const unsigned short* p) { tg_ldsm4_any(r, p, false); }
 static void tg_ldsm4_t(unsigned* r, const unsigned short* p) { tg_ldsm4_any(r, p, true); }
 )";
@@ -332,6 +333,11 @@ TEST(TensorCoreAttentionEmulated, CausalMatchesDirect) {
 
 TEST(TensorCoreAttentionEmulated, NotCausalLongerKeysMatchesDirect) {
   check_case(AttentionSpec{TemplateKernel::AttentionForward, 1, 70, 130, 16, 48, DType::BFloat16, false, 0.25, true});
+}
+
+// Head dim 128: one stage of key blocks (Note [staged key blocks]: two would exceed 48 KB).
+TEST(TensorCoreAttentionEmulated, WideHeadsWithOneStageMatchDirect) {
+  check_case(AttentionSpec{TemplateKernel::AttentionForward, 1, 90, 150, 128, 128, DType::BFloat16, true, 0.09, true});
 }
 
 }  // namespace

@@ -63,8 +63,11 @@ static __device__ __forceinline__ void tg_cp4(unsigned short* dst, const unsigne
 }
 static __device__ __forceinline__ void tg_cp_commit() { asm volatile("cp.async.commit_group;"); }
 static __device__ __forceinline__ void tg_cp_wait_all_but_last() { asm volatile("cp.async.wait_group 1;"); }
+static __device__ __forceinline__ void tg_cp_wait_all() { asm volatile("cp.async.wait_group 0;"); }
 #define KS (E + 8)
 #define VS (EV + 8)
+// Note [staged key blocks]: two stages where they fit in 48 KB of shared memory, else one
+#define TG_STAGES (2 * 64 * (KS + VS) * 2 <= 48 * 1024 ? 2 : 1)
 )";
 
 // Note [tensor-core attention]: the pieces of the three kernels, written once (Note [template
@@ -165,7 +168,8 @@ std::string load_block(const Walk& w, const Side& side, const char* into, const 
 // Note [staged key blocks]: the forward's and dQ's blocks of k and v are copied into shared
 // memory by cp.async, two stages deep: while a block is multiplied, the next one is on its way
 // (the copies of a block synchronously, then the products, left the tensor cores idle while
-// each block arrived). `ks` and `vs` point at the current stage; 16-byte copies where q, k and v
+// each block arrived). Two stages of head dim 128 (68 KB) exceed the 48 KB of static shared
+// memory a block may declare; those kernels keep one stage (TG_STAGES). `ks` and `vs` point at the current stage; 16-byte copies where q, k and v
 // are 16-byte aligned (rows of E 16-bit elements, E a multiple of 16), 4-byte ones otherwise.
 constexpr const char* STAGE_BLOCK = R"(    for (int i = threadIdx.x; i < 64 * (${width} / ${per}); i += 128) {
       const int j = i / (${width} / ${per}), c = i % (${width} / ${per}) * ${per};
@@ -191,15 +195,21 @@ std::string stage_keys(const char* block, const char* stage) {
 
 constexpr const char* KEY_WALK_STAGED = R"(  const int kend = CAUSAL ? min(SK, first + 64) : SK;
   const bool aligned = (((unsigned long long)k | (unsigned long long)v) & 15) == 0;
+#if TG_STAGES == 2
   {
 ${first}  }
-  for (int k0 = 0, stage = 0; k0 < kend; k0 += 64, stage ^= 1) {
+#endif
+  for (int k0 = 0, stage = 0; k0 < kend; k0 += 64, stage ^= TG_STAGES - 1) {
     __syncthreads();
+#if TG_STAGES == 2
     if (k0 + 64 < kend) {
 ${next}    } else {
       tg_cp_commit();
     }
     tg_cp_wait_all_but_last();
+#else
+${this}    tg_cp_wait_all();
+#endif
     __syncthreads();
     const unsigned short* ks = ks_stages + stage * 64 * KS;
     const unsigned short* vs = vs_stages + stage * 64 * VS;
@@ -207,7 +217,9 @@ ${next}    } else {
 
 // The forward's and dQ's walk over blocks of k and v (Note [staged key blocks]).
 std::string key_walk() {
-  return fill(KEY_WALK_STAGED, {{"first", stage_keys("0", "0")}, {"next", stage_keys("k0 + 64", "(stage ^ 1)")}});
+  return fill(KEY_WALK_STAGED, {{"first", stage_keys("0", "0")},
+                                {"next", stage_keys("k0 + 64", "(stage ^ 1)")},
+                                {"this", stage_keys("k0", "0")}});
 }
 
 // A product of the warp's A fragments `a` with a staged block's rows (in `smem`), into the 8
@@ -289,8 +301,8 @@ std::string ds_lines(const std::string& ds, const std::string& dp, const std::st
 
 // Note [tensor-core attention]: the forward pass.
 constexpr const char* FORWARD = R"(
-${signature}  __shared__ __align__(16) unsigned short ks_stages[2 * 64 * KS];
-  __shared__ __align__(16) unsigned short vs_stages[2 * 64 * VS];
+${signature}  __shared__ __align__(16) unsigned short ks_stages[TG_STAGES * 64 * KS];
+  __shared__ __align__(16) unsigned short vs_stages[TG_STAGES * 64 * VS];
 ${ids}  unsigned qa[E / 16][4];
 ${q_fragments}  float o[EV / 8][4];
 ${zero_o}  float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.0f, l1 = 0.0f;
@@ -351,8 +363,8 @@ std::string forward() {
 // float32) beside q's: S = q k^T and dP = dO v^T per key block, dS = P * (dP - D) with P =
 // exp(S - L), and dQ += dS k with dS as the A fragments.
 constexpr const char* BACKWARD_Q = R"(
-${signature}  __shared__ __align__(16) unsigned short ks_stages[2 * 64 * KS];
-  __shared__ __align__(16) unsigned short vs_stages[2 * 64 * VS];
+${signature}  __shared__ __align__(16) unsigned short ks_stages[TG_STAGES * 64 * KS];
+  __shared__ __align__(16) unsigned short vs_stages[TG_STAGES * 64 * VS];
 ${ids}  unsigned qa[E / 16][4], da[EV / 16][4];
 ${q_fragments}#pragma unroll
   for (int kk = 0; kk < EV / 16; kk++) {
