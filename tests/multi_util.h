@@ -1,6 +1,6 @@
-// Helpers for the suites of several devices in one process (test_multi, test_tp): deterministic
-// data, a comparison within a relative bound, and the collectives the multi-device rewrite
-// inserted since a point.
+// Helpers for the suites of several devices in one process (test_multi, test_tp, the CUDA ones):
+// the CUDA devices there are, deterministic data, a comparison within a relative bound, and the
+// collectives the multi-device rewrite inserted since a point.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -9,9 +9,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "tinygrad/device.h"
 #include "tinygrad/multi.h"
 
 namespace tg::testutil {
+
+// The CUDA devices this binary can use: 0 where it was built without CUDA or has no GPU.
+inline int cuda_devices() {
+  auto built = registered_devices();
+  if (std::find(built.begin(), built.end(), "CUDA") == built.end()) return 0;
+  return device_count("CUDA");
+}
 
 // n values in [-3, 9] * scale that repeat every 13 elements.
 inline std::vector<float> iota(int64_t n, float scale = 1) {

@@ -166,10 +166,10 @@ UOpPtr replaced(const UOpPtr& root, const UOp* from, const UOpPtr& to) {
   return changed ? make_uop(root->op, root->dtype, std::move(src), root->arg, root->shape, root->device) : root;
 }
 
-// The specs of the products among t's kernels (their inputs realized).
-std::vector<MatmulSpec> product_specs(const UOpPtr& root) {
+// The specs of the products among the kernels that compute `roots` (their inputs realized).
+std::vector<MatmulSpec> product_specs(const std::vector<UOpPtr>& roots) {
   std::vector<MatmulSpec> specs;
-  for (auto& item : create_schedule({root})) {
+  for (auto& item : create_schedule(roots)) {
     if (item.kind != ScheduleItem::Kind::Kernel) continue;
     std::vector<DType> dtypes;
     for (auto& b : item.buffers) dtypes.push_back(b->dtype());
@@ -186,14 +186,14 @@ TEST(LibraryOperands, MergedDimsThatAreNotOneBlockAreCopied) {
   Tensor y = input({2, 4, 64, 16}, 1), w = input({48, 64}, 2);
   Tensor rows = y.permute({0, 2, 1, 3}).reshape({128, 64});
   Tensor out = rows.matmul(w.T());
-  EXPECT_TRUE(product_specs(out.uop()).empty());
+  EXPECT_TRUE(product_specs({out.uop()}).empty());
   UOpPtr mul = first_mul(out.uop());
   ASSERT_TRUE(mul);
   const UOpPtr& permuted = rows.uop()->src[0];
   EXPECT_EQ(library_copy_point(mul->src[0]), permuted.get());
   EXPECT_EQ(library_copy_point(mul->src[1]), nullptr);  // W^T is a strided view
   UOpPtr rewritten = replaced(out.uop(), permuted.get(), lazy::contiguous(permuted));
-  auto specs = product_specs(rewritten);
+  auto specs = product_specs({rewritten});
   ASSERT_EQ(specs.size(), 1u);
   EXPECT_EQ(sizes(specs[0]), (std::vector<int64_t>{1, 128, 48, 64}));
   EXPECT_EQ(Tensor(rewritten).to_vector<float>(), out.to_vector<float>());
@@ -219,7 +219,7 @@ TEST(LibraryOperands, ComputedOperandsAreComputedIntoTheCopy) {
   ASSERT_EQ(library_copy_point(first_mul(grad_in.uop())->src[0]), permuted.get());
   EXPECT_EQ(permuted->shape, (Shape{2, 64, 3, 4, 16}));
   UOpPtr rewritten = replaced(grad_in.uop(), permuted.get(), lazy::contiguous(permuted));
-  EXPECT_EQ(product_specs(rewritten).size(), 1u);
+  EXPECT_EQ(product_specs({rewritten}).size(), 1u);
   std::vector<float> a = Tensor(rewritten).to_vector<float>(), b = grad_in.to_vector<float>();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); i++) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(b[i]))) << i;
@@ -257,16 +257,9 @@ const std::string& library_device() {
 
 // How many of the kernels that compute `roots` a library takes.
 int library_products(const Tensors& roots) {
-  std::vector<UOpPtr> outs;
-  for (auto& r : roots) outs.push_back(r.uop());
-  int n = 0;
-  for (auto& item : create_schedule(outs)) {
-    if (item.kind != ScheduleItem::Kind::Kernel) continue;
-    std::vector<DType> dtypes;
-    for (auto& b : item.buffers) dtypes.push_back(b->dtype());
-    n += match_matmul(item.ast, dtypes).has_value();
-  }
-  return n;
+  std::vector<UOpPtr> uops;
+  for (auto& r : roots) uops.push_back(r.uop());
+  return static_cast<int>(product_specs(uops).size());
 }
 
 // A cast back to the dtype a value was widened from is the value (Note [round trips through a

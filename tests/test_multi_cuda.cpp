@@ -27,6 +27,7 @@
 #include "tinygrad/tensor.h"
 
 using namespace tg;
+using testutil::cuda_devices;
 using testutil::expect_near;
 using testutil::iota;
 using testutil::KnobScope;
@@ -34,12 +35,6 @@ using testutil::stats_since;
 namespace fs = std::filesystem;
 
 namespace {
-
-int cuda_devices() {
-  auto built = registered_devices();
-  if (std::find(built.begin(), built.end(), "CUDA") == built.end()) return 0;
-  return device_count("CUDA");
-}
 
 // Why a test needing `need` GPUs with NCCL between them cannot run here ("needs 2 CUDA devices,
 // found 1"), or "" when it can.

@@ -30,6 +30,7 @@
 #include "tinygrad/tensor_internal.h"
 
 using namespace tg;
+using testutil::cuda_devices;
 using testutil::expect_near;
 using testutil::iota;
 using testutil::KnobScope;
@@ -223,12 +224,6 @@ TEST_F(PeerCopy, TinyJitReplaysCopyOnTheDevices) {
 // ---- on CUDA (label gpu) ----
 
 namespace {
-
-int cuda_devices() {
-  auto built = registered_devices();
-  if (std::find(built.begin(), built.end(), "CUDA") == built.end()) return 0;
-  return device_count("CUDA");
-}
 
 std::string skip_reason(int need) {
   const int found = cuda_devices();
