@@ -227,7 +227,7 @@ TEST(LibraryOperands, ComputedOperandsAreComputedIntoTheCopy) {
   EXPECT_EQ(library_copy_point(first_mul(small.uop())->src[0]), nullptr);
 }
 
-// ---- Note [mixed library operands] in schedule/schedule.cpp ----------------------------------
+// ---- Note [mixed library operands] in schedule/rounded_values.cpp ----------------------------
 
 // A stand-in for a device whose products run through its library, for scheduling only (nothing
 // is run on it but copies): CPU memory, a GPU-style policy, Feature::MatmulLibrary.

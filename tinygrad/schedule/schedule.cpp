@@ -1,4 +1,4 @@
-// Kernel boundaries and fusion. create_schedule runs three steps: graph_to_compute (the nodes
+// Kernel boundaries and fusion. create_schedule runs three steps: graph_to_compute (graph.h: the nodes
 // still to compute, after the layout rewrite of Note [padded B rows] in padded_rows.cpp),
 // realize_points (which nodes get buffers of their own: the Notes below), and ItemMaker, which
 // gives each realize point a buffer and an item: a copy or collective, or a kernel lowered from
@@ -77,9 +77,11 @@
 #include "tinygrad/lazy.h"
 #include "tinygrad/multi.h"
 #include "tinygrad/schedule/concat_in_place.h"
+#include "tinygrad/schedule/graph.h"
 #include "tinygrad/schedule/library_operands.h"
 #include "tinygrad/schedule/match_matmul.h"
 #include "tinygrad/schedule/padded_rows.h"
+#include "tinygrad/schedule/rounded_values.h"
 #include "tinygrad/schedule/shared_chains.h"
 #include "tinygrad/schedule/split_reduce.h"
 
@@ -92,29 +94,6 @@ bool is_collective(const UOp& u) { return op_group(u.op) == OpGroup::Collective;
 bool is_reordering_view(const UOp& u) { return u.op == Op::RESHAPE || u.op == Op::PERMUTE; }
 bool is_injective_view(const UOp& u) {
   return u.op == Op::RESHAPE || u.op == Op::PERMUTE || u.op == Op::SHRINK || u.op == Op::FLIP;
-}
-
-// The node whose buffer u reads without a kernel: u itself when realized or a BUFFER, or the node
-// under u's reshapes of a contiguous buffer (and markers whose value is their source's). Null
-// where u must be computed.
-const UOp* buffer_node(const UOp* u) {
-  if (u->realized || u->op == Op::BUFFER) return u;
-  if (u->op == Op::RESHAPE || u->op == Op::DETACH || u->op == Op::CONTIGUOUS || u->op == Op::CUSTOM_GRAD) {
-    if (u->op == Op::CONTIGUOUS && !(u->src[0]->realized || u->src[0]->op == Op::BUFFER)) return nullptr;
-    return buffer_node(u->src[0].get());
-  }
-  return nullptr;
-}
-
-// Whether u is a realized node, or a view of one that needs no kernel (buffer_node). The passes
-// ask this of every node they visit; only the items take the buffer (existing_buffer).
-bool has_buffer(const UOp* u) { return buffer_node(u) != nullptr; }
-
-// The buffer u reads without a kernel, or null (buffer_node).
-std::shared_ptr<Buffer> existing_buffer(const UOp* u) {
-  const UOp* b = buffer_node(u);
-  if (!b) return nullptr;
-  return b->realized ? b->realized : b->arg_buffer();
 }
 
 // Note [product operands]
@@ -149,62 +128,10 @@ Shape without_ones(const Shape& s) {
 
 // ---- realize points (Note [where kernels end]) ----
 
-using NodeSet = std::unordered_set<const UOp*>;
-
-// Each node -> the nodes still to compute that read its value (value_src_count), in the order of
-// the graph: what the passes below walk up through. Built once per schedule (Note [one readers
-// map]).
-using Readers = std::unordered_map<const UOp*, std::vector<const UOp*>>;
-
-// The graph a schedule computes: its outputs, after the scheduler's layout rewrites, and the
-// nodes still to compute under them, sources first.
-struct Graph {
-  std::vector<UOpPtr> outputs;
-  std::vector<UOpPtr> order;
-  NodeSet output_set;
-  std::unordered_map<const UOp*, UOpPtr> original_of;  // a rewritten node -> the caller's
-  Readers readers;
-};
-
-// Note [one readers map]: fusing reduces into their readers, row fusion, kernels with several
-// outputs and the order of collectives all walk the graph upwards from a node to its readers.
-// The graph does not change while they run (only the set of realize points does), so its readers
-// are found once, in graph_to_compute, and each pass reads them: a schedule is made on every
-// realize, and a map per pass was a good part of a small step's host time.
-Readers find_readers(const std::vector<UOpPtr>& order) {
-  Readers r;
-  r.reserve(order.size());
-  for (auto& u : order) {
-    if (has_buffer(u.get())) continue;
-    for (size_t i = 0; i < value_src_count(*u); i++) r[u->src[i].get()].push_back(u.get());
-  }
-  return r;
-}
-
-const std::vector<const UOp*>& readers_of(const Graph& g, const UOp* u) {
-  static const std::vector<const UOp*> none;
-  auto it = g.readers.find(u);
-  return it == g.readers.end() ? none : it->second;
-}
-
-Graph graph_to_compute(const std::vector<UOpPtr>& outputs) {
-  auto to_compute = [](const UOp& u) { return !has_buffer(&u); };
-  Graph g{outputs, toposort(outputs, to_compute), {}, {}, {}};
-  // Note [padded B rows] in padded_rows.cpp
-  if (auto padded = pad_aliasing_rows(outputs, g.order, [](const UOp* u) { return has_buffer(u); })) {
-    g.outputs = std::move(padded->outputs);
-    g.original_of = std::move(padded->original_of);
-    g.order = toposort(g.outputs, to_compute);
-  }
-  for (auto& o : g.outputs) g.output_set.insert(o.get());
-  g.readers = find_readers(g.order);
-  return g;
-}
-
 // The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY, collectives and
 // template kernels (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]),
 // SCATTER_ADD (Note [accumulating stores] in lower.cpp).
-NodeSet kernel_ends(const Graph& g) {
+NodeSet kernel_ends(const ScheduleGraph& g) {
   NodeSet realize;
   for (auto& u : g.order) {
     if (has_buffer(u.get())) continue;
@@ -220,7 +147,7 @@ NodeSet kernel_ends(const Graph& g) {
 }
 
 // Note [product operands]
-void realize_product_operands(const Graph& g, NodeSet& realize) {
+void realize_product_operands(const ScheduleGraph& g, NodeSet& realize) {
   for (auto& u : g.order) {
     if (u->op != Op::REDUCE_AXIS || has_buffer(u.get()) || !realizes_product_operands(u->device)) continue;
     const UOp* product = u->src[0].get();
@@ -240,82 +167,9 @@ void realize_product_operands(const Graph& g, NodeSet& realize) {
   }
 }
 
-// Note [values stored rounded]: under mixed precision many float32 values are read only rounded
-// to bfloat16 (or float16). A product sums in float32 and its one reader rounds the sum: `x.matmul(w)`
-// of half operands is a REDUCE_AXIS in float32 cast to the half type, which a Linear widens back
-// to float32 for its caller. An elementwise value realized for a product (Note [product operands]:
-// a GELU's output, a masked gradient) is read by the product through a rounding cast. Such a
-// realize point with a rounding cast as its one reader (through the reshape that drops a
-// reduce's summed dims) is stored rounded: the cast becomes the realize point, the value is
-// computed in the cast's kernel (a reduce joins it, as a reduce joins the one reader it has) and
-// its buffer is half the size, with the same values. Reduces that joined a reader's kernel
-// already (a product with its bias and relu, Note [where kernels end]) have no buffer to shrink
-// and are left there. GPT-2's activations, logits and the
-// products' computed operands are such values; their readers widen them as they load them, and
-// a product then reads two half buffers. Where a reader of the cast is itself a realize point (a
-// weight gradient returned in float32) the value stays where it is: moving it would leave a
-// kernel that only widens. Outputs and nodes realized for what they are (copies, collectives,
-// template kernels and their sources, CONTIGUOUS) keep their buffers.
-void store_values_rounded(const Graph& g, NodeSet& realize) {
-  // the one node reading `n`, or null
-  auto only_reader = [&](const UOp* n) -> const UOp* {
-    const auto& readers = readers_of(g, n);
-    return readers.size() == 1 ? readers[0] : nullptr;
-  };
-  for (auto& u : g.order) {
-    if (!realize.count(u.get()) || g.output_set.count(u.get()) || u->dtype != DType::Float32 ||
-        !(u->op == Op::REDUCE_AXIS || (is_alu(u->op) && u->op != Op::CAST)))
-      continue;
-    const UOp* rounded = only_reader(u.get());  // through the reshape that drops a reduce's summed dims
-    while (rounded && rounded->op == Op::RESHAPE && !realize.count(rounded)) rounded = only_reader(rounded);
-    if (!rounded || rounded->op != Op::CAST || !is_half(rounded->dtype) || realize.count(rounded)) continue;
-    const auto& widened = readers_of(g, rounded);
-    if (std::any_of(widened.begin(), widened.end(), [&](const UOp* r) { return realize.count(r) > 0; })) continue;
-    realize.erase(u.get());
-    realize.insert(rounded);
-  }
-}
-
-// Note [mixed library operands]: a library product takes two bfloat16 operands, or two float32
-// ones that it rounds itself (MatmulSpec::inputs_bf16), never one of each. Mixed precision makes
-// such pairs: a bfloat16 buffer (attention's output, rounded inside the copy the library needs of
-// it, Note [library operands]; a value stored rounded, Note [values stored rounded]) times a
-// float32 weight or gradient rounded to bfloat16 in the product's kernel. Those products ran as
-// generated kernels at a tenth of the library's speed (GPT-2's c_proj forward product and weight
-// gradient). So on a device whose products run through its library, where one operand of a
-// product is a half buffer and the other is rounded in the kernel, the rounding cast is a
-// realize point too: one pass rounds it into a half buffer (a weight: a small copy), and the
-// product reads two half buffers.
-void realize_rounded_partners(const Graph& g, NodeSet& realize) {
-  auto stored = [&](const UOp* n) { return has_buffer(n) || realize.count(n) > 0; };
-  // below a product operand's views and its widening cast, the half node it reads, or null
-  auto half_source = [](const UOp* side) -> const UOp* {
-    bool widened = false;
-    for (const UOp* n = side;; n = n->src[0].get()) {
-      if (has_buffer(n) || !(op_group(n->op) == OpGroup::Movement || (n->op == Op::CAST && !widened)))
-        return widened && is_half(n->dtype) ? n : nullptr;
-      if (n->op == Op::CAST) {
-        if (n->dtype != DType::Float32 || !is_half(n->src[0]->dtype)) return nullptr;
-        widened = true;
-      }
-    }
-  };
-  for (auto& u : g.order) {
-    if (u->op != Op::REDUCE_AXIS || has_buffer(u.get()) || !runs_library_products(u->device)) continue;
-    const UOp* product = u->src[0].get();
-    while (product->op == Op::CAST) product = product->src[0].get();
-    if (product->op != Op::MUL || product->src.size() != 2) continue;
-    const UOp* a = half_source(product->src[0].get());
-    const UOp* b = half_source(product->src[1].get());
-    if (!a || !b || stored(a) == stored(b)) continue;
-    const UOp* rounding = stored(a) ? b : a;
-    if (rounding->op == Op::CAST && rounding->src[0]->dtype == DType::Float32) realize.insert(rounding);
-  }
-}
-
 // Note [where kernels end]: a reduce read once, through elementwise ops and injective views
 // only, by a realize point that is not itself a reduce, joins that realize point's kernel.
-void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
+void fuse_reduces_into_readers(const ScheduleGraph& g, NodeSet& realize) {
   for (auto& u : g.order) {
     if (!realize.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::COPY || is_collective(*u) ||
         u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
@@ -341,7 +195,7 @@ void fuse_reduces_into_readers(const Graph& g, NodeSet& realize) {
 }
 
 // Un-realizes the row reduces that one kernel reads back over the same rows (Note [row fusion]).
-void fuse_rows(const Graph& g, NodeSet& realize) {
+void fuse_rows(const ScheduleGraph& g, NodeSet& realize) {
   for (auto it = g.order.rbegin(); it != g.order.rend(); ++it) {
     const UOp* r = it->get();
     if (!realize.count(r) || g.output_set.count(r) || !is_row_reduce(*r)) continue;
@@ -388,7 +242,7 @@ void fuse_rows(const Graph& g, NodeSet& realize) {
 // The nodes whose value, as a kernel computes it, includes a reduce: a REDUCE_AXIS, or a node that
 // reads one through nodes that are not realize points. A realize point in it has a reduce in its
 // kernel. One pass over the graph, sources first.
-NodeSet computing_reduces(const Graph& g, const NodeSet& realize) {
+NodeSet computing_reduces(const ScheduleGraph& g, const NodeSet& realize) {
   NodeSet r;
   for (auto& u : g.order) {
     if (has_buffer(u.get())) continue;
@@ -427,7 +281,7 @@ SameIndexRegion same_index_region(const UOpPtr& k, const NodeSet& realize) {
 
 // The realize points that can be one of a kernel's outputs: computed elementwise, their kernels
 // have no reduce. Empty where fewer than two are (no kernel could store another).
-NodeSet elementwise_kernels(const Graph& g, const NodeSet& realize) {
+NodeSet elementwise_kernels(const ScheduleGraph& g, const NodeSet& realize) {
   std::vector<const UOp*> alu;
   for (auto& u : g.order)
     if (realize.count(u.get()) && is_alu(u->op) && !has_buffer(u.get())) alu.push_back(u.get());
@@ -440,7 +294,7 @@ NodeSet elementwise_kernels(const Graph& g, const NodeSet& realize) {
 }
 
 // For each kernel that stores several outputs, the realize points its kernel also stores.
-std::unordered_map<const UOp*, std::vector<UOpPtr>> kernels_with_several_outputs(const Graph& g,
+std::unordered_map<const UOp*, std::vector<UOpPtr>> kernels_with_several_outputs(const ScheduleGraph& g,
                                                                                 const NodeSet& realize) {
   std::unordered_map<const UOp*, std::vector<UOpPtr>> joined;
   const NodeSet candidates = elementwise_kernels(g, realize);
@@ -464,7 +318,7 @@ std::unordered_map<const UOp*, std::vector<UOpPtr>> kernels_with_several_outputs
 }
 
 // The nodes computed into buffers of their own (Note [where kernels end]).
-NodeSet realize_points(const Graph& g) {
+NodeSet realize_points(const ScheduleGraph& g) {
   NodeSet realize = kernel_ends(g);
   realize_product_operands(g, realize);
   fuse_reduces_into_readers(g, realize);
@@ -512,7 +366,7 @@ std::vector<const UOp*> resident_collective(const UOp* c, const NodeSet& realize
 
 // The position in `order` of the first realize point whose kernel reads c (reached through
 // nodes computed inline), or order.size() when none does.
-size_t first_reader(const UOp* c, const Graph& g, const NodeSet& realize,
+size_t first_reader(const UOp* c, const ScheduleGraph& g, const NodeSet& realize,
                     const std::unordered_map<const UOp*, size_t>& pos, size_t none) {
   size_t first = none;
   std::vector<const UOp*> stack{c};
@@ -531,7 +385,7 @@ size_t first_reader(const UOp* c, const Graph& g, const NodeSet& realize,
 
 // The order in which create_schedule makes items: g.order, with the collectives on resident
 // data moved up (Note [gathers one reader ahead]).
-std::vector<UOpPtr> issue_order(const Graph& g, const NodeSet& realize,
+std::vector<UOpPtr> issue_order(const ScheduleGraph& g, const NodeSet& realize,
                                 const std::unordered_map<const UOp*, std::vector<UOpPtr>>& several) {
   if (std::none_of(g.order.begin(), g.order.end(), [](const UOpPtr& u) { return is_collective(*u); })) return g.order;
   NodeSet joined;
@@ -578,7 +432,7 @@ std::vector<UOpPtr> issue_order(const Graph& g, const NodeSet& realize,
 }
 
 // Note [concatenations stored in place] in concat_in_place.cpp.
-ConcatsInPlace concats_in_place(const Graph& g, const NodeSet& realize) {
+ConcatsInPlace concats_in_place(const ScheduleGraph& g, const NodeSet& realize) {
   return plan_concats_in_place(
       g.order, realize, g.output_set, [&g](const UOp* u) -> const std::vector<const UOp*>& { return readers_of(g, u); },
       [](const UOp* u) { return has_buffer(u); });
@@ -608,7 +462,7 @@ void drop_joined_concats(ConcatsInPlace& out, const std::unordered_map<const UOp
 // Makes the buffers and schedule items of the realize points, visited sources first.
 class ItemMaker {
  public:
-  ItemMaker(const Graph& g, const NodeSet& realize, std::unordered_map<const UOp*, std::vector<UOpPtr>> joined,
+  ItemMaker(const ScheduleGraph& g, const NodeSet& realize, std::unordered_map<const UOp*, std::vector<UOpPtr>> joined,
             ConcatsInPlace concats)
       : g_(g), realize_(realize), joined_(std::move(joined)), concats_(std::move(concats)) {
     for (auto& [k, us] : joined_)
@@ -648,7 +502,7 @@ class ItemMaker {
   std::vector<ScheduleItem> take_items() { return std::move(items_); }
 
  private:
-  const Graph& g_;
+  const ScheduleGraph& g_;
   const NodeSet& realize_;
   std::unordered_map<const UOp*, std::vector<UOpPtr>> joined_;  // a kernel -> the other outputs it stores
   ConcatsInPlace concats_;                                        // Note [concatenations stored in place]
@@ -821,7 +675,7 @@ class ItemMaker {
 
 std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
                                           std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
-  Graph g = graph_to_compute(outputs);
+  ScheduleGraph g = graph_to_compute(outputs);
   NodeSet realize = realize_points(g);
   ConcatsInPlace concats = concats_in_place(g, realize);
   auto several = kernels_with_several_outputs(g, realize);
