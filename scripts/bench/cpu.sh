@@ -8,6 +8,9 @@
 #   bash scripts/bench/cpu.sh [--reps=N] [WORKLOAD ...]
 #   TG_SKIP_APT=1   skip the apt step
 #   TG_SKIP_BF16=1  skip the bfloat16 section
+#   CPU_ISA=avx2    both sides as on an AVX2 machine: the project's kernels tiled and compiled
+#                   for AVX2 (the knob), PyTorch's OpenBLAS on its Haswell kernels, oneDNN and
+#                   ATen capped at AVX2 (their own switches); sse2 likewise
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -20,10 +23,18 @@ fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 build/launcher/tg bench "$@" | tee "$out/tg.jsonl"
-/usr/bin/python3 scripts/bench/torch_cpu.py "$@" | tee "$out/torch.jsonl"
+# PyTorch restricted to the ISA the project's kernels are restricted to: an AVX2 machine
+# emulated on an AVX-512 one has no AVX-512 in either side
+torch_env=()
+case "${CPU_ISA:-native}" in
+  avx2) torch_env=(OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2) ;;
+  sse2) torch_env=(OPENBLAS_CORETYPE=Nehalem ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41) ;;
+esac
+env "${torch_env[@]}" /usr/bin/python3 scripts/bench/torch_cpu.py "$@" | tee "$out/torch.jsonl"
 # the machine, with the ISA its kernels were compiled for (CPU_ISA restricts it)
 isa="$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo SSE2))"
 machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $isa${CPU_ISA:+, CPU_ISA=$CPU_ISA}), $(date -u +%Y-%m-%d)"
+if [[ ${#torch_env[@]} -gt 0 ]]; then machine="$machine; PyTorch with ${torch_env[*]}"; fi
 /usr/bin/python3 scripts/bench/report.py "$out/tg.jsonl" "$out/torch.jsonl" docs/PERFORMANCE.md \
   "bash scripts/bench/cpu.sh $*" "$machine"
 # the bfloat16 section, with the same repetitions, when no workload was named
