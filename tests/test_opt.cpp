@@ -273,6 +273,13 @@ TEST(Opt, HandCodedOptsBlockAMatmulOfBPanels) {
   // the same B with its rows: K blocks of a K x 16 panel in half the L1
   EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(a.matmul(b)).ast)),
             "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,256) UPCAST(4,4) UPCAST(3,16)");
+  // a K that one panel block holds is not split: no partial sums through the output
+  Tensor a_short = realized_randn({16, 1024}, 42), b_short = realized_randn({1024, 288}, 43);
+  Tensor short_copy = b_short.reshape({1024, 18, 16}).permute({1, 0, 2}).contiguous().realize();
+  ScheduleItem one_block = only_kernel(a_short.matmul(short_copy.permute({1, 0, 2}).reshape({1024, 288})));
+  auto one_block_opts = hand_coded_opts(one_block.ast);
+  EXPECT_EQ(opts_str(one_block_opts), "BLOCK(1,288) BLOCK(0,8) UPCAST(4,4) UPCAST(3,16)");
+  expect_close(run_with(one_block, one_block_opts), run_with(one_block, {}), 1e-3);
   // panels of another width than the tile's are rows to it
   CpuLimits avx512{.vector_bits = 512, .vector_registers = 32};
   EXPECT_EQ(opts_str(hand_coded_opts(item.ast, avx512)),

@@ -285,7 +285,8 @@ size_t written_buffers(const Tensor& t, int64_t numel, DType dtype) {
 // Note [the matmul form] in schedule/padded_rows.cpp: the scheduler relays a matmul's B out in its
 // own type, only where the device policy says so: float32 into panels of the tile's width (Note
 // [B panels]: as many elements), bfloat16 into rows padded by one cache line (32 columns more); a
-// batched B and the products of the backward pass read theirs as it is.
+// batched B reads its own as it is, and so do small products of the backward pass (Note
+// [gradient products]: the x @ w below has too few rows for panels of a B that does not alias).
 TEST(Fusion, SchedulerPadsTheRowsOfAMatmulsB) {
   if (!get_device(default_device()).policy().pad_aliasing_rows) GTEST_SKIP() << "the device keeps B's layout";
   Tensor a = Tensor::randn({8, 256}).realize(), b = Tensor::randn({256, 512}).realize();
@@ -313,6 +314,27 @@ TEST(Fusion, SchedulerPadsTheRowsOfAMatmulsB) {
     double want = 0;
     for (int k = 0; k < 512; k++) want += static_cast<double>(ahv[k]) * bhv[k * 512 + j];
     EXPECT_NEAR(hv[j], want, 0.02 * (1 + std::abs(want))) << j;
+  }
+}
+
+// Note [gradient products] in schedule/padded_rows.cpp: a Linear's weight gradient (the sum over
+// the batch of dY[b, o] x[b, i]) reads the layer's input as its B: a large one is copied into
+// panels first on the CPU, whether the input is a [batch, 784] matrix or a batch of images
+// flattened, and the gradient is the same sum.
+TEST(Fusion, WeightGradientsReadTheLayersInputFromPanels) {
+  if (!get_device(default_device()).policy().pad_aliasing_rows) GTEST_SKIP() << "the device keeps B's layout";
+  Tensor images = Tensor::randn({512, 1, 28, 28}).realize();
+  for (const Tensor& x : {images.reshape({512, 784}).contiguous().realize(), images.reshape({512, 784})}) {
+    Tensor w = Tensor::randn({256, 784}).realize().requires_grad_();
+    x.matmul(w.T()).sum().backward();
+    EXPECT_EQ(written_buffers(*w.grad(), 512 * 784, DType::Float32), 1u);  // the panels of x
+    auto xv = x.to_vector<float>(), gv = w.grad()->to_vector<float>();
+    for (int i = 0; i < 784; i += 13) {  // d sum(x @ w^T) / dw[o, i] = sum over b of x[b, i], for every o
+      double want = 0;
+      for (int b = 0; b < 512; b++) want += xv[b * 784 + i];
+      EXPECT_NEAR(gv[i], want, 1e-3) << i;
+      EXPECT_NEAR(gv[255 * 784 + i], want, 1e-3) << i;
+    }
   }
 }
 

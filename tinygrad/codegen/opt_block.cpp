@@ -51,7 +51,9 @@ namespace tg {
 // per product went from about 173 ms (KB 128, MB 128) to about 145 ms with KB 512 / MB 256 and
 // 130 ms with KB 1024 / MB 256 (the sizes this rule gives); KB 256 / MB 512 took 165 ms. Under
 // CPU_ISA=avx2 the same rule (KB 1024, MB 256) took 212-219 ms against 242-250 with KB 256 /
-// MB 64. B read with padded rows keeps the L1-bounded sizes above.
+// MB 64. A K that one such block holds is not split at all (a 1024 matmul's K of 1024 took two
+// blocks of 512 before): no partial sums are carried through the output, and the kernel stores
+// its tile once. B read with padded rows keeps the L1-bounded sizes above.
 
 namespace {
 
@@ -149,7 +151,7 @@ std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, i
   const bool panels = reads_b_panels(ast, wide, wide_lanes, red);  // Note [blocks of B panels]
   int64_t mb = 0, kb = 0;
   for (int64_t b = panels ? tiles.panel_k_block : tiles.k_block; b >= MIN_K_BLOCK && !kb; b--)
-    if (red.size % b == 0 && red.size / b >= 2) kb = b;
+    if (red.size % b == 0 && (red.size / b >= 2 || (panels && b == red.size))) kb = b;
   const int64_t row_block = panels && kb ? tiles.a_block_bytes / (kb * 4) : tiles.row_block;
   for (int64_t b = row_block; b >= row_lanes && !mb; b--)
     if (b % row_lanes == 0 && rows.size % b == 0 && rows.size / b >= 2) mb = b;

@@ -21,17 +21,22 @@
 // MUL, through casts, the EXPAND and views that reorder dims or add and drop unit dims, B is the
 // first node whose shape is [k, m] with its dims in that order (a matmul's own argument, below
 // its casts: the copy is made in the operand's type). A batched B ([batch..., k, m], each batch
-// dim one of the product's) gets a transposed copy (Note [transposed B]) but never padded rows,
-// and the products autograd builds, which sum over another axis (a matmul's input and weight
-// gradients), get no padded rows: their operands were never measured with them.
+// dim one of the product's) gets a transposed copy (Note [transposed B]) but never padded rows.
+// The products autograd builds sum over another axis (Note [gradient products]).
 //
 // Note [gradient products]: autograd's input gradient of a matmul (dA = dY @ B^T) is built from
 // the forward product's MUL summed over its m axis, not its last: the output's columns are then
-// the last axis, and its "B" is the forward B read along m and k. Where that B has strided
-// columns (attention's dP = dO @ V^T reads V^T, whose T is strided by the head size) it gets the
-// same transposed copy as a forward product's (Note [transposed B]); a Linear's input gradient
-// reads W, whose rows are contiguous, and keeps it. Weight gradients sum over the rows (and the
-// batch) and are left alone.
+// the last axis, and its "B" is the forward B read along m and k. A 2-D matmul's weight gradient
+// (dB = A^T @ dY) sums the MUL [n, k, m] over its first axis, the rows of A: its columns are the
+// last axis too, and its "B" is the forward pass's A (or dY), read along the rows and the
+// columns. Both get B's layout as a forward product does: a transposed copy where B has strided
+// columns (attention's dP = dO @ V^T reads V^T, whose T is strided by the head size), panels
+// or padded rows where its rows alias (a Linear's input gradient reads W [out, in]; a weight
+// gradient reads the layer's input [batch, in]). Where B's dims are k and m with unit dims
+// between that no view below removes (an image batch [n, 1, 28, 28] flattened to [n, 1, 784]),
+// B is its [k, m] view. Before this the MLP's weight gradients ran at less than half the rate of
+// its forward products (784-512 layer: 7.1 against 3.2 ms, the same FLOPs). Batched weight
+// gradients (a 3-D matmul's, summed over two axes) are left alone.
 //
 // Note [transposed B]: a Linear computes x @ W^T with W stored [out, in], so its product's B is
 // read with strided columns: the register tile's contiguous loop (the output column) then moves B
@@ -71,16 +76,23 @@ bool contiguous_rows(const UOp& b) {
   return dim == static_cast<int64_t>(u->shape.size()) - 1;
 }
 
+// Note [padded B rows]: the smallest B worth a copy in another layout.
+constexpr int64_t MIN_B_BYTES = 512 * 1024;
+
+bool large_b(const UOp& b) { return prod(b.shape) * static_cast<int64_t>(itemsize(b.dtype)) >= MIN_B_BYTES; }
+
 // Note [padded B rows]: a 2-D [k, m] B of at least MIN_B_BYTES whose rows are a multiple of
 // ROW_PERIOD bytes apart (once contiguous).
 bool rows_alias(const UOp& b) {
-  constexpr int64_t ROW_PERIOD = 1024, MIN_B_BYTES = 512 * 1024;
-  int64_t item = static_cast<int64_t>(itemsize(b.dtype)), k = b.shape[0], m = b.shape[1];
-  return (m * item) % ROW_PERIOD == 0 && k * m * item >= MIN_B_BYTES;
+  constexpr int64_t ROW_PERIOD = 1024;
+  int64_t item = static_cast<int64_t>(itemsize(b.dtype)), m = b.shape[1];
+  return (m * item) % ROW_PERIOD == 0 && large_b(b);
 }
 
 // Note [transposed B]
 constexpr int64_t MIN_ROWS_FOR_COPY = 32;
+// Note [B panels]: the rows of A that amortize copying a B whose rows do not alias into panels
+constexpr int64_t MIN_ROWS_FOR_PANELS = 256;
 
 UOpPtr padded_rows(const UOpPtr& b) {
   constexpr int64_t CACHE_LINE = 64;
@@ -102,6 +114,10 @@ UOpPtr padded_rows(const UOpPtr& b) {
 // Intel Xeon (loaded by other builds), a 2048 matmul's CPU time per product went from about 205
 // ms with padded rows to 173 ms with panels, and to 130 ms with the panels' blocks. bfloat16 B
 // keeps padded rows: its dot tiles read pairs of rows (Note [bf16 dot tiles] in codegen/cpu_dot.cpp).
+// A B whose rows do not alias is copied into panels too when it is large (MIN_B_BYTES) and at
+// least MIN_ROWS_FOR_PANELS rows of A read it: a weight gradient's [512, 784] input. Where the
+// tile's width does not divide B's columns but half of it does (784 = 49 x 16 on AVX-512), the
+// panels are a narrow tile's width.
 UOpPtr panels(const UOpPtr& b, int64_t width) {
   int64_t k = b->shape[0], m = b->shape[1];
   UOpPtr copy = lazy::contiguous(lazy::permute(lazy::reshape(b, {k, m / width, width}), {1, 0, 2}));
@@ -142,6 +158,13 @@ std::optional<Axes> axes_below(const UOp& view, const Axes& axes) {
   }
 }
 
+Shape without_units(const Shape& s) {
+  Shape r;
+  for (auto d : s)
+    if (d != 1) r.push_back(d);
+  return r;
+}
+
 // Whether `axes` (the product axes of a node's dims) are those of a matmul's B: [batch..., k, m],
 // its batch dims distinct batch axes of the product in order, before the product's three matrix
 // axes (a batched B: Note [transposed B]).
@@ -162,7 +185,17 @@ UOpPtr matmul_b(const UOpPtr& side, int64_t k, int64_t m, std::vector<UOpPtr>& c
   for (size_t i = 0; i < axes.size(); i++) axes[i] = static_cast<int64_t>(i);
   while (!is_b_form(axes, k, m)) {
     auto below = n->realized ? std::nullopt : axes_below(*n, axes);
-    if (!below) return nullptr;
+    if (!below) {
+      // a node whose dims are k and m with unit dims between (a flattened image batch that a
+      // weight gradient reads): B is its [k, m] view, read back through the unit dims
+      Axes kept;
+      for (size_t i = 0; i < axes.size(); i++)
+        if (n->shape[i] != 1) kept.push_back(axes[i]);
+      if (kept != Axes{k, m}) return nullptr;
+      UOpPtr b = lazy::reshape(n, without_units(n->shape));
+      chain.push_back(lazy::reshape(b, n->shape));
+      return b;
+    }
     chain.push_back(n);
     axes = *below;
     n = n->src[0];
@@ -181,18 +214,22 @@ UOpPtr with_src(const UOp& u, std::vector<UOpPtr> src) {
 
 // A product's MUL with the axis it is summed over and the output's column axis: `Tensor::matmul`'s
 // form sums the last axis (columns: the one before it); autograd's input gradients of a matmul
-// sum the one before the last (columns: the last). Note [gradient products].
+// sum the one before the last, and a 2-D matmul's weight gradient the first of three (columns:
+// the last). Note [gradient products].
 struct ProductForm {
   const UOp* mul = nullptr;
   int64_t reduce = 0, column = 0;
-  bool matmul_form() const { return reduce > column; }
 };
 
-// The form of the MUL that `reduce` sums over one of its last two axes (through casts), if any.
+// The form of the MUL that `reduce` sums over one of its last two axes, or over the first of
+// three (through casts), if any.
 std::optional<ProductForm> product_of(const UOp& reduce) {
   const ReduceArg& r = reduce.arg_reduce();
   int64_t last = static_cast<int64_t>(reduce.src[0]->shape.size()) - 1;
-  if (r.op != Op::ADD || last < 2 || r.axes.size() != 1 || r.axes[0] < last - 1) return std::nullopt;
+  if (r.op != Op::ADD || last < 2 || r.axes.size() != 1) return std::nullopt;
+  // a 2-D matmul's weight gradient sums its [k, n, m] product over its first axis
+  const bool weight_gradient = last == 2 && r.axes[0] == 0;
+  if (r.axes[0] < last - 1 && !weight_gradient) return std::nullopt;
   const UOp* product = reduce.src[0].get();
   while (product->op == Op::CAST && !product->realized) product = product->src[0].get();
   if (product->op != Op::MUL || product->realized) return std::nullopt;
@@ -200,19 +237,29 @@ std::optional<ProductForm> product_of(const UOp& reduce) {
   return ProductForm{product, axis, axis == last ? last - 1 : last};
 }
 
-// B in the layout the register tile reads well, or null where it already is: padded rows where
-// contiguous rows alias (Note [padded B rows]; only in the matmul form), a contiguous copy,
-// padded where its rows would alias, of a transposed B (Note [transposed B]).
-UOpPtr relaid_b(const UOpPtr& b, int64_t a_rows, bool matmul_form, const DevicePolicy& policy) {
-  bool pad = matmul_form && policy.pad_aliasing_rows && b->shape.size() == 2 && rows_alias(*b);
-  // Note [B panels]: a float32 B whose rows would be padded and whose columns the tile's lanes divide
-  const int64_t width = cpu_tiles(policy.cpu).wide_lanes;
-  auto relaid = [&] {
-    return b->dtype == DType::Float32 && b->shape[1] % width == 0 ? panels(b, width) : padded_rows(b);
-  };
-  if (contiguous_rows(*b)) return pad ? relaid() : nullptr;
-  if (!policy.copy_transposed_b || a_rows < MIN_ROWS_FOR_COPY) return nullptr;
-  return pad ? relaid() : lazy::contiguous(b);
+// The width of the panels a float32 B is copied into (Note [B panels]): the register tile's
+// width where it divides B's columns, else half of it (a narrow tile's, Note [rows of a narrow
+// tile] in codegen/opt.cpp), else 0 (no panels).
+int64_t panel_width(const UOp& b, const DevicePolicy& policy) {
+  if (b.dtype != DType::Float32 || b.shape.size() != 2) return 0;
+  const int64_t wide = cpu_tiles(policy.cpu).wide_lanes, m = b.shape[1];
+  return m % wide == 0 ? wide : m % (wide / 2) == 0 ? wide / 2 : 0;
+}
+
+// B in the layout the register tile reads well, or null where it already is (products of every
+// form: Note [gradient products]): panels for a float32 B whose rows alias, or of at least
+// MIN_B_BYTES where enough rows of A amortize the copy (Note [B panels]); else padded rows where
+// contiguous rows alias (Note [padded B rows]), and a contiguous copy of a transposed B (Note
+// [transposed B]).
+UOpPtr relaid_b(const UOpPtr& b, int64_t a_rows, const DevicePolicy& policy) {
+  const bool contiguous = contiguous_rows(*b), amortized = a_rows >= MIN_ROWS_FOR_COPY;
+  if (!contiguous && (!policy.copy_transposed_b || !amortized)) return nullptr;
+  const bool plain = policy.pad_aliasing_rows && b->shape.size() == 2;
+  const bool alias = plain && rows_alias(*b);
+  const int64_t width = plain ? panel_width(*b, policy) : 0;
+  if (width > 0 && (alias || (a_rows >= MIN_ROWS_FOR_PANELS && large_b(*b)))) return panels(b, width);
+  if (alias) return padded_rows(b);
+  return contiguous ? nullptr : lazy::contiguous(b);
 }
 
 // `product` (a MUL of the given form) with B read from a new layout (relaid_b), or null when it
@@ -225,7 +272,7 @@ UOpPtr padded_product(const UOp& product, const ProductForm& form, const DeviceP
     if (!b) continue;
     // the rows of A that read one B (a batched B serves only its own batch's rows)
     int64_t a_rows = prod(product.shape) / prod(b->shape);
-    UOpPtr v = relaid_b(b, a_rows, form.matmul_form(), policy);
+    UOpPtr v = relaid_b(b, a_rows, policy);
     if (!v) continue;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) v = with_src(**it, {v});
     std::vector<UOpPtr> src = product.src;
