@@ -135,6 +135,7 @@ void DataParallel::broadcast_parameters(int root) {
 // then copied back to every device, and each is scaled by 1/world there. Each rank's loss is the
 // mean over its share of the global batch, so the result is the global batch's mean gradient, as
 // with one device per rank, and every device applies the same update.
+//
 // Note [split gradients across the ranks]: with model.tensor_parallel=N under ddp (Megatron's
 // tensor x data parallel) each rank holds the model split over its N devices: column- and
 // row-parallel weights (and column-parallel biases) split, the rest replicated. Backward leaves
@@ -150,8 +151,8 @@ void DataParallel::broadcast_parameters(int root) {
 // over nccl: Note [split tensors across the ranks] in collective_runner.cpp) and each gradient
 // is cut back out of its device's row, with its parameter's layout, and scaled by 1/world: the
 // optimizer's update stays per device. Every rank builds the same buckets in the same order
-// (the parameters and their layouts agree: the trainer checks the model text), so every rank
-// issues the same collectives in the same order. The global norm of the step's check and
+// (the same parameters, split alike over the same number of devices), so every rank issues the
+// same collectives in the same order, which the engine's sequence check confirms. The global norm of the step's check and
 // clipping sums each device's squares of a split gradient once (the reduction over a split
 // tensor adds its parts) and each replicated gradient once (its copies are one value).
 Tensor DataParallel::bucket_input(const GradBucket& b) const {
