@@ -36,6 +36,24 @@ Tensor collective_node(Op kind, ProcessGroup& pg, const Tensor& x, ReduceOp op, 
   return Tensor(make_collective(kind, x.uop(), arg));
 }
 
+// Note [split tensors across the ranks]: a tensor split over the devices of each rank (a
+// tensor-parallel gradient: Note [split gradients across the ranks] in data_parallel.cpp) is
+// summed across the ranks part by part. Where the group runs on host memory (mpi, gloo: any CPU
+// device's buffer will do), the node is put on the tuple itself and the multi-device rewrite
+// makes it one ALLREDUCE per device on that device's part (Note [an all-reduce across the ranks
+// of a split tensor] in tinygrad/multi.cpp): nothing moves between the devices. A group whose
+// buffers live on one device (nccl: one communicator per rank, on its first GPU) can run a
+// collective there only, so the parts are assembled on that device, summed across the ranks in
+// one call and split back along axis 0 over the tuple: each part crosses to the first device and
+// back, and the result is split as x was, never replicated.
+Tensor split_collective(ProcessGroup& pg, const Tensor& x) {
+  const CollectiveArg arg{Op::ADD, pg.graph_id(), pg.size()};
+  const auto devices = x.devices();
+  TG_CHECK(devices.size() > 1, "all_reduce_split_node: takes a tensor over several devices, got ", x.describe());
+  if (pg.memory_device().empty()) return Tensor(make_collective(Op::ALLREDUCE, x.uop(), arg));
+  return Tensor(make_collective(Op::ALLREDUCE, x.to(devices[0]).uop(), arg)).shard(devices, 0);
+}
+
 const char* collective_name(Op op) {
   return op == Op::ALLREDUCE ? "all_reduce" : op == Op::REDUCE_SCATTER ? "reduce_scatter" : "all_gather";
 }
@@ -60,6 +78,13 @@ size_t timing_slot(Op kind) { return kind == Op::ALLREDUCE ? 0 : kind == Op::RED
 
 Tensor all_reduce_node(ProcessGroup& pg, const Tensor& x, ReduceOp op) {
   return collective_node(Op::ALLREDUCE, pg, x, op, "all_reduce_node");
+}
+
+Tensor all_reduce_split_node(ProcessGroup& pg, const Tensor& x) {
+  TG_CHECK(pg.graph_id() > 0, "all_reduce_split_node: no CollectiveEngine serves the ", pg.backend(), " group (rank ",
+           pg.rank(), " of ", pg.size(), "); create one before building collective nodes");
+  check_collective_dtype("all_reduce_split_node", x.dtype());
+  return split_collective(pg, x);  // Note [split tensors across the ranks]
 }
 
 Tensor reduce_scatter_node(ProcessGroup& pg, const Tensor& x, ReduceOp op) {

@@ -7,7 +7,8 @@
 // of the backward pass) overlap it. Before a schedule's first collective, the engine checks that
 // every rank runs the same collectives (Note [collective sequence check]). A tensor over several
 // devices of the process takes part from the first of them, and the result is replicated over
-// them (Note [collectives of a tensor over several devices]).
+// them (Note [collectives of a tensor over several devices]); all_reduce_split_node keeps a split
+// tensor split (Note [split tensors across the ranks]).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -26,6 +27,10 @@ namespace tg::dist {
 // A lazy all-reduce of x over pg (Sum or Max; Avg is a Sum that the caller scales, so that the
 // division fuses into the kernel that reads it). pg must be served by a CollectiveEngine.
 Tensor all_reduce_node(ProcessGroup& pg, const Tensor& x, ReduceOp op = ReduceOp::Sum);
+// A lazy sum over pg of x, a tensor split along axis 0 over several devices of this process, whose
+// result keeps x's layout: each device's part is summed with the same part on the other ranks
+// (Note [split tensors across the ranks] in collective_runner.cpp).
+Tensor all_reduce_split_node(ProcessGroup& pg, const Tensor& x);
 // x: 1-d, pg.size() * n elements -> this rank's block [n] of the reduction (Sum or Max).
 Tensor reduce_scatter_node(ProcessGroup& pg, const Tensor& x, ReduceOp op = ReduceOp::Sum);
 // x: 1-d, n elements -> [pg.size() * n], rank r's block at r * n.

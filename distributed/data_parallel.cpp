@@ -1,10 +1,13 @@
 // Seeded batch shards, parameter broadcast and gradient buckets (see data_parallel.h).
 #include "distributed/data_parallel.h"
 
+#include <optional>
+
 #include "distributed/collective_runner.h"
 #include "distributed/host_exchange.h"
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
+#include "tinygrad/multi.h"
 #include "tinygrad/ops.h"
 
 namespace tg::dist {
@@ -40,6 +43,36 @@ Tensor shard_batch(const Tensor& x, int rank, int world) {
   return x.shrink(bounds);
 }
 
+namespace {
+
+ParamSplit split_of(const Tensor& p) {
+  return {p.shard_axis().value_or(-1), p.shard_groups(), static_cast<int64_t>(p.devices().size())};
+}
+
+// The split's flat view [outer, devices, inner]: device k holds [:, k, :] (Note [grouped splits]
+// in tinygrad/multi.cpp).
+std::pair<int64_t, int64_t> outer_inner(const Shape& shape, int64_t numel, const ParamSplit& s) {
+  int64_t outer = s.groups;
+  for (int64_t i = 0; i < s.axis; i++) outer *= shape[static_cast<size_t>(i)];
+  return {outer, numel / (outer * s.devices)};
+}
+
+// g, split as s, as [devices, numel / devices] split along axis 0: row k is device k's part,
+// flattened (Note [split gradients across the ranks]).
+Tensor device_rows(const Tensor& g, const ParamSplit& s) {
+  auto [outer, inner] = outer_inner(g.shape(), g.numel(), s);
+  return g.reshape({outer, s.devices, inner}).permute({1, 0, 2}).reshape({s.devices, outer * inner});
+}
+
+// The inverse of device_rows: rows [devices, m] back to `shape`, split as s.
+Tensor from_device_rows(const Tensor& rows, const Shape& shape, const ParamSplit& s) {
+  const int64_t numel = rows.numel();
+  auto [outer, inner] = outer_inner(shape, numel, s);
+  return rows.reshape({s.devices, outer, inner}).permute({1, 0, 2}).reshape(shape);
+}
+
+}  // namespace
+
 // Note [bfloat16 gradients]: with grad_dtype bfloat16 a bucket crosses the network in half the
 // bytes. Each rank rounds its float32 gradient to bfloat16 (8 bits of mantissa), the backend
 // adds the ranks' values in float32 and rounds after each addition (MPI here, NCCL alike), and
@@ -52,21 +85,34 @@ DataParallel::DataParallel(ProcessGroup& pg, std::vector<Tensor*> params, DataPa
   TG_CHECK(grad_dtype_ == DType::Float32 || grad_dtype_ == DType::BFloat16, "data parallel: gradients travel in ",
            "float32 or bfloat16, not ", dtype_name(grad_dtype_));
   const double limit = opt.bucket_mb * 1e6;
+  std::vector<std::string> split_devices;  // the tuple every split parameter lies on
+  std::optional<size_t> open[2];           // the bucket being filled, of replicated and of split parameters
+  for (Tensor* p : params_) splits_.push_back(split_of(*p));
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor& p = *params_[k];
     check_collective_dtype("data parallel", p.dtype());
-    bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() &&
-                static_cast<double>((buckets_.back().numel + p.numel()) * itemsize(p.dtype())) <= limit;
-    if (!fits) buckets_.push_back(GradBucket{{}, 0, p.dtype()});
-    buckets_.back().params.push_back(k);
-    buckets_.back().numel += p.numel();
+    const bool split = splits_[k].axis >= 0;  // Note [split gradients across the ranks]
+    if (split && split_devices.empty()) split_devices = p.devices();
+    TG_CHECK(!split || p.devices() == split_devices, "data parallel: parameter ", k, " is split over ",
+             join_devices(p.devices()), ", another over ", join_devices(split_devices),
+             " (the split parameters of a rank must share one device tuple)");
+    std::optional<size_t>& at = open[split ? 1 : 0];
+    bool fits = at && buckets_[*at].dtype == p.dtype() &&
+                static_cast<double>((buckets_[*at].numel + p.numel()) * itemsize(p.dtype())) <= limit;
+    if (!fits) {
+      buckets_.push_back(GradBucket{{}, 0, p.dtype(), split});
+      at = buckets_.size() - 1;
+    }
+    buckets_[*at].params.push_back(k);
+    buckets_[*at].numel += p.numel();
   }
 }
 
 void DataParallel::broadcast_parameters(int root) {
   NoGradGuard no_grad;
   for (Tensor* p : params_) {
-    const std::string own = p->devices()[0];  // a replicated parameter's first copy stands for all
+    // a replicated parameter's first copy stands for all; a split one is gathered there (once)
+    const std::string own = p->devices()[0];
     Tensor v = p->detach().to(own).contiguous();
     v.realize();
     std::vector<uint8_t> host(static_cast<size_t>(p->numel()) * itemsize(p->dtype()));
@@ -89,30 +135,63 @@ void DataParallel::broadcast_parameters(int root) {
 // then copied back to every device, and each is scaled by 1/world there. Each rank's loss is the
 // mean over its share of the global batch, so the result is the global batch's mean gradient, as
 // with one device per rank, and every device applies the same update.
+//
+// Note [split gradients across the ranks]: with model.tensor_parallel=N under ddp (Megatron's
+// tensor x data parallel) each rank holds the model split over its N devices: column- and
+// row-parallel weights (and column-parallel biases) split, the rest replicated. Backward leaves
+// each split gradient on the devices of its parameter, device k holding the gradient of its own
+// part, and that part is to be averaged with device k's part on every other rank. So the split
+// parameters get buckets of their own (the replicated ones keep the path of Note [gradients over
+// a rank's devices]; each kind fills its own bucket, so alternating layers still make few
+// buckets). A split bucket is a [N, m] tensor split along axis 0 whose row k is the
+// concatenation of device k's parts of its gradients, each flattened from its split's view
+// [outer, N, inner] (Note [grouped splits] in tinygrad/multi.cpp), so the rows are built on the
+// devices with no copy between them. It is summed across the ranks part by part
+// (all_reduce_split_node: one ALLREDUCE per device over a host group, one on the first device
+// over nccl: Note [split tensors across the ranks] in collective_runner.cpp) and each gradient
+// is cut back out of its device's row, with its parameter's layout, and scaled by 1/world: the
+// optimizer's update stays per device. Every rank builds the same buckets in the same order
+// (the same parameters, split alike over the same number of devices), so every rank issues the
+// same collectives in the same order, which the engine's sequence check confirms. The global norm of the step's check and
+// clipping sums each device's squares of a split gradient once (the reduction over a split
+// tensor adds its parts) and each replicated gradient once (its copies are one value).
+Tensor DataParallel::bucket_input(const GradBucket& b) const {
+  Tensors flat;
+  for (size_t k : b.params) {
+    const Tensor& p = *params_[k];
+    auto g = p.grad();
+    Tensor gd = g ? g->detach() : p.detach().zeros_like();
+    if (gd.dtype() != p.dtype()) gd = gd.cast(p.dtype());
+    flat.push_back(b.split ? device_rows(gd, splits_[k]) : gd.reshape({p.numel()}));
+  }
+  return flat.size() == 1 ? flat[0] : Tensor::cat(flat, b.split ? 1 : 0);
+}
+
+void DataParallel::set_bucket_grads(const GradBucket& b, const Tensor& reduced, double scale) {
+  int64_t off = 0;
+  for (size_t k : b.params) {
+    Tensor& p = *params_[k];
+    const ParamSplit& s = splits_[k];
+    const int64_t m = b.split ? p.numel() / s.devices : p.numel();  // the elements of one row
+    if (p.grad()) {
+      Tensor g = b.split ? from_device_rows(reduced.shrink({{0, s.devices}, {off, off + m}}), p.shape(), s)
+                         : reduced.shrink({{off, off + m}}).reshape(p.shape());
+      p.set_grad(g * scale);
+    }
+    off += m;
+  }
+}
+
 Tensors DataParallel::reduce_gradients() {
   NoGradGuard no_grad;
   Tensors outs;
   const double inv = 1.0 / pg_.size();
   for (auto& b : buckets_) {
-    Tensors flat;
-    for (size_t k : b.params) {
-      Tensor& p = *params_[k];
-      auto g = p.grad();
-      Tensor gd = g ? g->detach() : p.detach().zeros_like();
-      if (gd.dtype() != p.dtype()) gd = gd.cast(p.dtype());
-      flat.push_back(gd.reshape({p.numel()}));
-    }
-    Tensor bucket = flat.size() == 1 ? flat[0] : Tensor::cat(flat, 0);
+    Tensor bucket = bucket_input(b);
     const bool narrowed = grad_dtype_ != b.dtype && is_float(b.dtype);
     if (narrowed) bucket = bucket.cast(grad_dtype_);  // Note [bfloat16 gradients]
-    Tensor node = all_reduce_node(pg_, bucket);
-    Tensor reduced = narrowed ? node.cast(b.dtype) : node;
-    int64_t off = 0;
-    for (size_t k : b.params) {
-      Tensor& p = *params_[k];
-      if (p.grad()) p.set_grad(reduced.shrink({{off, off + p.numel()}}).reshape(p.shape()) * inv);
-      off += p.numel();
-    }
+    Tensor node = b.split ? all_reduce_split_node(pg_, bucket) : all_reduce_node(pg_, bucket);
+    set_bucket_grads(b, narrowed ? node.cast(b.dtype) : node, inv);
     outs.push_back(node);
   }
   return outs;

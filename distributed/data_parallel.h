@@ -5,6 +5,8 @@
 // 1/world, so the averaging fuses into the optimizer's update kernels. The buckets' all-reduces
 // are scheduled as graph nodes (collective_runner.h). A rank may train on several devices of its
 // process (Note [gradients over a rank's devices] in data_parallel.cpp); rank_devices says which.
+// Parameters split over those devices (tensor parallel) go into buckets of their own, reduced
+// part by part and kept split (Note [split gradients across the ranks]).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -41,6 +43,17 @@ struct GradBucket {
   std::vector<size_t> params;  // indices into the parameter list
   int64_t numel = 0;
   DType dtype = DType::Float32;  // the parameters' dtype (the bucket travels in the grad dtype)
+  // Its parameters are split over the rank's devices: one all-reduce per device (over pg's host
+  // memory) or one on the first device (Note [split gradients across the ranks]).
+  bool split = false;
+};
+
+// How a parameter lies over the rank's devices: split along `axis` in `groups` over `devices`
+// devices (axis -1: replicated, or on one device).
+struct ParamSplit {
+  int64_t axis = -1;
+  int64_t groups = 1;
+  int64_t devices = 1;
 };
 
 class DataParallel {
@@ -63,8 +76,12 @@ class DataParallel {
  private:
   ProcessGroup& pg_;
   std::vector<Tensor*> params_;
+  std::vector<ParamSplit> splits_;  // of each parameter
   std::vector<GradBucket> buckets_;
   DType grad_dtype_;
+
+  Tensor bucket_input(const GradBucket& b) const;
+  void set_bucket_grads(const GradBucket& b, const Tensor& reduced, double scale);
 };
 
 }  // namespace tg::dist

@@ -40,8 +40,9 @@ std::vector<ConfigField>& schema_storage() {
       {"model.name", ValueType::String, std::string("mlp"), "registered model: mlp, cnn, or one of yours"},
       {"model.hidden", ValueType::IntList, V{256}, "mlp: hidden layer widths"},
       {"model.tensor_parallel", ValueType::Int, int64_t{1},
-       "split the model's layers over this many devices of the default device's backend (:0..:N-1), Megatron's layout "
-       "(mlp: Linear pairs; gpt: attention by heads and the MLP); 1: one device",
+       "split the model's layers over this many devices of the default device's backend (:0..:N-1; with ddp, each "
+       "rank's own N, as train.devices), Megatron's layout (mlp: Linear pairs; gpt: attention by heads and the MLP); "
+       "1: one device",
        int_at_least(1)},
       {"data.name", ValueType::String, std::string("fashion_mnist"), "registered dataset"},
       {"data.root", ValueType::String, std::string(nn::FASHION_MNIST_ROOT), "dataset directory (fashion_mnist's files; tokens: llm.c's shards)"},

@@ -213,12 +213,19 @@ std::string run_backend(const Config& cfg) {
   return d.substr(0, d.find(':'));
 }
 
-// n devices of the run's backend for one process (tensor parallel, or train.devices outside ranks).
-std::vector<std::string> process_devices(const Config& cfg, int64_t n) {
+// n devices of the run's backend for this process: under a process group (`in_group`) the local
+// rank's share of the node's GPUs (Note [a rank's devices] in distributed/data_parallel.h).
+std::vector<std::string> process_devices(const Config& cfg, int64_t n, bool in_group) {
   const std::string backend = run_backend(cfg);
-  return dist::rank_devices(backend, n, dist::LocalRanks{}, device_count(backend));
+  return dist::rank_devices(backend, n, in_group ? dist::env_local_ranks() : dist::LocalRanks{}, device_count(backend));
 }
 }  // namespace
+
+std::vector<std::string> tensor_parallel_devices(const Config& cfg, bool in_group) {
+  const int64_t tp = cfg.get_int("model.tensor_parallel");
+  if (tp < 2) return {};
+  return process_devices(cfg, tp, in_group);
+}
 
 std::vector<std::string> train_devices(const Config& cfg, bool in_group) {
   const std::string spec = devices_spec(cfg);
@@ -227,8 +234,7 @@ std::vector<std::string> train_devices(const Config& cfg, bool in_group) {
     auto n = parse_count(spec);
     TG_CHECK(n && *n >= 1, "config: train.devices must be at least 1, got ", spec);
     if (*n == 1) return {};
-    const std::string backend = run_backend(cfg);
-    out = dist::rank_devices(backend, *n, in_group ? dist::env_local_ranks() : dist::LocalRanks{}, device_count(backend));
+    out = process_devices(cfg, *n, in_group);
   } else if (!spec.empty()) {
     for (auto& d : split_devices(spec)) out.push_back(canonical_device(d));  // a list is taken as given
   }
@@ -238,6 +244,7 @@ std::vector<std::string> train_devices(const Config& cfg, bool in_group) {
 
 std::string group_device(const Config& cfg) {
   auto devices = train_devices(cfg, /*in_group=*/true);
+  if (devices.empty()) devices = tensor_parallel_devices(cfg, /*in_group=*/true);
   if (!devices.empty()) return devices[0];
   const std::string& device = cfg.get_string("train.device");
   return dist::rank_device(device.empty() ? default_device() : device, dist::env_local_ranks(), device_count("CUDA"));
@@ -266,8 +273,13 @@ std::string Trainer::rank_devices() const {
 // Note [tensor parallel over devices]: model.tensor_parallel=N splits the model's layers over N
 // devices of the default device's backend (Note [tensor parallel] in tinygrad/nn/module.cpp)
 // once it is built, before the optimizer, whose state then follows each parameter's layout. Each
-// step replicates its batch over them. Like train.devices, such steps are captured by TinyJit;
-// combining it with train.devices (a two-dimensional mesh) or with ranks is refused.
+// step replicates its batch over them. Like train.devices, such steps are captured by TinyJit.
+// Under ddp (tensor x data parallel, as Megatron's) each rank splits its model over N devices of
+// its own (the CPU's virtual devices, or its local rank's N GPUs: Note [a rank's devices] in
+// distributed/data_parallel.h), replicates its rows of the global batch over them, and the
+// gradients are averaged across the ranks part by part, staying split (Note [split gradients
+// across the ranks] in distributed/data_parallel.cpp). zero1 and fsdp, which shard over the
+// ranks one device each, and train.devices (a two-dimensional mesh within a process) are refused.
 Tensor Trainer::place_batch(const Tensor& t) const {
   if (tp_devices_.size() > 1) return t.to(tp_devices_);
   if (devices_.size() < 2) return t;
@@ -308,9 +320,12 @@ Trainer::Trainer(const Config& cfg, std::string run_dir, dist::ProcessGroup* gro
   if (const int64_t tp = cfg_.get_int("model.tensor_parallel"); tp > 1) {  // Note [tensor parallel over devices]
     TG_CHECK(devices_.size() < 2, "config: model.tensor_parallel=", tp, " with train.devices='",
              cfg_.get_string("train.devices"), "' is not supported yet (use one of them)");
-    TG_CHECK(!group_, "config: model.tensor_parallel=", tp, " with distributed.strategy='",
-             cfg_.get_string("distributed.strategy"), "' is not supported yet (use one of them)");
-    tp_devices_ = process_devices(cfg_, tp);
+    const std::string& strategy = cfg_.get_string("distributed.strategy");
+    TG_CHECK(strategy != "zero1" && strategy != "fsdp", "config: model.tensor_parallel=", tp,
+             " with distributed.strategy=", strategy, " is not supported: ", strategy, " shards ",
+             strategy == "zero1" ? "the optimizer state" : "the parameters", " over the ranks, one device each (use ",
+             "distributed.strategy=ddp with model.tensor_parallel, or ", strategy, " without it)");
+    tp_devices_ = tensor_parallel_devices(cfg_, group_ != nullptr);
   }
   if (!devices_.empty()) check_devices_fit();  // Note [data parallel over devices]
   fill_sizes_from_data(cfg_, data_);

@@ -214,8 +214,11 @@ std::string latest_checkpoint(const std::string& run_dir, std::vector<std::strin
 // distributed/data_parallel.h; under a process group, `in_group`, they follow the local rank);
 // empty for one device.
 std::vector<std::string> train_devices(const Config& cfg, bool in_group);
-// The device this rank's process group runs on: the first of its train.devices, else its one
-// device (Note [a rank's device] in distributed/process_group.h).
+// The devices model.tensor_parallel splits the model over, chosen as train.devices' count is;
+// empty below 2.
+std::vector<std::string> tensor_parallel_devices(const Config& cfg, bool in_group);
+// The device this rank's process group runs on: the first of its train.devices or of its tensor
+// parallel devices, else its one device (Note [a rank's device] in distributed/process_group.h).
 std::string group_device(const Config& cfg);
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor*> params, bool flat_shards = false);

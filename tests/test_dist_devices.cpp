@@ -21,6 +21,7 @@
 #include "launcher/trainer.h"
 #include "test_util.h"
 #include "tests/launcher_models.h"
+#include "tests/trainer_runs.h"
 #include "tinygrad/device.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/knobs.h"
@@ -29,109 +30,16 @@
 
 using namespace tg;
 using namespace tg::launcher;
+using namespace tg::testutil;
 namespace fs = std::filesystem;
 
 namespace {
 
 const std::string BASE = "/tmp/tg_test_dist_devices_" + std::to_string(dist::env_world_size());
 
-// The counters after one step: collectives across the ranks and the multi-device rewrite's.
-struct StepCounts {
-  uint64_t rank_collectives = 0;
-  MultiStats multi;
-};
 
-// What a Trainer run left: the JIT's record, the counters after every step, and each parameter's
-// value on every device it lives on.
-struct Trained {
-  TrainSummary summary;
-  int64_t captures = 0, replays = 0;
-  std::string disabled_reason;
-  std::vector<StepCounts> after_step;
-  std::vector<std::vector<std::string>> devices;              // of each parameter
-  std::vector<std::vector<std::vector<float>>> on_device;      // [parameter][device] values
-  std::vector<std::vector<float>> params() const {             // the first device's
-    std::vector<std::vector<float>> out;
-    for (auto& p : on_device) out.push_back(p[0]);
-    return out;
-  }
-};
 
-class Counter : public TrainObserver {
- public:
-  explicit Counter(Trained& t) : t_(t) {}
-  void on_step(Trainer&, int64_t) override { t_.after_step.push_back({GlobalCounters::get().collectives, multi_stats()}); }
 
- private:
-  Trained& t_;
-};
-
-// Trains through a Trainer (so that its JIT can be inspected), under the world group when
-// `ranks`, else as one process.
-Trained train(const Config& cfg, bool ranks) {
-  fs::create_directories(cfg.get_string("train.run_dir"));
-  auto group = ranks ? dist::world_group_for("auto", group_device(cfg)) : nullptr;
-  Trained t;
-  Trainer tr(cfg, cfg.get_string("train.run_dir"), group.get());
-  tr.add_observer(std::make_shared<Counter>(t));
-  t.summary = tr.fit();
-  t.captures = tr.jit().captures();
-  t.replays = tr.jit().replays();
-  t.disabled_reason = tr.jit().disabled_reason();
-  for (Tensor* p : tr.model().parameters()) {
-    t.devices.push_back(p->devices());
-    std::vector<std::vector<float>> parts;
-    for (const Tensor& s : p->shards()) parts.push_back(s.to_vector<float>());
-    t.on_device.push_back(std::move(parts));
-  }
-  return t;
-}
-
-// The MLP of test_dist_train: 784-32-10 on Fashion-MNIST, clipping at 0.5 and the non-finite
-// check (the default ddp step), a global batch of 32, 6 steps (the 2nd captured, 4 replayed). SGD
-// with momentum: Adam's division by sqrt(v) magnifies the float rounding of tiny gradients, which
-// differ with the order of the sums (test_dist_train's zero1 comparison does the same).
-Config mlp(const std::string& dir, std::vector<std::string> extra) {
-  std::vector<std::string> o{"model.hidden=[32]", "data.batch_size=32", "train.steps=6", "train.log_every=2",
-                             "train.eval_every=1000", "data.eval_batch_size=1000", "train.eval_batches=1",
-                             "optim.clip_grad_norm=0.5", "optim.name=sgd", "optim.momentum=0.9", "optim.lr=0.05",
-                             "train.overwrite=true", "train.run_dir=" + dir};
-  o.insert(o.end(), extra.begin(), extra.end());
-  return load_config(std::string(TG_SOURCE_DIR) + "/configs/fmnist_mlp.yaml", o);
-}
-
-// Largest |a - b| / max(1e-3, |b|) over two parameter lists (the floor as in test_dist_train:
-// float32 rounding of parameters near zero).
-double worst_relative(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < b.size(); i++)
-    for (size_t j = 0; j < b[i].size(); j++)
-      worst = std::max(worst, std::abs(double(a[i][j]) - b[i][j]) / std::max(1e-3, std::abs(double(b[i][j]))));
-  return worst;
-}
-
-// Every device of every parameter holds the same values, bit for bit, on every rank.
-void expect_same_everywhere(const Trained& t) {
-  double sum = 0;
-  for (size_t i = 0; i < t.on_device.size(); i++) {
-    for (size_t d = 1; d < t.on_device[i].size(); d++)
-      EXPECT_EQ(t.on_device[i][d], t.on_device[i][0]) << "parameter " << i << " on " << t.devices[i][d];
-    for (float f : t.on_device[i][0]) sum += f;
-  }
-  auto group = dist::world_group();
-  std::vector<double> sums(static_cast<size_t>(group->size()));
-  dist::all_gather_host(*group, &sum, sums.data(), 1, DType::Float64);
-  for (double s : sums) EXPECT_EQ(s, sums[0]) << "the ranks' parameters differ";
-}
-
-// The counters' growth from after step `from` to after step `to` (1-based), per step.
-StepCounts per_step(const Trained& t, size_t from, size_t to) {
-  const StepCounts &a = t.after_step.at(from - 1), &b = t.after_step.at(to - 1);
-  const auto n = static_cast<uint64_t>(to - from);
-  return {(b.rank_collectives - a.rank_collectives) / n,
-          {(b.multi.allreduces - a.multi.allreduces) / n, (b.multi.allgathers - a.multi.allgathers) / n,
-           (b.multi.copies - a.multi.copies) / n}};
-}
 
 // The error of a Trainer over the world group (on the small synthetic images: it fails before
 // its model is built).
@@ -206,17 +114,9 @@ TEST(DevicesPerRank, AccumulatedMicroBatchesSplitOverTheDevices) {
 // and attention over two devices per rank, against one process on one device.
 TEST(DevicesPerRank, CharGptEqualsOneProcess) {
   if (!fs::exists(nn::DEFAULT_TEXT_FILE)) GTEST_SKIP() << nn::DEFAULT_TEXT_FILE << " not found (install jargon-text)";
-  auto gpt = [](const std::string& dir, std::vector<std::string> extra) {
-    std::vector<std::string> o{"model.n_layer=1", "model.n_embd=32", "data.seq_len=16", "data.batch_size=8",
-                               "train.steps=2", "train.log_every=1", "train.eval_every=1000", "train.eval_batches=1",
-                               "optim.name=sgd", "optim.momentum=0.9", "optim.lr=0.05", "schedule.warmup_steps=0",
-                               "train.overwrite=true", "train.run_dir=" + dir};
-    o.insert(o.end(), extra.begin(), extra.end());
-    return load_config(std::string(TG_SOURCE_DIR) + "/configs/gpt_char.yaml", o);
-  };
   const std::string ref = BASE + "_gpt_ref" + std::to_string(dist::env_rank());
-  Trained d = train(gpt(BASE + "_gpt", {"distributed.strategy=ddp", "train.devices=2"}), true);
-  Trained r = train(gpt(ref, {}), false);
+  Trained d = train(tiny_gpt(BASE + "_gpt", {"distributed.strategy=ddp", "train.devices=2"}), true);
+  Trained r = train(tiny_gpt(ref, {}), false);
   EXPECT_EQ(d.summary.steps, 2);
   expect_same_everywhere(d);
   const double worst = worst_relative(d.params(), r.params());
@@ -236,8 +136,6 @@ TEST(DevicesPerRank, ShardingStrategiesAndUnevenBatchesAreRefused) {
                  std::to_string(world) + " rank(s) and train.grad_accum=1) does not split over the 3 devices of train.devices");
   EXPECT_HAS(refusal({"distributed.strategy=ddp", "train.devices=2", "train.grad_accum=" + std::to_string(32 / world)}),
              "(1 examples per rank and micro-batch");
-  EXPECT_HAS(refusal({"distributed.strategy=ddp", "model.tensor_parallel=2"}),
-             "model.tensor_parallel=2 with distributed.strategy='ddp' is not supported");
 }
 
 // Note [a rank's devices]

@@ -12,7 +12,8 @@
 //  - test_reshard_back_np2: that fsdp run's step-3 checkpoint resumed by zero1 of 2 ranks ends
 //    within 1e-6 of it.
 // Runs of one process over two virtual CPU devices (tensor parallel, train.devices) reshard too
-// (np2: tensor parallel to fsdp of 2 ranks and back, train.devices to zero1 of 2 ranks). Each
+// (np2: tensor parallel to fsdp of 2 ranks and back, train.devices to zero1 of 2 ranks), and so do
+// runs of tensor parallel x ddp (np2: to one process on one device and back). Each
 // rank reads only what it keeps (Note [reading what a rank needs]): fsdp of 4 ranks from an fsdp
 // checkpoint of 4 reads its own shard file and nothing else, zero1 of 2 about half of fsdp of 4's
 // files; a damaged shard is an error on every rank naming the file, whether one rank read the
@@ -23,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "checkpoint_util.h"
 #include "distributed/process_group.h"
@@ -46,15 +48,16 @@ std::string final_checkpoint(const std::string& dir) { return dir + "/checkpoint
 
 void barrier() { dist::world_group()->barrier()->wait(); }
 
-// Rank 0 copies `from` stopped at step 3 to `to`; every rank then resumes it under `strategy` and
-// rank 0 returns the largest difference from `from`'s own step 6 (0 elsewhere). `read`: the bytes
-// of tensor data this rank's run read.
-double resume_and_compare(const std::string& from, const std::string& to, const std::string& strategy, uint64_t* read = nullptr) {
+// Rank 0 copies `from` stopped at step 3 to `to`; every rank then resumes it under `strategy`
+// (with `extra` settings) and rank 0 returns the largest difference from `from`'s own step 6 (0
+// elsewhere). `read`: the bytes of tensor data this rank's run read.
+double resume_and_compare(const std::string& from, const std::string& to, const std::string& strategy, uint64_t* read = nullptr,
+                          std::vector<std::string> extra = {}) {
   if (dist::env_rank() == 0) copy_until_step(from, to, 3);
   barrier();
   const uint64_t before = nn::safe_bytes_read();
-  TrainSummary s = run_train(short_run_config(to, {"distributed.strategy=" + strategy, "train.resume=true", "train.overwrite=false"}),
-                             {.progress = false});
+  extra.insert(extra.end(), {"distributed.strategy=" + strategy, "train.resume=true", "train.overwrite=false"});
+  TrainSummary s = run_train(short_run_config(to, extra), {.progress = false});
   if (read) *read = nn::safe_bytes_read() - before;
   EXPECT_EQ(s.steps, 6);
   if (dist::env_rank() != 0) return 0;
@@ -216,6 +219,30 @@ TEST(Reshard, AnotherModelIsNamedAndNothingIsWritten) {
       if (name == "train.log") EXPECT_EQ(after[name].rfind(text, 0), 0u) << "train.log only gains the errors";
       else EXPECT_EQ(after[name], text) << name << " changed";
     fs::remove_all(dir);
+  }
+  barrier();
+}
+
+// Note [checkpoints that reshard]: tensor parallel over 2 devices on each of 2 ranks (ddp) to one
+// process on one device, and one process to tensor parallel x ddp.
+TEST(Reshard, TensorParallelOverRanksReshards) {
+  if (dist::env_world_size() != 2) GTEST_SKIP() << "test_reshard_np2";
+  const std::vector<std::string> tp_ddp{"model.tensor_parallel=2"};
+  const std::string TP2_DDP = BASE + "_tp2_ddp2", ONE = BASE + "_one";
+  TrainSummary s = run_train(short_run_config(TP2_DDP, {"distributed.strategy=ddp", "model.tensor_parallel=2"}), {.progress = false});
+  EXPECT_EQ(s.steps, 6);
+  if (dist::env_rank() == 0) train_one_process(ONE, {"train.overwrite=true"}, false);
+  barrier();
+  double err = resume_and_compare(ONE, BASE + "_one_to_tp2_ddp2", "ddp", nullptr, tp_ddp);
+  if (dist::env_rank() == 0) {
+    std::printf("one process to step 3, then tensor parallel 2 x ddp 2 ranks, vs one process throughout: %.3g\n", err);
+    EXPECT_LT(err, 1e-6);
+    const std::string back = BASE + "_tp2_ddp2_to_one";
+    copy_until_step(TP2_DDP, back, 3);
+    double err_back = max_rel_diff(train_one_process(back, {}, true), model_of(final_checkpoint(TP2_DDP)));
+    std::printf("tensor parallel 2 x ddp 2 ranks to step 3, then one process, vs tensor parallel x ddp throughout: %.3g\n",
+                err_back);
+    EXPECT_LT(err_back, 1e-6);
   }
   barrier();
 }

@@ -38,11 +38,25 @@ namespace tg {
 //  - GATHER (embeddings) reads the whole table at each device's part of the index, so its result
 //    is split as the index is; SCATTER_ADD, its gradient, adds each device's part, and when the
 //    split axis is the scatter axis the partial sums are all-reduced;
-//  - a COPY from a tuple to one device gathers the parts there.
+//  - a COPY from a tuple to one device gathers the parts there;
+//  - an ALLREDUCE across the ranks (a collective node of the distributed layer) of a split
+//    tensor is one such node per device, on that device's part: Note [an all-reduce across the
+//    ranks of a split tensor].
 // The parts are ordinary single-device graphs: the scheduler, the kernels and the JIT see nothing
 // new, and the kernels of one device's part are the single-device kernels on smaller shapes.
 // Uneven splits are refused (shard_uop names the sizes). "CPU" and "CPU:0" are one device
 // (canonical_device), so a tuple written either way is the same tuple.
+//
+// Note [an all-reduce across the ranks of a split tensor]: under tensor parallel x data parallel
+// (Note [split gradients across the ranks] in distributed/data_parallel.cpp) each rank holds a
+// gradient split over its devices, and each device's part is to be summed with the same part on
+// every other rank. The rank all-reduce of a split tensor is therefore lowered into one ALLREDUCE
+// per device, each reading and writing that device's part only, and the result keeps the
+// operand's layout: nothing is gathered or copied between the devices. The per-device nodes are
+// ordinary collective items for the group's runner, issued in schedule order, which is the same
+// on every rank. A replicated operand is refused: its copies are one value, and the caller
+// all-reduces it from one device (Note [collectives of a tensor over several devices] in
+// distributed/collective_runner.cpp).
 //
 // Note [grouped splits]: a split may also be grouped: the split axis, of size S, is viewed as
 // [g, S/g] and each device holds its n-th of every group (device k: [k S/(g n), (k+1) S/(g n))
@@ -447,6 +461,7 @@ class MultiRewriter {
       case Op::PAD: case Op::SHRINK: case Op::FLIP: return window_parts(u, devices.size());
       case Op::GATHER: return gather_parts(u, devices.size());
       case Op::SCATTER_ADD: return scatter_add_parts(u, devices.size());
+      case Op::ALLREDUCE: return rank_all_reduce_parts(u);
       default: break;
     }
     if (is_alu(u->op) || u->op == Op::CONTIGUOUS || u->op == Op::DETACH) return elementwise(u, devices.size());
@@ -608,6 +623,15 @@ class MultiRewriter {
     if (u->op == Op::FLIP) return std::count(a.begin(), a.end(), axis) > 0;
     if (u->op == Op::PAD) return a[2 * ax] != 0 || a[2 * ax + 1] != 0;
     return a[2 * ax] != 0 || a[2 * ax + 1] != u->src[0]->shape[ax];  // SHRINK
+  }
+
+  // Note [an all-reduce across the ranks of a split tensor]
+  Lowered rank_all_reduce_parts(const UOpPtr& u) {
+    const Lowered& x = of(u->src[0]);
+    TG_CHECK(x.axis >= 0, "ALLREDUCE across the ranks of a tensor replicated over ", u->device,
+             ": all-reduce it from one of the devices (each copy would cross the network)");
+    const CollectiveArg arg = u->arg_collective();
+    return per_part(x, [&](const UOpPtr& p) { return make_collective(Op::ALLREDUCE, p, arg); });
   }
 
   template <class F>
