@@ -286,6 +286,26 @@ TEST(Opt, HandCodedOptsBlockAMatmulOfBPanels) {
             "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,128) UPCAST(4,8) UPCAST(3,32)");
 }
 
+// Note [transposing copies] in codegen/opt.cpp: a copy that changes the layout (NHWC -> NCHW)
+// loads whole vectors along the loop its source is contiguous in: that loop is upcast by a
+// vector's lanes (8 on an AVX2 core, 16 on AVX-512). Copies in order and loads broadcast along the
+// stores keep the loop vectorizer's plain loop.
+TEST(Opt, TransposingCopiesLoadWholeVectors) {
+  Tensor x = realized_randn({4, 24, 24, 32}, 50);
+  ScheduleItem to_nchw = only_kernel(x.permute({0, 3, 1, 2}).contiguous());
+  auto opts = hand_coded_opts(to_nchw.ast);  // an AVX2 core's
+  EXPECT_EQ(opts_str(opts), "UPCAST(1,8)");  // the channel loop, along which x is contiguous
+  expect_close(run_with(to_nchw, opts), run_with(to_nchw, {}));
+  CpuLimits avx512{.vector_bits = 512, .vector_registers = 32};
+  EXPECT_EQ(opts_str(hand_coded_opts(to_nchw.ast, avx512)), "UPCAST(1,16)");
+  // 20 columns: half a vector's 8 lanes do not divide them either, so 4 (at least 4 lanes)
+  Tensor y = realized_randn({4, 32, 20, 20}, 51);
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(y.permute({0, 2, 3, 1}).contiguous()).ast)), "UPCAST(2,4)");
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(x + 1.0f).ast)), "");
+  Tensor bias = realized_randn({32}, 52);
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(x + bias).ast)), "");
+}
+
 TEST(Opt, BadBlocksAreNamed) {
   Tensor a = realized_randn({6, 10}, 30), b = realized_randn({10, 4}, 31);
   ScheduleItem mm = only_kernel(a.matmul(b)), mx = only_kernel(a.max(1));

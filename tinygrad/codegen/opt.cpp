@@ -561,6 +561,35 @@ std::vector<Opt> no_vector_loop_opts(const ReduceAccesses& k, const KernelAxis& 
 
 }  // namespace
 
+// Note [transposing copies]: an elementwise kernel stores along its innermost output loop, and
+// the compiler's loop vectorizer makes that loop vector lanes. Where a load is strided along it
+// but contiguous along another output loop (a layout change: the CNN's NHWC <-> NCHW copies
+// around its convolutions, a transpose), every lane is a load of its own from another cache
+// line. Upcasting that other loop by a vector's lanes makes each step load whole vectors along
+// it and store whole vectors along the innermost loop, with the transpose between them in
+// registers. On the 2-core Intel Xeon (AVX-512) the CNN's [512, 24, 24, 32] -> [512, 32, 24, 24]
+// copy went from 6.3 ms (12 GB/s) to 1.7 ms (44 GB/s) with 16 lanes (8: 2.0 ms).
+std::vector<Opt> transposing_copy_opts(const UOpPtr& ast, const std::vector<const KernelAxis*>& outputs,
+                                       const CpuTiles& tiles) {
+  auto stores = stores_of(ast);
+  if (outputs.size() < 2) return {};
+  const KernelAxis* inner = nullptr;  // the loop every store is contiguous along
+  for (const KernelAxis* a : outputs)
+    if (std::all_of(stores.begin(), stores.end(), [&](const UOpPtr& st) { return stride(st->src[1], a->range) == 1; }))
+      inner = a;
+  if (!inner) return {};
+  for (auto& n : toposort({ast})) {
+    if (n->op != Op::LOAD) continue;
+    const int64_t along_inner = stride(n->src[1], inner->range);
+    if (along_inner == 0 || along_inner == 1) continue;  // broadcast or contiguous along the stores
+    for (const KernelAxis* a : outputs)
+      if (a != inner && stride(n->src[1], a->range) == 1)
+        for (int64_t amount : halvings(tiles.vector_lanes))  // whole or half vectors, at least 4 lanes
+          if (amount >= 4 && a->size % amount == 0) return {{OptOp::UPCAST, a->id, amount}};
+  }
+  return {};
+}
+
 // Note [hand-coded opts]: a reduce kernel whose inputs are reused along some output loops (a
 // matmul's A along the columns, its B along the rows; a convolution's weights along batch and
 // pixels, its input along the output channels) gets a register tile: the output loop that is
@@ -568,14 +597,14 @@ std::vector<Opt> no_vector_loop_opts(const ReduceAccesses& k, const KernelAxis& 
 // more reuse loop narrower, within MAX_LANES accumulators. When the contiguous loop is the
 // reduce loop itself (a matmul with a transposed operand, a sum over the last axis), that loop
 // is unrolled into partial accumulators, which vectorize. Elementwise kernels are left to the
-// compiler's loop vectorizer.
+// compiler's loop vectorizer, except copies that change the layout (Note [transposing copies]).
 std::vector<Opt> hand_coded_opts(const UOpPtr& ast, const CpuLimits& cpu) {
   const CpuTiles tiles = cpu_tiles(cpu);
   auto axes = kernel_axes(ast);
   std::vector<const KernelAxis*> outputs, reduces;
   for (auto& a : axes)
     if (a.size > 1) (a.reduce ? reduces : outputs).push_back(&a);
-  if (reduces.empty()) return {};
+  if (reduces.empty()) return transposing_copy_opts(ast, outputs, tiles);  // Note [transposing copies]
   if (std::vector<Opt> opts; fused_row_opts(ast, outputs, reduces, tiles, opts))
     return opts;  // Note [fused rows]
 
