@@ -37,19 +37,7 @@ namespace {
 
 const std::string BASE = "/tmp/tg_test_dist_devices_" + std::to_string(dist::env_world_size());
 
-
-
-
-
-// The error of a Trainer over the world group (on the small synthetic images: it fails before
-// its model is built).
-std::string refusal(std::vector<std::string> extra) {
-  const std::string dir = BASE + "_refused";
-  fs::create_directories(dir);
-  extra.push_back("data.name=test_synth");
-  auto group = dist::world_group();
-  return testutil::error_of([&] { Trainer tr(mlp(dir, extra), dir, group.get()); });
-}
+std::string refusal(std::vector<std::string> extra) { return refusal_of(BASE + "_refused", std::move(extra)); }
 
 }  // namespace
 

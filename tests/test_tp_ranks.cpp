@@ -52,13 +52,7 @@ size_t split_parameters(const Trained& t) {
   return static_cast<size_t>(std::count_if(t.axes.begin(), t.axes.end(), [](auto& a) { return a.has_value(); }));
 }
 
-std::string refusal(std::vector<std::string> extra) {
-  const std::string dir = BASE + "_refused";
-  fs::create_directories(dir);
-  extra.push_back("data.name=test_synth");
-  auto group = dist::world_group();
-  return testutil::error_of([&] { Trainer tr(mlp(dir, extra), dir, group.get()); });
-}
+std::string refusal(std::vector<std::string> extra) { return refusal_of(BASE + "_refused", std::move(extra)); }
 
 }  // namespace
 

@@ -17,6 +17,7 @@
 #include "distributed/process_group.h"
 #include "launcher/config.h"
 #include "launcher/trainer.h"
+#include "tests/test_util.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/multi.h"
 
@@ -141,6 +142,15 @@ inline Config tiny_gpt(const std::string& dir, std::vector<std::string> extra) {
                              "train.overwrite=true", "train.run_dir=" + dir};
   o.insert(o.end(), extra.begin(), extra.end());
   return launcher::load_config(std::string(TG_SOURCE_DIR) + "/configs/gpt_char.yaml", o);
+}
+
+// The error of a Trainer of mlp() with `extra` over the world group, run in `dir` (on the small
+// synthetic images: it fails before its model is built).
+inline std::string refusal_of(const std::string& dir, std::vector<std::string> extra) {
+  std::filesystem::create_directories(dir);
+  extra.push_back("data.name=test_synth");
+  auto group = dist::world_group();
+  return error_of([&] { launcher::Trainer tr(mlp(dir, extra), dir, group.get()); });
 }
 
 }  // namespace tg::testutil
