@@ -40,6 +40,13 @@ int64_t prod(const Shape& s) {
   return has_zero ? 0 : nonzero;
 }
 
+Shape without_ones(const Shape& s) {
+  Shape r;
+  for (auto d : s)
+    if (d != 1) r.push_back(d);
+  return r;
+}
+
 const char* op_name(Op op) {
   static const char* names[] = {
       "BUFFER", "CONST", "COPY", "NEG", "EXP2", "LOG2", "SIN", "SQRT", "RECIP", "TRUNC", "CAST",

@@ -20,6 +20,8 @@ std::string shape_str(const Shape& s);
 // The element count of a shape; throws tg::Error naming the shape when its non-zero dimensions
 // multiply past INT64_MAX (Note [shape products] in ops.cpp).
 int64_t prod(const Shape& s);
+// The shape without its size-1 dims.
+Shape without_ones(const Shape& s);
 
 enum class Op : uint8_t {
   // buffer: BUFFER is realized memory, CONST a scalar, COPY moves between devices

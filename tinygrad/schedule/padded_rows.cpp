@@ -158,13 +158,6 @@ std::optional<Axes> axes_below(const UOp& view, const Axes& axes) {
   }
 }
 
-Shape without_units(const Shape& s) {
-  Shape r;
-  for (auto d : s)
-    if (d != 1) r.push_back(d);
-  return r;
-}
-
 // Whether `axes` (the product axes of a node's dims) are those of a matmul's B: [batch..., k, m],
 // its batch dims distinct batch axes of the product in order, before the product's three matrix
 // axes (a batched B: Note [transposed B]).
@@ -192,7 +185,7 @@ UOpPtr matmul_b(const UOpPtr& side, int64_t k, int64_t m, std::vector<UOpPtr>& c
       for (size_t i = 0; i < axes.size(); i++)
         if (n->shape[i] != 1) kept.push_back(axes[i]);
       if (kept != Axes{k, m}) return nullptr;
-      UOpPtr b = lazy::reshape(n, without_units(n->shape));
+      UOpPtr b = lazy::reshape(n, without_ones(n->shape));
       chain.push_back(lazy::reshape(b, n->shape));
       return b;
     }

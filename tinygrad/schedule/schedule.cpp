@@ -119,13 +119,6 @@ bool is_row_reduce(const UOp& u) {
   return !axes.empty() && row <= ROW_FUSE_MAX;
 }
 
-Shape without_ones(const Shape& s) {
-  Shape r;
-  for (auto d : s)
-    if (d != 1) r.push_back(d);
-  return r;
-}
-
 // ---- realize points (Note [where kernels end]) ----
 
 // The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY, collectives and
