@@ -26,12 +26,18 @@ namespace {
 // it (Note [collectives between the devices of a process] in tinygrad/multi.cpp) is in effect a
 // reduce onto the first device. Within the process, then across the ranks, then back: the
 // hierarchical all-reduce, with one collective across the ranks per node whatever the device count.
-Tensor collective_node(Op kind, ProcessGroup& pg, const Tensor& x, ReduceOp op, const char* what) {
+// The argument of a collective node over pg reducing by op, after checking that pg has an engine
+// and that x's dtype travels (`what` names the caller in errors).
+CollectiveArg collective_arg(ProcessGroup& pg, const Tensor& x, ReduceOp op, const char* what) {
   TG_CHECK(op != ReduceOp::Avg, what, ": use Sum and scale (the division then fuses into the next kernel)");
   TG_CHECK(pg.graph_id() > 0, what, ": no CollectiveEngine serves the ", pg.backend(), " group (rank ", pg.rank(), " of ",
            pg.size(), "); create one before building collective nodes");
   check_collective_dtype(what, x.dtype());
-  CollectiveArg arg{op == ReduceOp::Max ? Op::MAX : Op::ADD, pg.graph_id(), pg.size()};
+  return {op == ReduceOp::Max ? Op::MAX : Op::ADD, pg.graph_id(), pg.size()};
+}
+
+Tensor collective_node(Op kind, ProcessGroup& pg, const Tensor& x, ReduceOp op, const char* what) {
+  const CollectiveArg arg = collective_arg(pg, x, op, what);
   if (x.devices().size() > 1) return Tensor(make_collective(kind, x.to(x.devices()[0]).uop(), arg)).to(x.devices());
   return Tensor(make_collective(kind, x.uop(), arg));
 }
@@ -47,7 +53,7 @@ Tensor collective_node(Op kind, ProcessGroup& pg, const Tensor& x, ReduceOp op, 
 // one call and split back along axis 0 over the tuple: each part crosses to the first device and
 // back, and the result is split as x was, never replicated.
 Tensor split_collective(ProcessGroup& pg, const Tensor& x) {
-  const CollectiveArg arg{Op::ADD, pg.graph_id(), pg.size()};
+  const CollectiveArg arg = collective_arg(pg, x, ReduceOp::Sum, "all_reduce_split_node");
   const auto devices = x.devices();
   TG_CHECK(devices.size() > 1, "all_reduce_split_node: takes a tensor over several devices, got ", x.describe());
   if (pg.memory_device().empty()) return Tensor(make_collective(Op::ALLREDUCE, x.uop(), arg));
@@ -81,9 +87,6 @@ Tensor all_reduce_node(ProcessGroup& pg, const Tensor& x, ReduceOp op) {
 }
 
 Tensor all_reduce_split_node(ProcessGroup& pg, const Tensor& x) {
-  TG_CHECK(pg.graph_id() > 0, "all_reduce_split_node: no CollectiveEngine serves the ", pg.backend(), " group (rank ",
-           pg.rank(), " of ", pg.size(), "); create one before building collective nodes");
-  check_collective_dtype("all_reduce_split_node", x.dtype());
   return split_collective(pg, x);  // Note [split tensors across the ranks]
 }
 

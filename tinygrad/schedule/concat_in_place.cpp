@@ -36,19 +36,16 @@ namespace tg {
 
 namespace {
 
-using NodeSet = std::unordered_set<const UOp*>;
-using ReadersFn = std::function<const std::vector<const UOp*>&(const UOp*)>;
-
-bool read_once(const UOp* n, const ReadersFn& readers) { return readers(n).size() == 1; }
+bool read_once(const ScheduleGraph& g, const UOp* n) { return readers_of(g, n).size() == 1; }
 
 // The PADs that u adds up, each a piece of a 1-d concatenation, or nothing when u is not one. The
 // additions under u and the PADs are read once, so they belong to u's kernel alone.
-std::vector<const UOp*> concat_pads(const UOp* u, const NodeSet& realize, const ReadersFn& readers) {
+std::vector<const UOp*> concat_pads(const ScheduleGraph& g, const UOp* u, const NodeSet& realize) {
   std::vector<const UOp*> pads, stack{u};
   while (!stack.empty()) {
     const UOp* n = stack.back();
     stack.pop_back();
-    if (n != u && (realize.count(n) || !read_once(n, readers))) return {};
+    if (n != u && (realize.count(n) || !read_once(g, n))) return {};
     if (n->op == Op::ADD) {
       stack.push_back(n->src[1].get());
       stack.push_back(n->src[0].get());
@@ -106,8 +103,7 @@ struct PieceSource {
   bool read_once = true;          // every node on the way, node included, has one reader
 };
 
-PieceSource piece_source(const UOpPtr& value, const NodeSet& realize, const ReadersFn& readers,
-                         const std::function<bool(const UOp*)>& is_resident) {
+PieceSource piece_source(const ScheduleGraph& g, const UOpPtr& value, const NodeSet& realize) {
   PieceSource src;
   const UOp* n = value.get();
   std::vector<int64_t> run;  // the composed permutation of the current run of permutes
@@ -115,8 +111,8 @@ PieceSource piece_source(const UOpPtr& value, const NodeSet& realize, const Read
     if (!run.empty() && !keeps_order(run, below->shape)) src.in_order = false;
     run.clear();
   };
-  src.read_once = read_once(n, readers);
-  while (!realize.count(n) && !is_resident(n) &&
+  src.read_once = read_once(g, n);
+  while (!realize.count(n) && !has_buffer(n) &&
          (n->op == Op::RESHAPE || n->op == Op::DETACH || n->op == Op::PERMUTE)) {
     if (n->op == Op::PERMUTE) {
       const auto& inner = n->arg_ints();
@@ -129,7 +125,7 @@ PieceSource piece_source(const UOpPtr& value, const NodeSet& realize, const Read
       end_run(n);
     }
     n = n->src[0].get();
-    src.read_once = src.read_once && read_once(n, readers);
+    src.read_once = src.read_once && read_once(g, n);
   }
   end_run(n);
   src.node = n;
@@ -137,34 +133,32 @@ PieceSource piece_source(const UOpPtr& value, const NodeSet& realize, const Read
 }
 
 // Whether the piece's source node can be computed straight into the concatenation's buffer.
-bool placeable(const UOp* u, const PieceSource& src, const NodeSet& realize, const NodeSet& outputs,
-               const std::function<bool(const UOp*)>& is_resident) {
+bool placeable(const ScheduleGraph& g, const UOp* u, const PieceSource& src, const NodeSet& realize) {
   const UOp* n = src.node;
-  return src.in_order && realize.count(n) && !is_resident(n) && !outputs.count(n) && n->dtype == u->dtype &&
+  return src.in_order && realize.count(n) && !has_buffer(n) && !g.output_set.count(n) && n->dtype == u->dtype &&
          n->device == u->device && computed_by_a_kernel(*n);
 }
 
 }  // namespace
 
-ConcatsInPlace plan_concats_in_place(const std::vector<UOpPtr>& order, const NodeSet& realize, const NodeSet& outputs,
-                                     const ReadersFn& readers, const std::function<bool(const UOp*)>& is_resident) {
+ConcatsInPlace plan_concats_in_place(const ScheduleGraph& g, const NodeSet& realize) {
   ConcatsInPlace out;
-  for (auto& node : order) {
+  for (auto& node : g.order) {
     const UOp* u = node.get();
-    if (!realize.count(u) || u->op != Op::ADD || u->shape.size() != 1 || is_resident(u)) continue;
+    if (!realize.count(u) || u->op != Op::ADD || u->shape.size() != 1 || has_buffer(u)) continue;
     Device& dev = get_device(u->device);
     if (!dev.supports(Feature::AddressableMemory)) continue;
     const size_t align = dev.policy().view_alignment;
-    auto pads = concat_pads(u, realize, readers);
+    auto pads = concat_pads(g, u, realize);
     if (pads.empty()) continue;
     ConcatInPlace plan{tiling_pieces(u, pads), true};
     size_t placed = 0, runs = 0;
     bool in_run = false;
     NodeSet seen;
     for (auto& piece : plan.pieces) {
-      const PieceSource src = piece_source(piece.value, realize, readers, is_resident);
+      const PieceSource src = piece_source(g, piece.value, realize);
       const size_t offset = static_cast<size_t>(piece.begin) * itemsize(u->dtype);
-      const bool fits = placeable(u, src, realize, outputs, is_resident) && !out.placed.count(src.node) &&
+      const bool fits = placeable(g, u, src, realize) && !out.placed.count(src.node) &&
                         seen.insert(src.node).second && (align == 0 || offset % align == 0);
       if (fits) {
         piece.placed = src.node;

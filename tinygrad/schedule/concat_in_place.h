@@ -3,12 +3,11 @@
 // kernel copies it there (Note [concatenations stored in place] in concat_in_place.cpp).
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "tinygrad/ops.h"
+#include "tinygrad/schedule/graph.h"
 
 namespace tg {
 
@@ -34,14 +33,9 @@ struct ConcatsInPlace {
   std::unordered_map<const UOp*, Place> placed;  // a placed piece's realize point -> where it lies
 };
 
-// The 1-d concatenations among the realize points of `order` (the nodes still to compute,
-// sources first) that store at least one piece in place and need at most one kernel for the
-// others. `readers` gives the nodes that read a node's value, `is_resident` the nodes read from
-// memory as they are, `outputs` the schedule's outputs.
-ConcatsInPlace plan_concats_in_place(const std::vector<UOpPtr>& order, const std::unordered_set<const UOp*>& realize,
-                                     const std::unordered_set<const UOp*>& outputs,
-                                     const std::function<const std::vector<const UOp*>&(const UOp*)>& readers,
-                                     const std::function<bool(const UOp*)>& is_resident);
+// The 1-d concatenations among the realize points of g that store at least one piece in place
+// and need at most one kernel for the others.
+ConcatsInPlace plan_concats_in_place(const ScheduleGraph& g, const NodeSet& realize);
 
 // The value of pieces [first, last) of a concatenation: their concatenation, [begin of first,
 // end of last), which a kernel writes into that stretch of the buffer.

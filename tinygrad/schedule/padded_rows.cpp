@@ -230,11 +230,11 @@ std::optional<ProductForm> product_of(const UOp& reduce) {
   return ProductForm{product, axis, axis == last ? last - 1 : last};
 }
 
-// The width of the panels a float32 B is copied into (Note [B panels]): the register tile's
+// The width of the panels a float32 2-D B is copied into (Note [B panels]): the register tile's
 // width where it divides B's columns, else half of it (a narrow tile's, Note [rows of a narrow
 // tile] in codegen/opt.cpp), else 0 (no panels).
 int64_t panel_width(const UOp& b, const DevicePolicy& policy) {
-  if (b.dtype != DType::Float32 || b.shape.size() != 2) return 0;
+  if (b.dtype != DType::Float32) return 0;
   const int64_t wide = cpu_tiles(policy.cpu).wide_lanes, m = b.shape[1];
   return m % wide == 0 ? wide : m % (wide / 2) == 0 ? wide / 2 : 0;
 }

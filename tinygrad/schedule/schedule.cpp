@@ -424,13 +424,6 @@ std::vector<UOpPtr> issue_order(const ScheduleGraph& g, const NodeSet& realize,
   return out;
 }
 
-// Note [concatenations stored in place] in concat_in_place.cpp.
-ConcatsInPlace concats_in_place(const ScheduleGraph& g, const NodeSet& realize) {
-  return plan_concats_in_place(
-      g.order, realize, g.output_set, [&g](const UOp* u) -> const std::vector<const UOp*>& { return readers_of(g, u); },
-      [](const UOp* u) { return has_buffer(u); });
-}
-
 // A concatenation that a kernel with several outputs stores stays an ordinary kernel.
 void drop_joined_concats(ConcatsInPlace& out, const std::unordered_map<const UOp*, std::vector<UOpPtr>>& several) {
   if (out.concats.empty() || several.empty()) return;
@@ -670,7 +663,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
                                           std::vector<std::shared_ptr<Buffer>>* output_buffers, KeptBuffers* kept) {
   ScheduleGraph g = graph_to_compute(outputs);
   NodeSet realize = realize_points(g);
-  ConcatsInPlace concats = concats_in_place(g, realize);
+  ConcatsInPlace concats = plan_concats_in_place(g, realize);  // Note [concatenations stored in place]
   auto several = kernels_with_several_outputs(g, realize);
   drop_joined_concats(concats, several);
   std::vector<UOpPtr> order = issue_order(g, realize, several);  // Note [gathers one reader ahead]
