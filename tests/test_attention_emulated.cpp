@@ -107,12 +107,13 @@ static void tg_ldsm4_any(unsigned* r, const unsigned short* p, bool trans) {
   w.bar->arrive_and_wait();
 }
 // cp.async, synchronously: a copy of `bytes` bytes, or zeros where the row is past the end.
-static void tg_cp_any(unsigned short* dst, const unsigned short* src, bool valid, int bytes) {
+static void tg_cp_any(void* dst, const void* src, bool valid, int bytes) {
   if (valid) std::memcpy(dst, src, bytes);
   else std::memset(dst, 0, bytes);
 }
 static void tg_cp16(unsigned short* dst, const unsigned short* src, bool valid) { tg_cp_any(dst, src, valid, 16); }
 static void tg_cp4(unsigned short* dst, const unsigned short* src, bool valid) { tg_cp_any(dst, src, valid, 4); }
+static void tg_cp4f(float* dst, const float* src, bool valid) { tg_cp_any(dst, src, valid, 4); }
 static void tg_cp_commit() {}
 static void tg_cp_wait_all_but_last() {}
 static void tg_cp_wait_all() {}
@@ -159,7 +160,7 @@ std::string emulated_kernel(const AttentionSpec& spec) {
                          ? "NAME((float*)args[0], (const unsigned short*)args[1], (const unsigned short*)args[2], "
                            "(const unsigned short*)args[3])"
                          : "NAME((float*)args[0], (const unsigned short*)args[1], (const unsigned short*)args[2], "
-                           "(const unsigned short*)args[3], (const float*)args[4], (const float*)args[5], "
+                           "(const unsigned short*)args[3], (const float*)args[4], (const unsigned short*)args[5], "
                            "(const float*)args[6])";
   std::string launcher = replace_all(LAUNCHER, "CALL", call);
   return src + replace_all(launcher, "NAME", t.kernel.name);
@@ -293,7 +294,8 @@ void check_case(const AttentionSpec& spec) {
   std::vector<float> qf, kf, vf;
   auto q = bf16_values(spec.bh * spec.l * spec.e, 1, qf), k = bf16_values(spec.bh * spec.s * spec.e, 2, kf),
        v = bf16_values(spec.bh * spec.s * spec.ev, 3, vf);
-  std::vector<float> dout = testutil::rnd_values(spec.bh * spec.l * spec.ev, 4, -1, 1);
+  std::vector<float> dout;  // dO as the kernels take it: rounded to bfloat16 (Note [fused attention in the graph])
+  auto dout_bf16 = bf16_values(spec.bh * spec.l * spec.ev, 4, dout);
   Direct want = direct(spec, qf, kf, vf, dout);
 
   const int groups_y = static_cast<int>(spec.bh);
@@ -313,9 +315,9 @@ void check_case(const AttentionSpec& spec) {
   for (int64_t r = 0; r < spec.bh * spec.l; r++)
     for (int64_t d = 0; d < spec.ev; d++) dsum[size_t(r)] += dout[size_t(r * spec.ev + d)] * o[size_t(r * spec.ev + d)];
   std::vector<float> dq(size_t(spec.bh * spec.l * spec.e)), dkv(size_t(spec.bh * spec.s * (spec.e + spec.ev)));
-  void* qargs[] = {dq.data(), q.data(), k.data(), v.data(), fwd.data(), dout.data(), dsum.data()};
+  void* qargs[] = {dq.data(), q.data(), k.data(), v.data(), fwd.data(), dout_bf16.data(), dsum.data()};
   kernels.launch(1)(blocks(spec.l), groups_y, qargs);
-  void* kvargs[] = {dkv.data(), q.data(), k.data(), v.data(), fwd.data(), dout.data(), dsum.data()};
+  void* kvargs[] = {dkv.data(), q.data(), k.data(), v.data(), fwd.data(), dout_bf16.data(), dsum.data()};
   kernels.launch(2)(blocks(spec.s), groups_y, kvargs);
   std::vector<float> dk, dv;
   for (int64_t r = 0; r < spec.bh * spec.s; r++) {

@@ -83,6 +83,10 @@ IntKnob THREADS("THREADS", 0, "threads for CPU kernels (0: all cores)", KnobKind
 IntKnob JIT("JIT", 1, "1: a jitted step (the trainer's) is captured once and its kernels replayed; 0: every step is scheduled and run normally");
 IntKnob MATMUL_LIB("MATMUL_LIB", 1, "1: matrix-product kernels run through the device's library (cuBLASLt on CUDA) where it takes them; 0: generated kernels",
                    KnobKind::Codegen);
+IntKnob MATMUL_TUNE("MATMUL_TUNE", 8,
+                    "n>1: the first run of a library matmul times up to n of the library's candidate algorithms on "
+                    "its operands and keeps the fastest (Note [choosing a library algorithm]); 1: the library "
+                    "heuristic's first choice");
 IntKnob TF32("TF32", 1,
              "float32 products on the tensor cores, operands rounded to tf32: 0 none, 1 convolutions (default, as "
              "PyTorch), 2 every product (library matmuls too)",

@@ -63,6 +63,7 @@ extern IntKnob NOOPT;     // 1: no kernel optimizations (one output element per 
 extern IntKnob THREADS;   // CPU kernel threads (0: all cores)
 extern IntKnob JIT;       // 1: engine/jit captures a step once and replays it; 0: every call runs normally
 extern IntKnob MATMUL_LIB; // 1: matrix-product kernels run through the device's library (cuBLASLt); 0: generated
+extern IntKnob MATMUL_TUNE;  // n>1: a library matmul's first run times n candidate algorithms, keeps the fastest
 extern IntKnob TF32;      // float32 products on the tensor cores: Note [float32 precision policy]
 extern IntKnob SPLIT_REDUCE;  // 1: long reductions with few outputs run in two stages on GPU-style devices
 extern IntKnob SPLIT_PARTS;  // most partials per output of a long reduction with many outputs (GPU-style); 0:

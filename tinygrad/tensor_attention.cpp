@@ -24,7 +24,9 @@
 // codegen/attention_tensor_cores.cpp). The result is a view of the first Ev columns cast back to
 // the inputs' dtype. Its gradient rule (template_kernel_gradient) computes D =
 // rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV kernels (Note [fused
-// attention] there), whose float32 results are cast back. Everything else runs the composition,
+// attention] there), whose float32 results are cast back. The tensor-core kernels take dO rounded
+// to the input type (the value their products would round it to anyway), which halves what they
+// stage; D is then the sum over the rounded dO too, as in FlashAttention-2. Everything else runs the composition,
 // which stays the reference the fused kernels are tested against. A model opts in by nothing:
 // the GPT's attention calls this function, so on CUDA it is fused.
 #include <cmath>
@@ -117,8 +119,11 @@ std::vector<UOpPtr> template_kernel_gradient(const UOpPtr& node, const UOpPtr& g
   AttentionSpec spec = AttentionSpec::decode(node->arg_ints());
   TG_ASSERT(spec.kernel == TemplateKernel::AttentionForward, "no gradient rule for template kernel ",
             node->arg_ints().at(0));
-  UOpPtr dout = contiguous(columns(grad, 0, spec.ev));
-  UOpPtr delta = contiguous(reduce(alu(Op::MUL, dout, columns(node, 0, spec.ev)), Op::ADD, {2}));
+  // the tensor-core kernels take dO rounded to the input type, as their products use it
+  UOpPtr dout = columns(grad, 0, spec.ev);
+  if (spec.tensor_cores) dout = cast(dout, spec.dtype);
+  dout = contiguous(dout);
+  UOpPtr delta = contiguous(reduce(alu(Op::MUL, cast(dout, DType::Float32), columns(node, 0, spec.ev)), Op::ADD, {2}));
   std::vector<UOpPtr> srcs{node->src[0], node->src[1], node->src[2], node, dout, delta};
   AttentionSpec dq_spec = spec, dkv_spec = spec;
   dq_spec.kernel = TemplateKernel::AttentionBackwardQ;

@@ -316,8 +316,11 @@ int64_t rows_of(const AttentionSpec& s) { return s.kernel == TemplateKernel::Att
 
 std::vector<KernelParam> params_of(const AttentionSpec& s) {
   std::vector<KernelParam> p{{DType::Float32, true}, {s.dtype, false}, {s.dtype, false}, {s.dtype, false}};
-  if (s.kernel != TemplateKernel::AttentionForward)
-    for (int i = 0; i < 3; i++) p.push_back({DType::Float32, false});
+  if (s.kernel != TemplateKernel::AttentionForward) {  // fwd, dO (Note [fused attention in the graph]), D
+    p.push_back({DType::Float32, false});
+    p.push_back({s.tensor_cores ? s.dtype : DType::Float32, false});
+    p.push_back({DType::Float32, false});
+  }
   return p;
 }
 

@@ -61,6 +61,10 @@ static __device__ __forceinline__ void tg_cp4(unsigned short* dst, const unsigne
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
                :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 4 : 0));
 }
+static __device__ __forceinline__ void tg_cp4f(float* dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 4 : 0));
+}
 static __device__ __forceinline__ void tg_cp_commit() { asm volatile("cp.async.commit_group;"); }
 static __device__ __forceinline__ void tg_cp_wait_all_but_last() { asm volatile("cp.async.wait_group 1;"); }
 static __device__ __forceinline__ void tg_cp_wait_all() { asm volatile("cp.async.wait_group 0;"); }
@@ -84,7 +88,7 @@ std::string halves(const std::string& text) {
 constexpr const char* SIGNATURE = R"(extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* ${out}, const unsigned short* q, const unsigned short* k,
                                                           const unsigned short* v${backward}) {
 )";
-constexpr const char* BACKWARD_PARAMS = R"(, const float* fwd, const float* dout,
+constexpr const char* BACKWARD_PARAMS = R"(, const float* fwd, const unsigned short* dout,
                                                           const float* dsum)";
 
 constexpr const char* IDS = R"(  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -95,7 +99,7 @@ constexpr const char* IDS = R"(  const int lane = threadIdx.x & 31, warp = threa
 
 // A side of the problem in global memory: its tensor, its first row of this head, its rows.
 struct Side { const char *src, *base, *count; };
-constexpr Side QUERIES{"q", "qb", "LQ"}, KEYS{"k", "kb", "SK"}, VALUES{"v", "kb", "SK"};
+constexpr Side QUERIES{"q", "qb", "LQ"}, KEYS{"k", "kb", "SK"}, VALUES{"v", "kb", "SK"}, OUTPUT_GRADS{"dout", "qb", "LQ"};
 
 // The A fragments `a` of the warp's own rows of `side` (width E or EV), kept in registers.
 constexpr const char* ROW_FRAGMENTS = R"(#pragma unroll
@@ -123,103 +127,110 @@ std::string zero_tiles(const char* acc, const char* tiles) {
               {{"tiles", tiles}, {"zero", zero_tile(acc)}});
 }
 
-// Note [the two walks] (attention_kernel.cpp), on tensor cores: the forward and dQ walk blocks of
-// 64 keys, dK/dV blocks of 64 query rows; `col` is an element's column in the block, visible
-// (with ${h} a half) whether the mask lets the pair through.
-struct Walk {
-  const char *block, *bound, *from, *to;  // the block's first row, a line before the walk, its range
-  const char *col, *visible;
-};
-constexpr Walk KEY_WALK{"k0", "  const int kend = CAUSAL ? min(SK, first + 64) : SK;\n", "0", "kend",
-                        "        const int col = k0 + n * 8 + 2 * t + e;\n",
-                        "col < SK && (!CAUSAL || col <= r${h})"};
-constexpr Walk QUERY_WALK{"q0", "", "CAUSAL ? first : 0", "LQ",
-                          "        const int col = n * 8 + 2 * t + e, qi = q0 + col;\n",
-                          "qi < LQ && (!CAUSAL || r${h} <= qi)"};
-
-// The walk over blocks, staged in shared memory by the whole block (the body follows and closes it).
-constexpr const char* WALK = R"(${bound}  for (int ${block} = ${from}; ${block} < ${to}; ${block} += 64) {
-    __syncthreads();
-${loads}    __syncthreads();
-)";
-
-std::string walk(const Walk& w, const std::string& loads) {
-  return fill(WALK,
-              {{"bound", w.bound}, {"block", w.block}, {"from", w.from}, {"to", w.to}, {"loads", loads}});
-}
-
-// One block of `side`'s rows into shared memory `into` (`pitch` elements a row), zeros past the
-// end: the rows as they are, or dO's rounded from float32 (`prepare` and `value`).
-constexpr const char* LOAD_BLOCK = R"(    for (int i = threadIdx.x; i < 64 * (${width} / 2); i += 128) {
-      const int j = i / (${width} / 2), c = i % (${width} / 2) * 2;
-${prepare}      *(unsigned*)(${into} + j * ${pitch} + c) = ${block} + j < ${count} ? ${value} : 0u;
-    }
-)";
-
-std::string load_block(const Walk& w, const Side& side, const char* into, const char* pitch,
-                       const char* width, const char* prepare = "", std::string value = "") {
-  if (value.empty())
-    value = fill("*(const unsigned*)(${src} + (${base} + ${block} + j) * ${width} + c)",
-                 {{"src", side.src}, {"base", side.base}, {"block", w.block}, {"width", width}});
-  return fill(LOAD_BLOCK, {{"width", width}, {"prepare", prepare}, {"into", into}, {"pitch", pitch},
-                           {"block", w.block}, {"count", side.count}, {"value", value}});
-}
-
-// Note [staged key blocks]: the forward's and dQ's blocks of k and v are copied into shared
-// memory by cp.async, two stages deep: while a block is multiplied, the next one is on its way
-// (the copies of a block synchronously, then the products, left the tensor cores idle while
-// each block arrived). Two stages of head dim 128 (68 KB) exceed the 48 KB of static shared
-// memory a block may declare; those kernels keep one stage (TG_STAGES). `ks` and `vs` point at the current stage; 16-byte copies where q, k and v
-// are 16-byte aligned (rows of E 16-bit elements, E a multiple of 16), 4-byte ones otherwise.
+// Note [staged key blocks]: the blocks every kernel walks (k and v for the forward and dQ; q, dO
+// and the rows' L and D for dK/dV) are copied into shared memory by cp.async, two stages deep:
+// while a block is multiplied, the next one is on its way (the copies of a block synchronously,
+// then the products, left the tensor cores idle while each block arrived). Two stages of head dim
+// 128 (68 KB) exceed the 48 KB of static shared memory a block may declare; those kernels keep
+// one stage (TG_STAGES). The walk's pointers (ks and vs, or qs, dos, lses and deltas) name the
+// current stage; 16-byte copies where both tensors are 16-byte aligned (rows of E 16-bit elements,
+// E a multiple of 16), 4-byte ones otherwise. dO arrives in the input type (the gradient rule
+// rounds it: Note [fused attention in the graph] in tensor_attention.cpp).
 constexpr const char* STAGE_BLOCK = R"(    for (int i = threadIdx.x; i < 64 * (${width} / ${per}); i += 128) {
       const int j = i / (${width} / ${per}), c = i % (${width} / ${per}) * ${per};
-      const bool in = ${block} + j < SK;
-      tg_cp${bytes}(${into} + j * ${pitch} + c, in ? ${src} + (kb + ${block} + j) * ${width} + c : ${src}, in);
+      const bool in = ${block} + j < ${count};
+      tg_cp${bytes}(${into} + j * ${pitch} + c, in ? ${src} + (${base} + ${block} + j) * ${width} + c : ${src}, in);
     }
 )";
 
-std::string stage_block(const char* block, const char* src, const char* into, const char* pitch, const char* width) {
-  std::string wide = fill(STAGE_BLOCK, {{"per", "8"}, {"bytes", "16"}, {"block", block}, {"src", src},
-                                        {"into", into}, {"pitch", pitch}, {"width", width}});
-  std::string narrow = fill(STAGE_BLOCK, {{"per", "2"}, {"bytes", "4"}, {"block", block}, {"src", src},
-                                          {"into", into}, {"pitch", pitch}, {"width", width}});
-  return "    if (aligned) {\n" + wide + "    } else {\n" + narrow + "    }\n";
+// Block `block` of `side`'s rows (width elements each) into `into`, `pitch` elements a row.
+std::string stage_block(const Side& side, const char* block, const std::string& into, const char* pitch,
+                        const char* width) {
+  auto copies = [&](const char* per, const char* bytes) {
+    return fill(STAGE_BLOCK, {{"per", per}, {"bytes", bytes}, {"block", block}, {"count", side.count},
+                              {"src", side.src}, {"base", side.base}, {"into", into}, {"pitch", pitch},
+                              {"width", width}});
+  };
+  return "    if (aligned) {\n" + copies("8", "16") + "    } else {\n" + copies("2", "4") + "    }\n";
 }
 
-// Stages block `block` of k and v into stage `stage` and commits the copies as one group.
+// The L and D of the 64 query rows from `block` into stage `stage` (zeros past the last row).
+constexpr const char* STAGE_LSE_DELTA = R"(    if (threadIdx.x < 64) {
+      const int j = ${block} + threadIdx.x;
+      const bool in = j < LQ;
+      tg_cp4f(lse_stages + ${stage} * 64 + threadIdx.x, in ? ${lse} : fwd, in);
+      tg_cp4f(delta_stages + ${stage} * 64 + threadIdx.x, in ? ${delta} : dsum, in);
+    }
+)";
+
+// What one block of a walk stages, committed as one copy group: a function of the block's first
+// row and its stage (both expressions).
+using Staging = std::string (*)(const char* block, const char* stage);
+
 std::string stage_keys(const char* block, const char* stage) {
   std::string ks = std::string("ks_stages + ") + stage + " * 64 * KS", vs = std::string("vs_stages + ") + stage + " * 64 * VS";
-  return stage_block(block, "k", ks.c_str(), "KS", "E") + stage_block(block, "v", vs.c_str(), "VS", "EV") +
+  return stage_block(KEYS, block, ks, "KS", "E") + stage_block(VALUES, block, vs, "VS", "EV") + "    tg_cp_commit();\n";
+}
+
+std::string stage_queries(const char* block, const char* stage) {
+  std::string qs = std::string("qs_stages + ") + stage + " * 64 * QS", ds = std::string("dos_stages + ") + stage + " * 64 * DS";
+  return stage_block(QUERIES, block, qs, "QS", "E") + stage_block(OUTPUT_GRADS, block, ds, "DS", "EV") +
+         fill(STAGE_LSE_DELTA, {{"block", block}, {"stage", stage}, {"lse", lse_address("(qb + j)")},
+                                {"delta", delta_address("qb + j")}}) +
          "    tg_cp_commit();\n";
 }
 
-constexpr const char* KEY_WALK_STAGED = R"(  const int kend = CAUSAL ? min(SK, first + 64) : SK;
-  const bool aligned = (((unsigned long long)k | (unsigned long long)v) & 15) == 0;
+// The walk over blocks of 64 rows from ${from} to ${to}, staged (the body follows and closes it).
+constexpr const char* STAGED_WALK = R"(${bound}  const bool aligned = (((unsigned long long)${first_src} | (unsigned long long)${second_src}) & 15) == 0;
 #if TG_STAGES == 2
-  {
-${first}  }
+  if (${from} < ${to}) {
+${stage_first}  }
 #endif
-  for (int k0 = 0, stage = 0; k0 < kend; k0 += 64, stage ^= TG_STAGES - 1) {
+  for (int ${block} = ${from}, stage = 0; ${block} < ${to}; ${block} += 64, stage ^= TG_STAGES - 1) {
     __syncthreads();
 #if TG_STAGES == 2
-    if (k0 + 64 < kend) {
-${next}    } else {
+    if (${block} + 64 < ${to}) {
+${stage_next}    } else {
       tg_cp_commit();
     }
     tg_cp_wait_all_but_last();
 #else
-${this}    tg_cp_wait_all();
+${stage_this}    tg_cp_wait_all();
 #endif
     __syncthreads();
-    const unsigned short* ks = ks_stages + stage * 64 * KS;
-    const unsigned short* vs = vs_stages + stage * 64 * VS;
-)";
+${pointers})";
 
-// The forward's and dQ's walk over blocks of k and v (Note [staged key blocks]).
-std::string key_walk() {
-  return fill(KEY_WALK_STAGED, {{"first", stage_keys("0", "0")},
-                                {"next", stage_keys("k0 + 64", "(stage ^ 1)")},
-                                {"this", stage_keys("k0", "0")}});
+// Note [the two walks] (attention_kernel.cpp), on tensor cores: the forward and dQ walk blocks of
+// 64 keys, dK/dV blocks of 64 query rows, staged (Note [staged key blocks]); `col` is an
+// element's column in the block, visible (with ${h} a half) whether the mask lets the pair through.
+struct Walk {
+  const char *bound, *block, *from, *to;  // a line before the walk, the block's first row, its range
+  Side first, second;                     // the tensors whose alignment picks the copies' width
+  Staging staging;
+  const char* pointers;  // the current stage's pointers, declared
+  const char *col, *visible;
+};
+constexpr Walk KEY_WALK{"  const int kend = CAUSAL ? min(SK, first + 64) : SK;\n", "k0", "0", "kend", KEYS, VALUES,
+                        stage_keys,
+                        "    const unsigned short* ks = ks_stages + stage * 64 * KS;\n"
+                        "    const unsigned short* vs = vs_stages + stage * 64 * VS;\n",
+                        "        const int col = k0 + n * 8 + 2 * t + e;\n", "col < SK && (!CAUSAL || col <= r${h})"};
+constexpr Walk QUERY_WALK{"  const int qfrom = CAUSAL ? first : 0;\n", "q0", "qfrom", "LQ", QUERIES, OUTPUT_GRADS,
+                          stage_queries,
+                          "    const unsigned short* qs = qs_stages + stage * 64 * QS;\n"
+                          "    const unsigned short* dos = dos_stages + stage * 64 * DS;\n"
+                          "    const float* lses = lse_stages + stage * 64;\n"
+                          "    const float* deltas = delta_stages + stage * 64;\n",
+                          "        const int col = n * 8 + 2 * t + e, qi = q0 + col;\n",
+                          "qi < LQ && (!CAUSAL || r${h} <= qi)"};
+
+std::string staged_walk(const Walk& w) {
+  std::string next = std::string(w.block) + " + 64";
+  return fill(STAGED_WALK, {{"bound", w.bound}, {"first_src", w.first.src}, {"second_src", w.second.src},
+                            {"from", w.from}, {"to", w.to}, {"block", w.block},
+                            {"stage_first", w.staging(w.from, "0")},
+                            {"stage_next", w.staging(next.c_str(), "(stage ^ 1)")},
+                            {"stage_this", w.staging(w.block, "0")}, {"pointers", w.pointers}});
 }
 
 // A product of the warp's A fragments `a` with a staged block's rows (in `smem`), into the 8
@@ -349,7 +360,7 @@ std::string forward() {
                         {"ids", IDS},
                         {"q_fragments", row_fragments("qa", QUERIES, "E")},
                         {"zero_o", zero_tiles("o", "EV / 8")},
-                        {"walk", key_walk()},
+                        {"walk", staged_walk(KEY_WALK)},
                         {"scores", block_products({{"s", "qa", "ks", "KS", "E"}})},
                         {"each_element", EACH_ELEMENT},
                         {"col", KEY_WALK.col},
@@ -366,17 +377,7 @@ constexpr const char* BACKWARD_Q = R"(
 ${signature}  __shared__ __align__(16) unsigned short ks_stages[TG_STAGES * 64 * KS];
   __shared__ __align__(16) unsigned short vs_stages[TG_STAGES * 64 * VS];
 ${ids}  unsigned qa[E / 16][4], da[EV / 16][4];
-${q_fragments}#pragma unroll
-  for (int kk = 0; kk < EV / 16; kk++) {
-    const int c = kk * 16 + 2 * t;
-    const float* d0 = dout + (qb + (r0 < LQ ? r0 : 0)) * EV + c;
-    const float* d1 = dout + (qb + (r1 < LQ ? r1 : 0)) * EV + c;
-    da[kk][0] = r0 < LQ ? tg_pack(d0[0], d0[1]) : 0u;
-    da[kk][1] = r1 < LQ ? tg_pack(d1[0], d1[1]) : 0u;
-    da[kk][2] = r0 < LQ ? tg_pack(d0[8], d0[9]) : 0u;
-    da[kk][3] = r1 < LQ ? tg_pack(d1[8], d1[9]) : 0u;
-  }
-${lses}  const float dd0 = r0 < LQ ? ${delta0} : 0.0f, dd1 = r1 < LQ ? ${delta1} : 0.0f;
+${q_fragments}${d_fragments}${lses}  const float dd0 = r0 < LQ ? ${delta0} : 0.0f, dd1 = r1 < LQ ? ${delta1} : 0.0f;
   float acc[E / 8][4];
 ${zero_acc}${walk}${products}${each_element}${col}${weights}${ds}      }
 ${ds_k}  }
@@ -397,11 +398,12 @@ std::string backward_q() {
       {{"signature", fill(SIGNATURE, {{"out", "dq"}, {"backward", BACKWARD_PARAMS}})},
        {"ids", IDS},
        {"q_fragments", row_fragments("qa", QUERIES, "E")},
+       {"d_fragments", row_fragments("da", OUTPUT_GRADS, "EV")},
        {"lses", halves("  const float lse${h} = r${h} < LQ ? " + lse_read("(qb + r${h})") + " : 0.0f;\n")},
        {"delta0", delta_read("qb + r0")},
        {"delta1", delta_read("qb + r1")},
        {"zero_acc", zero_tiles("acc", "E / 8")},
-       {"walk", key_walk()},
+       {"walk", staged_walk(KEY_WALK)},
        {"products",
         block_products({{"s", "qa", "ks", "KS", "E"}, {"dp", "da", "vs", "VS", "EV"}})},
        {"each_element", EACH_ELEMENT},
@@ -419,10 +421,10 @@ std::string backward_q() {
 constexpr const char* BACKWARD_KV = R"(
 #define QS (E + 8)
 #define DS (EV + 8)
-${signature}  __shared__ __align__(16) unsigned short qs[64 * QS];
-  __shared__ __align__(16) unsigned short dos[64 * DS];
-  __shared__ float lses[64];
-  __shared__ float deltas[64];
+${signature}  __shared__ __align__(16) unsigned short qs_stages[TG_STAGES * 64 * QS];
+  __shared__ __align__(16) unsigned short dos_stages[TG_STAGES * 64 * DS];
+  __shared__ float lse_stages[TG_STAGES * 64];
+  __shared__ float delta_stages[TG_STAGES * 64];
 ${ids}  unsigned ka[E / 16][4], va[EV / 16][4];
 ${k_fragments}${v_fragments}  float dk[E / 8][4], dv[EV / 8][4];
 ${zero_dk}${zero_dv}${walk}${products}${each_element}${col}${weights}        st[n][e] = p0;
@@ -430,14 +432,6 @@ ${zero_dk}${zero_dv}${walk}${products}${each_element}${col}${weights}        st[
 ${ds}      }
 ${dv_dk}  }
 ${out}}
-)";
-
-// dK/dV's block: q rows, dO rows rounded to the input type, and each row's L and D.
-constexpr const char* LOAD_LSE_DELTA = R"(    if (threadIdx.x < 64) {
-      const int j = q0 + threadIdx.x;
-      lses[threadIdx.x] = j < LQ ? ${lse} : 0.0f;
-      deltas[threadIdx.x] = j < LQ ? ${delta} : 0.0f;
-    }
 )";
 
 constexpr const char* BACKWARD_KV_OUT = R"(  if (r${h} < SK) {
@@ -450,23 +444,18 @@ constexpr const char* BACKWARD_KV_OUT = R"(  if (r${h} < SK) {
 )";
 
 std::string backward_kv() {
-  std::string loads = load_block(QUERY_WALK, QUERIES, "qs", "QS", "E") +
-                      load_block(QUERY_WALK, QUERIES, "dos", "DS", "EV",
-                                 "      const float* d = dout + (qb + q0 + j) * EV + c;\n",
-                                 "tg_pack(d[0], d[1])") +
-                      fill(LOAD_LSE_DELTA, {{"lse", lse_read("(qb + j)")}, {"delta", delta_read("qb + j")}});
   return fill(BACKWARD_KV, {{"signature", fill(SIGNATURE, {{"out", "dkv"}, {"backward", BACKWARD_PARAMS}})},
                             {"ids", IDS},
                             {"k_fragments", row_fragments("ka", KEYS, "E")},
                             {"v_fragments", row_fragments("va", VALUES, "EV")},
                             {"zero_dk", zero_tiles("dk", "E / 8")},
                             {"zero_dv", zero_tiles("dv", "EV / 8")},
-                            {"walk", walk(QUERY_WALK, loads)},
+                            {"walk", staged_walk(QUERY_WALK)},
                             {"products", block_products({{"st", "ka", "qs", "QS", "E"},
                                                          {"dpt", "va", "dos", "DS", "EV"}})},
                             {"each_element", EACH_ELEMENT},
                             {"col", QUERY_WALK.col},
-                            {"weights", weights(QUERY_WALK, "st", "lses[col]")},
+                            {"weights", weights(QUERY_WALK, "st", "lses[col] * LOG2E")},
                             {"ds", ds_lines("dpt", "dpt", "deltas[col]")},
                             {"dv_dk", register_products({{"pa", "st", "dos", "DS", "EV", "dv"},
                                                          {"sa", "dpt", "qs", "QS", "E", "dk"}})},
