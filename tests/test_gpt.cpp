@@ -111,6 +111,30 @@ TEST(GPT, ComputesInBfloat16) {
   EXPECT_LT(diff, 0.05 * norm + 1e-3);
 }
 
+// q, k and v are rounded to the compute dtype before c_attn's output is split into them, so their
+// gradients are assembled into that output's gradient in bfloat16 (the values c_attn's products
+// read), not in float32 and rounded again (CausalSelfAttention::attend).
+TEST(GPT, AssemblesTheGradientOfQKVInTheComputeDtype) {
+  Tensor::manual_seed(9);
+  GPTConfig c = tiny();
+  GPT m(c);
+  m.set_compute_dtype(DType::BFloat16);
+  Tensor x = tokens({1, 2, 3, 4, 5, 6, 7, 8}, 1, 8);
+  Tensor loss = lm_loss(m(x), tokens({2, 3, 4, 5, 6, 7, 8, 9}, 1, 8));
+  Tensors params;
+  for (Tensor* p : m.parameters()) params.push_back(*p);
+  std::vector<UOpPtr> grads;
+  for (auto& g : loss.gradients(params)) grads.push_back(g.uop());
+  const Shape split{3, 1, c.n_head, 8, c.n_embd / c.n_head};  // [3, B, H, T, hd]
+  int assembled = 0;
+  for (auto& n : toposort(grads)) {
+    if (n->op != Op::ADD || n->shape != split) continue;
+    assembled++;
+    EXPECT_EQ(n->dtype, DType::BFloat16) << "the gradient of q, k and v is assembled in " << dtype_name(n->dtype);
+  }
+  EXPECT_EQ(assembled, 2 * c.n_layer);  // three pieces a layer: two additions
+}
+
 // Note [tied embeddings]: a token that is never an input still gets a gradient through the output
 // projection, and the optimizer holds the tensor once.
 TEST(GPT, TiedEmbeddingGetsBothGradients) {

@@ -66,15 +66,17 @@ Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache) { return at
 Tensor CausalSelfAttention::attend(const Tensor& x, KVCache* cache) {
   TG_CHECK(x.ndim() == 3, "CausalSelfAttention: input must be [B, T, D], got ", x.describe());
   int64_t b = x.shape(0), t = x.shape(1), d = x.shape(2), hd = d / n_head;
-  // [B, T, 3D] -> three [B, H, T, hd]
-  Tensors qkv = c_attn(x).reshape({b, t, 3, n_head, hd}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
   // with a compute dtype the attention's products run in it too (Note [compute dtype] in layers.h;
-  // its softmax stays float32: Note [attention as a composition])
+  // its softmax stays float32: Note [attention as a composition]). q, k and v are rounded before
+  // they are split, so the gradient of c_attn's output is assembled from theirs in the compute
+  // dtype (the values it would be rounded to for c_attn's products anyway), not in float32 and
+  // then rounded again.
   std::optional<DType> cd = compute_dtype();
-  auto head = [&](const Tensor& z) {
-    Tensor h = z.reshape({b, n_head, t, hd});
-    return cd ? h.cast(*cd) : h;
-  };
+  Tensor projected = c_attn(x);
+  if (cd) projected = projected.cast(*cd);
+  // [B, T, 3D] -> three [B, H, T, hd]
+  Tensors qkv = projected.reshape({b, t, 3, n_head, hd}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
+  auto head = [&](const Tensor& z) { return z.reshape({b, n_head, t, hd}); };
   double p = is_training() ? dropout : 0.0;
   Tensor k = head(qkv[1]), v = head(qkv[2]);
   bool first = !cache || cache->length() == 0;
