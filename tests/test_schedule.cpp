@@ -128,6 +128,44 @@ TEST(Fusion, AResidualStreamIsComputedOnceForItsReaders) {
   EXPECT_EQ(kernels({(a + b).sum(0), (a + b).sum(1)}), 2u);
 }
 
+// Note [shared elementwise chains]: once the residual x below them is a buffer, a LayerNorm's
+// x - mean and its normalized x load one full-size input each, so they stay inline in their
+// readers (the output, and the column sums a backward pass takes of them) instead of being
+// written in float32 too.
+TEST(Fusion, ALayerNormOfABufferedResidualWritesNoNormalizedCopy) {
+  Tensor a = Tensor::rand({256, 256}).realize(), b = Tensor::rand({256, 256}).realize();
+  Tensor w = Tensor::rand({256}).realize();
+  Tensors g;
+  for (int i = 0; i < 3; i++) g.push_back(Tensor::rand({256, 256}).realize());
+  auto graph = [&] {
+    Tensor x = a + b * 0.5;  // the residual: read by the norm's kernels, a column sum and the next residual
+    Tensor normalized = x.layernorm();
+    Tensors outs{normalized * w, x + a, x.sum(0)};
+    for (auto& gi : g) outs.push_back((normalized * gi).sum(0));  // weight gradients read it
+    return outs;
+  };
+  auto full_size_intermediates = [&](const Tensors& outs) {  // buffers of x's size that are no output
+    std::vector<UOpPtr> us;
+    for (auto& t : outs) us.push_back(t.uop());
+    auto items = create_schedule(us);
+    size_t n = 0;
+    for (size_t i = 0; i < items.size(); i++)
+      if (items[i].kind == ScheduleItem::Kind::Kernel && items[i].buffers[0]->nbytes() == 256 * 256 * 4) n++;
+    return n - 2;  // the two full-size outputs
+  };
+  EXPECT_EQ(full_size_intermediates(graph()), 1u);  // x alone, not the normalized x too
+  Tensors shared = graph();
+  std::vector<std::vector<float>> inline_values;
+  {
+    testutil::KnobScope off(knobs::SHARED_CHAINS, 0);
+    for (auto& t : graph()) inline_values.push_back(t.to_vector<float>());
+  }
+  for (size_t i = 0; i < shared.size(); i++) {
+    std::vector<float> v = shared[i].to_vector<float>();
+    for (size_t j = 0; j < v.size(); j++) ASSERT_NEAR(v[j], inline_values[i][j], 1e-4) << i << " " << j;
+  }
+}
+
 // Note [values stored rounded]: a bfloat16 product read back in float32 (a Linear under
 // autocast) is stored rounded, in a bfloat16 buffer, by the product's own kernel; its two readers
 // widen it as they load it. The values are those of the product rounded, as before; a product

@@ -24,7 +24,14 @@
 // without larger ones skips the pass) and nodes whose inline form holds a reduce that is not a
 // realize point (Note [row fusion]: such a reduce belongs to one kernel by construction). Readers
 // that may become one kernel with several outputs (elementwise, of the node's shape) count as
-// one. SHARED_CHAINS=0 turns the rule off.
+// one. Once the pass has cut the chain, L is counted again for each node it realized, with every
+// realize point below it: a node that then loads at most one full-size input (a LayerNorm's x -
+// mean and its normalized x, once the residual x below them is a buffer) is left inline after all,
+// since its readers load that one input either way; un-realizing such a node never raises another
+// node's count. In GPT-2's forward pass that leaves a LayerNorm three kernels (mean, variance,
+// output) that read the residual instead of five that also wrote x - mean and the normalized x in
+// float32, and the backward pass recomputes those from the residual. SHARED_CHAINS=0 turns the
+// rule off.
 #include "tinygrad/schedule/shared_chains.h"
 
 #include <algorithm>
@@ -106,6 +113,7 @@ void realize_shared_chains(const std::vector<UOpPtr>& order, std::unordered_set<
     return;
   const InlineReads reads = inline_reads(order, realize, is_resident);
   std::unordered_map<const UOp*, SmallSet> kernels_of;  // the kernels that evaluate each node
+  std::vector<const UOp*> realized_here;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const UOp* u = it->get();
     SmallSet own;
@@ -117,6 +125,7 @@ void realize_shared_chains(const std::vector<UOpPtr>& order, std::unordered_set<
       if (kernels > 1 && candidate(*u) && !reads.holds_reduce.count(u) &&
           cheaper_in_a_buffer(kernels, full_size_inputs(*u, reads.inputs.at(u)))) {
         realize.insert(u);
+        realized_here.push_back(u);
         own = SmallSet{{u}};
       }
     }
@@ -125,6 +134,10 @@ void realize_shared_chains(const std::vector<UOpPtr>& order, std::unordered_set<
       if (!is_resident(s)) kernels_of[s].add_all(own);
     }
   }
+  // Note [shared elementwise chains]: what a buffer saves, counted again with every realize point
+  const InlineReads final_reads = inline_reads(order, realize, is_resident);
+  for (const UOp* u : realized_here)
+    if (full_size_inputs(*u, final_reads.inputs.at(u)) <= 1) realize.erase(u);
 }
 
 }  // namespace tg
