@@ -80,6 +80,7 @@
 #include "tinygrad/schedule/graph.h"
 #include "tinygrad/schedule/library_operands.h"
 #include "tinygrad/schedule/match_matmul.h"
+#include "tinygrad/schedule/memory_order.h"
 #include "tinygrad/schedule/padded_rows.h"
 #include "tinygrad/schedule/rounded_values.h"
 #include "tinygrad/schedule/shared_chains.h"
@@ -681,7 +682,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
     output_buffers->clear();
     for (auto& o : g.outputs) output_buffers->push_back(maker.input_of(o.get()));
   }
-  return maker.take_items();
+  return reducing_kernels_early(maker.take_items());  // Note [reducing kernels run early]
 }
 
 }  // namespace tg
