@@ -214,12 +214,15 @@ TEST(CpuHost, TilesFollowTheHost) {
   EXPECT_EQ(t2.panel_k_block, 1024);
   EXPECT_EQ(t2.a_block_bytes, 512 << 10);
   EXPECT_EQ(t5.panel_k_block, 512);
+  EXPECT_EQ(t2.panel_whole_k, 2048);
+  EXPECT_EQ(t5.panel_whole_k, 1024);
   // the 2-core Intel Xeon's caches: 48 KB L1d, 2 MB L2
   CpuTiles xeon = cpu_tiles(fake_host(AVX512_FLAGS, "native", {48 << 10, 2 << 20, 480 << 20}).limits());
   EXPECT_EQ(xeon.k_block, 192);
   EXPECT_EQ(xeon.panel_k_block, 1024);
+  EXPECT_EQ(xeon.panel_whole_k, 2048);
   EXPECT_EQ(xeon.a_block_bytes, 1 << 20);
-  EXPECT_HAS(cpu_tiles_str(avx512), "from B panels: K blocks of up to 512, A blocks of 512 KB");
+  EXPECT_HAS(cpu_tiles_str(avx512), "from B panels: K blocks of up to 512 (K of up to 1024 whole), A blocks of 512 KB");
   // Note [rows of a narrow tile]: a tile one vector wide gets twice the rows (48 columns: 16
   // lanes, one 512-bit vector or two 256-bit ones)
   Tensor p = realized_randn({64, 64}, 7), q = realized_randn({64, 48}, 8);
