@@ -288,6 +288,38 @@ TEST(CpuHost, TheDeviceFollowsTheKnob) {
     ASSERT_NEAR(restricted[i], native[i], 1e-4 * (1 + std::abs(native[i])));
 }
 
+// The flags of the mapping of /proc/self/smaps that holds `p` (its VmFlags line), or "".
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) inside = lo <= at && at < hi;
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+// Note [huge pages for large buffers] in runtime/cpu.cpp: a buffer of 4 MB or more is aligned to
+// a 2 MB page and its mapping asks for transparent huge pages (VmFlags "hg"); a small one keeps
+// cache-line alignment. Both hold what is written to them.
+TEST(CpuHost, LargeBuffersAskForHugePages) {
+  Allocator& allocator = get_device("CPU").allocator();
+  const size_t large = (size_t{8} << 20) + 4, small = 1000;
+  auto* big = static_cast<float*>(allocator.alloc(large));
+  auto* little = static_cast<float*>(allocator.alloc(small));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(little) % 64, 0u);
+  EXPECT_HAS(vm_flags_of(big), " hg");
+  for (size_t i = 0; i < large / 4; i += 1021) big[i] = static_cast<float>(i);
+  for (size_t i = 0; i < small / 4; i++) little[i] = static_cast<float>(i);
+  for (size_t i = 0; i < large / 4; i += 1021) ASSERT_EQ(big[i], static_cast<float>(i));
+  for (size_t i = 0; i < small / 4; i++) ASSERT_EQ(little[i], static_cast<float>(i));
+  allocator.free(big, large);
+  allocator.free(little, small);
+}
+
 #ifdef TG_WITH_LLVM
 // What LLVM emits follows the ISA: a 32-lane tile is packed into 512-bit vectors on an AVX-512
 // host, and into no vector wider than 256 bits with CPU_ISA=avx2.
