@@ -57,8 +57,9 @@ namespace tg {
 // then being half the L2 with the whole K: a 2048 matmul's product kernel (both threads, the
 // Xeon) took 53.5-57.5 ms with K whole and 128-row blocks against 57.6-60.9 ms with K blocks of
 // 1024 and 256-row blocks (K blocks of 1024 with 128-row blocks: 56.2-58.8; K whole with
-// 256-row blocks, an A block of the whole L2: 55.2-56.9). B read with padded rows keeps the
-// L1-bounded sizes above.
+// 256-row blocks, an A block of the whole L2: 55.2-56.9); with buffers in huge pages (Note [huge
+// pages for large buffers] in runtime/cpu.cpp) 54.9-56.2 ms against 58.1-58.9. B read with
+// padded rows keeps the L1-bounded sizes above.
 
 namespace {
 
