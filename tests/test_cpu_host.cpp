@@ -214,12 +214,15 @@ TEST(CpuHost, TilesFollowTheHost) {
   EXPECT_EQ(t2.panel_k_block, 1024);
   EXPECT_EQ(t2.a_block_bytes, 512 << 10);
   EXPECT_EQ(t5.panel_k_block, 512);
+  EXPECT_EQ(t2.panel_whole_k, 2048);
+  EXPECT_EQ(t5.panel_whole_k, 1024);
   // the 2-core Intel Xeon's caches: 48 KB L1d, 2 MB L2
   CpuTiles xeon = cpu_tiles(fake_host(AVX512_FLAGS, "native", {48 << 10, 2 << 20, 480 << 20}).limits());
   EXPECT_EQ(xeon.k_block, 192);
   EXPECT_EQ(xeon.panel_k_block, 1024);
+  EXPECT_EQ(xeon.panel_whole_k, 2048);
   EXPECT_EQ(xeon.a_block_bytes, 1 << 20);
-  EXPECT_HAS(cpu_tiles_str(avx512), "from B panels: K blocks of up to 512, A blocks of 512 KB");
+  EXPECT_HAS(cpu_tiles_str(avx512), "from B panels: K blocks of up to 512 (K of up to 1024 whole), A blocks of 512 KB");
   // Note [rows of a narrow tile]: a tile one vector wide gets twice the rows (48 columns: 16
   // lanes, one 512-bit vector or two 256-bit ones)
   Tensor p = realized_randn({64, 64}, 7), q = realized_randn({64, 48}, 8);
@@ -283,6 +286,38 @@ TEST(CpuHost, TheDeviceFollowsTheKnob) {
   ASSERT_EQ(restricted.size(), native.size());
   for (size_t i = 0; i < native.size(); i++)
     ASSERT_NEAR(restricted[i], native[i], 1e-4 * (1 + std::abs(native[i])));
+}
+
+// The flags of the mapping of /proc/self/smaps that holds `p` (its VmFlags line), or "".
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) inside = lo <= at && at < hi;
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+// Note [huge pages for large buffers] in runtime/cpu.cpp: a buffer of 4 MB or more is aligned to
+// a 2 MB page and its mapping asks for transparent huge pages (VmFlags "hg"); a small one keeps
+// cache-line alignment. Both hold what is written to them.
+TEST(CpuHost, LargeBuffersAskForHugePages) {
+  Allocator& allocator = get_device("CPU").allocator();
+  const size_t large = (size_t{8} << 20) + 4, small = 1000;
+  auto* big = static_cast<float*>(allocator.alloc(large));
+  auto* little = static_cast<float*>(allocator.alloc(small));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(little) % 64, 0u);
+  EXPECT_HAS(vm_flags_of(big), " hg");
+  for (size_t i = 0; i < large / 4; i += 1021) big[i] = static_cast<float>(i);
+  for (size_t i = 0; i < small / 4; i++) little[i] = static_cast<float>(i);
+  for (size_t i = 0; i < large / 4; i += 1021) ASSERT_EQ(big[i], static_cast<float>(i));
+  for (size_t i = 0; i < small / 4; i++) ASSERT_EQ(little[i], static_cast<float>(i));
+  allocator.free(big, large);
+  allocator.free(little, small);
 }
 
 #ifdef TG_WITH_LLVM

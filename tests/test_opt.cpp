@@ -262,17 +262,25 @@ TEST(Opt, HandCodedOptsBlockALargeMatmul) {
 // (the layout of Note [B panels] in schedule/padded_rows.cpp, made here by hand) gets K blocks of
 // a panel in 1/16 of the L2 instead of half the L1, and keeps the product's result.
 TEST(Opt, HandCodedOptsBlockAMatmulOfBPanels) {
-  // B: 2.3 MB, rows of 1152 bytes (not padded); 16 rows of A (too few for a copy of B)
-  Tensor a = realized_randn({16, 2048}, 40), b = realized_randn({2048, 288}, 41);
-  Tensor copy = b.reshape({2048, 18, 16}).permute({1, 0, 2}).contiguous().realize();
-  Tensor panels = copy.permute({1, 0, 2}).reshape({2048, 288});
+  // B: 4.7 MB, rows of 1152 bytes (not padded); 16 rows of A (too few for a copy of B)
+  Tensor a = realized_randn({16, 4096}, 40), b = realized_randn({4096, 288}, 41);
+  Tensor copy = b.reshape({4096, 18, 16}).permute({1, 0, 2}).contiguous().realize();
+  Tensor panels = copy.permute({1, 0, 2}).reshape({4096, 288});
   ScheduleItem item = only_kernel(a.matmul(panels));
   auto opts = hand_coded_opts(item.ast);  // an AVX2 core's: 32 KB L1, 1 MB L2, 16-lane tiles
   EXPECT_EQ(opts_str(opts), "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,1024) UPCAST(4,4) UPCAST(3,16)");
-  expect_close(run_with(item, opts), run_with(item, {}), 1e-3);
+  expect_close(run_with(item, opts), run_with(item, {}), 1e-2);
   // the same B with its rows: K blocks of a K x 16 panel in half the L1
   EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(a.matmul(b)).ast)),
             "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,256) UPCAST(4,4) UPCAST(3,16)");
+  // a K whose panel takes 1/8 of the L2 (2048 x 16 lanes x 4 bytes: 128 KB) is not split: the
+  // A block is sized with the whole K (512 KB / 8 KB a row: 64 rows, here 8 of its 16)
+  Tensor a_mid = realized_randn({16, 2048}, 44);
+  Tensor mid = copy.permute({1, 0, 2}).reshape({4096, 288}).shrink({{0, 2048}, {0, 288}});
+  ScheduleItem whole = only_kernel(a_mid.matmul(mid));
+  auto whole_opts = hand_coded_opts(whole.ast);
+  EXPECT_EQ(opts_str(whole_opts), "BLOCK(1,288) BLOCK(0,8) UPCAST(4,4) UPCAST(3,16)");
+  expect_close(run_with(whole, whole_opts), run_with(whole, {}), 1e-3);
   // a K that one panel block holds is not split: no partial sums through the output
   Tensor a_short = realized_randn({16, 1024}, 42), b_short = realized_randn({1024, 288}, 43);
   Tensor short_copy = b_short.reshape({1024, 18, 16}).permute({1, 0, 2}).contiguous().realize();
@@ -280,6 +288,18 @@ TEST(Opt, HandCodedOptsBlockAMatmulOfBPanels) {
   auto one_block_opts = hand_coded_opts(one_block.ast);
   EXPECT_EQ(opts_str(one_block_opts), "BLOCK(1,288) BLOCK(0,8) UPCAST(4,4) UPCAST(3,16)");
   expect_close(run_with(one_block, one_block_opts), run_with(one_block, {}), 1e-3);
+  // the 2-core Intel Xeon's (48 KB L1, 2 MB L2, AVX-512) 2048 matmul from panels of 32: K whole
+  // (a 256 KB panel) and row blocks of 128 (a 1 MB A block), where K blocks of 1024 by row blocks
+  // of 256 carried partial sums through the output
+  // (256 rows of A: the scheduler copies B into panels of the host's tile width, checked at 32)
+  if (!get_device(default_device()).policy().pad_aliasing_rows) GTEST_SKIP() << "the device keeps B's layout";
+  CpuLimits xeon{.vector_bits = 512, .vector_registers = 32, .l1d_bytes = 48 << 10, .l2_bytes = 2 << 20};
+  Tensor a_xeon = realized_randn({256, 2048}, 45), b_xeon = realized_randn({2048, 2048}, 46);
+  auto xeon_items = create_schedule({a_xeon.matmul(b_xeon).uop()});
+  ASSERT_EQ(xeon_items.size(), 2u);  // the panels of B, the product
+  if (cpu_tiles(get_device(default_device()).policy().cpu).wide_lanes == 32) {
+    EXPECT_EQ(opts_str(hand_coded_opts(xeon_items[1].ast, xeon)), "BLOCK(1,2048) BLOCK(0,128) UPCAST(4,8) UPCAST(3,32)");
+  }
   // panels of another width than the tile's are rows to it
   CpuLimits avx512{.vector_bits = 512, .vector_registers = 32};
   EXPECT_EQ(opts_str(hand_coded_opts(item.ast, avx512)),
@@ -304,6 +324,42 @@ TEST(Opt, TransposingCopiesLoadWholeVectors) {
   EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(x + 1.0f).ast)), "");
   Tensor bias = realized_randn({32}, 52);
   EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(x + bias).ast)), "");
+}
+
+// Note [copies in the source's order] in codegen/opt.cpp: B copied into panels of 32 columns
+// loops over the rows of B outermost (the loop the threads split), then the panels, then a
+// panel's lanes, so that it reads each row of B whole; and keeps the copy's result. A copy in
+// order, and one whose innermost loop is not contiguous on both sides, keep their loops.
+TEST(Opt, PanelCopiesLoopInTheSourcesOrder) {
+  Tensor b = realized_randn({64, 96}, 53);
+  ScheduleItem copy = only_kernel(b.reshape({64, 3, 32}).permute({1, 0, 2}).contiguous());
+  auto opts = hand_coded_opts(copy.ast);  // loops: panel 0, row 1, lane 2
+  EXPECT_EQ(opts_str(opts), "BLOCK(1,64) BLOCK(0,3) BLOCK(2,32)");
+  std::vector<int64_t> sizes;  // the loops outermost first
+  for (auto& ax : kernel_axes(apply_opts(copy.ast, opts)))
+    if (ax.size > 1) sizes.push_back(ax.size);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{64, 3, 32}));
+  expect_close(run_with(copy, opts), run_with(copy, {}));
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(b.reshape({64, 6, 16}).contiguous()).ast)), "");
+  // panels of 8 lanes write runs of 32 bytes: shorter than two cache lines, the loops stay
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(b.reshape({64, 12, 8}).permute({1, 0, 2}).contiguous()).ast)), "");
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(b.permute({1, 0}).contiguous()).ast)), "UPCAST(0,8)");
+  // the scheduler's panels of a matmul's B (Note [B panels]) loop over B's 512 rows outermost
+  // where the host's tile is 32 lanes wide
+  if (!get_device(default_device()).policy().pad_aliasing_rows) GTEST_SKIP() << "the device keeps B's layout";
+  Tensor a = realized_randn({256, 512}, 55), b_large = realized_randn({512, 512}, 56);
+  auto items = create_schedule({a.matmul(b_large).uop()});
+  ASSERT_EQ(items.size(), 2u);
+  const CpuLimits host = get_device(default_device()).policy().cpu;
+  auto copy_opts = hand_coded_opts(items[0].ast, host);
+  int64_t outermost = 0;
+  for (auto& ax : kernel_axes(apply_opts(items[0].ast, copy_opts)))
+    if (ax.size > 1 && !outermost) outermost = ax.size;
+  const int64_t width = cpu_tiles(host).wide_lanes;  // runs of 64 bytes (AVX2) keep the panels outermost
+  EXPECT_EQ(outermost, width * 4 >= 128 ? 512 : 512 / width) << opts_str(copy_opts);
+  // a broadcast source is not a copy of one: its loops stay
+  Tensor row = realized_randn({1, 96}, 54);
+  EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(row.expand({64, 96}).reshape({64, 3, 32}).permute({1, 0, 2}).contiguous()).ast)), "");
 }
 
 TEST(Opt, BadBlocksAreNamed) {

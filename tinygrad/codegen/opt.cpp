@@ -590,6 +590,45 @@ std::vector<Opt> transposing_copy_opts(const UOpPtr& ast, const std::vector<cons
   return {};
 }
 
+// Note [copies in the source's order]: a copy whose source and destination are both contiguous
+// along its innermost loop but are laid out in different orders along its other loops (B copied
+// into panels: Note [B panels] in schedule/padded_rows.cpp) loops in the destination's order,
+// reading one short run (a panel's 128 bytes) from each row of its source, a page apart at
+// 1024 columns: the prefetchers see no stream. Reordering those loops to the source's order
+// (BLOCK moves a loop innermost, Note [cache blocking] in opt_block.cpp) reads whole rows and
+// writes short runs into each panel instead, and the threads split rows of the source. On the
+// 2-core Intel Xeon (AVX-512) the panel copy of a 1024 x 1024 B went from 0.23 to 0.18 ms, of a
+// 2048 x 2048 one from 1.0 to 0.65 ms (0.30 / 0.22 and 1.15 / 0.81 ms from a cold cache), and
+// in the MLP's step the copy of a [512, 512] B into 16 panels from 0.11-0.12 to 0.10 ms. Where
+// the runs are shorter than MIN_RUN_BYTES the destination's order stays: the MLP's [512, 784]
+// copied into 49 panels of 16 lanes (64-byte runs) took 0.19-0.23 ms in the source's order
+// against 0.17-0.19 in its own.
+std::vector<Opt> source_order_copy_opts(const UOpPtr& ast, const std::vector<const KernelAxis*>& outputs) {
+  std::vector<UOpPtr> loads;
+  for (auto& n : toposort({ast}))
+    if (n->op == Op::LOAD) loads.push_back(n);
+  auto stores = stores_of(ast);
+  if (outputs.size() < 3 || loads.size() != 1 || stores.size() != 1) return {};
+  const UOpPtr& load = loads[0]->src[1];
+  const KernelAxis* inner = outputs.back();
+  if (stride(load, inner->range) != 1 || stride(stores[0]->src[1], inner->range) != 1) return {};
+  constexpr int64_t MIN_RUN_BYTES = 128;  // two cache lines a run
+  if (inner->size * static_cast<int64_t>(itemsize(loads[0]->dtype)) < MIN_RUN_BYTES) return {};
+  std::vector<const KernelAxis*> order(outputs.begin(), outputs.end() - 1);  // the source's order
+  for (const KernelAxis* a : order)
+    if (stride(load, a->range) <= 0) return {};  // broadcast: not a copy
+  std::stable_sort(order.begin(), order.end(), [&](const KernelAxis* x, const KernelAxis* y) {
+    return stride(load, x->range) > stride(load, y->range);
+  });
+  order.push_back(inner);
+  size_t in_place = 0;  // the loops already where the source's order puts them
+  while (in_place < order.size() && order[in_place] == outputs[in_place]) in_place++;
+  if (in_place == order.size()) return {};
+  std::vector<Opt> opts;
+  for (size_t i = in_place; i < order.size(); i++) opts.push_back({OptOp::BLOCK, order[i]->id, order[i]->size});
+  return opts;
+}
+
 // Note [hand-coded opts]: a reduce kernel whose inputs are reused along some output loops (a
 // matmul's A along the columns, its B along the rows; a convolution's weights along batch and
 // pixels, its input along the output channels) gets a register tile: the output loop that is
@@ -597,14 +636,18 @@ std::vector<Opt> transposing_copy_opts(const UOpPtr& ast, const std::vector<cons
 // more reuse loop narrower, within MAX_LANES accumulators. When the contiguous loop is the
 // reduce loop itself (a matmul with a transposed operand, a sum over the last axis), that loop
 // is unrolled into partial accumulators, which vectorize. Elementwise kernels are left to the
-// compiler's loop vectorizer, except copies that change the layout (Note [transposing copies]).
+// compiler's loop vectorizer, except copies that change the layout (Note [transposing copies],
+// Note [copies in the source's order]).
 std::vector<Opt> hand_coded_opts(const UOpPtr& ast, const CpuLimits& cpu) {
   const CpuTiles tiles = cpu_tiles(cpu);
   auto axes = kernel_axes(ast);
   std::vector<const KernelAxis*> outputs, reduces;
   for (auto& a : axes)
     if (a.size > 1) (a.reduce ? reduces : outputs).push_back(&a);
-  if (reduces.empty()) return transposing_copy_opts(ast, outputs, tiles);  // Note [transposing copies]
+  if (reduces.empty()) {
+    if (auto opts = transposing_copy_opts(ast, outputs, tiles); !opts.empty()) return opts;  // Note [transposing copies]
+    return source_order_copy_opts(ast, outputs);  // Note [copies in the source's order]
+  }
   if (std::vector<Opt> opts; fused_row_opts(ast, outputs, reduces, tiles, opts))
     return opts;  // Note [fused rows]
 
@@ -632,6 +675,7 @@ CpuTiles cpu_tiles(const CpuLimits& cpu) {
                   .row_block = std::max<int64_t>(cpu.l2_bytes / 16 / (k_block * 4), 8),
                   .min_panel_bytes = cpu.l2_bytes / 2,
                   .panel_k_block = cpu.l2_bytes / 16 / (wide * 4),
+                  .panel_whole_k = cpu.l2_bytes / 8 / (wide * 4),
                   .a_block_bytes = cpu.l2_bytes / 2};
 }
 
@@ -642,7 +686,8 @@ std::string cpu_tiles_str(const CpuLimits& cpu) {
          " accumulator lanes), partial sums of " + std::to_string(t.wide_lanes) + "; cache blocks for B of " +
          std::to_string(t.min_panel_bytes >> 10) + " KB or more: K blocks of up to " +
          std::to_string(t.k_block) + ", row blocks of up to " + std::to_string(t.row_block) +
-         "; from B panels: K blocks of up to " + std::to_string(t.panel_k_block) + ", A blocks of " +
+         "; from B panels: K blocks of up to " + std::to_string(t.panel_k_block) + " (K of up to " +
+         std::to_string(t.panel_whole_k) + " whole), A blocks of " +
          std::to_string(t.a_block_bytes >> 10) + " KB";
 }
 

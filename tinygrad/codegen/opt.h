@@ -69,8 +69,10 @@ struct CpuTiles {
   int64_t row_block;         // most rows of a cache block: an A block in 1/16 of the L2
   int64_t min_panel_bytes;   // a B at least this large (half the L2) gets cache blocks
   // B read from contiguous panels (Note [blocks of B panels] in opt_block.cpp): most reduce
-  // iterations of a block (a panel in 1/16 of the L2) and the bytes of an A block (half the L2)
+  // iterations of a block (a panel in 1/16 of the L2), the longest reduce kept whole (a panel in
+  // 1/8 of the L2) and the bytes of an A block (half the L2)
   int64_t panel_k_block;
+  int64_t panel_whole_k;
   int64_t a_block_bytes;
 };
 CpuTiles cpu_tiles(const CpuLimits& cpu);

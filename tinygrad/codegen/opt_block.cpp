@@ -53,7 +53,13 @@ namespace tg {
 // CPU_ISA=avx2 the same rule (KB 1024, MB 256) took 212-219 ms against 242-250 with KB 256 /
 // MB 64. A K that one such block holds is not split at all (a 1024 matmul's K of 1024 took two
 // blocks of 512 before): no partial sums are carried through the output, and the kernel stores
-// its tile once. B read with padded rows keeps the L1-bounded sizes above.
+// its tile once. Nor is a K whose panel takes up to 1/8 of the L2 (panel_whole_k), the A block
+// then being half the L2 with the whole K: a 2048 matmul's product kernel (both threads, the
+// Xeon) took 53.5-57.5 ms with K whole and 128-row blocks against 57.6-60.9 ms with K blocks of
+// 1024 and 256-row blocks (K blocks of 1024 with 128-row blocks: 56.2-58.8; K whole with
+// 256-row blocks, an A block of the whole L2: 55.2-56.9); with buffers in huge pages (Note [huge
+// pages for large buffers] in runtime/cpu.cpp) 54.9-56.2 ms against 58.1-58.9. B read with
+// padded rows keeps the L1-bounded sizes above.
 
 namespace {
 
@@ -150,8 +156,9 @@ std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, i
   if (wide.size * red.size * 4 < tiles.min_panel_bytes || rows.size < 2 * row_lanes) return tile;
   const bool panels = reads_b_panels(ast, wide, wide_lanes, red);  // Note [blocks of B panels]
   int64_t mb = 0, kb = 0;
+  if (panels && red.size >= MIN_K_BLOCK && red.size <= tiles.panel_whole_k) kb = red.size;  // no partial sums
   for (int64_t b = panels ? tiles.panel_k_block : tiles.k_block; b >= MIN_K_BLOCK && !kb; b--)
-    if (red.size % b == 0 && (red.size / b >= 2 || (panels && b == red.size))) kb = b;
+    if (red.size % b == 0 && red.size / b >= 2) kb = b;
   const int64_t row_block = panels && kb ? tiles.a_block_bytes / (kb * 4) : tiles.row_block;
   for (int64_t b = row_block; b >= row_lanes && !mb; b--)
     if (b % row_lanes == 0 && rows.size % b == 0 && rows.size / b >= 2) mb = b;

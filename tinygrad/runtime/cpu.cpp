@@ -2,6 +2,7 @@
 #include "tinygrad/runtime/cpu.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,9 +50,24 @@ std::optional<double> HostProgram::launch(const std::vector<void*>& buffers, con
 
 namespace {
 
+// Note [huge pages for large buffers]: a kernel that walks a large buffer along a strided loop
+// touches a 4 KB page every step or few (a matmul's A rows 8 KB apart at 2048 columns, the panel
+// copy of B reading one run from each row; Note [B panels] in schedule/padded_rows.cpp), more
+// pages than the TLBs hold. Buffers of at least LARGE_BUFFER bytes are allocated in whole 2 MB
+// pages, aligned to one, and offered to the kernel's transparent huge pages (MADV_HUGEPAGE:
+// hosts whose THP setting is "madvise" give them only to memory that asks), so one TLB entry
+// covers 512 of the small pages. On the 2-core Intel Xeon the CPU time of a 2048 matmul went
+// from 118-126 ms to 112-120 (a 1024 one from 13.3-14.6 to 13.1-14.1), alternated runs.
 class HostAllocator : public Allocator {
  public:
-  void* alloc(size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+  static constexpr size_t HUGE_PAGE = size_t{2} << 20, LARGE_BUFFER = 2 * HUGE_PAGE;
+  void* alloc(size_t bytes) override {
+    if (bytes < LARGE_BUFFER) return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    const size_t whole = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    void* p = std::aligned_alloc(HUGE_PAGE, whole);
+    if (p) madvise(p, whole, MADV_HUGEPAGE);  // a hint: without THP the pages stay small
+    return p;
+  }
   void free(void* ptr, size_t) override { std::free(ptr); }
   void copy_in(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_out(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
