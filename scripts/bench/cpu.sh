@@ -2,10 +2,14 @@
 # scripts/bench/cpu.sh: the CPU benchmark, the project beside PyTorch in one run on this machine.
 # Installs PyTorch from Debian (python3-torch, with libopenblas0-pthread so it uses OpenBLAS),
 # builds the project when build/ has no tg yet, runs `tg bench` and torch_cpu.py on the same
-# workloads, prints the ratios and writes them into docs/PERFORMANCE.md; then, when no workload
-# is named, the bfloat16 section (scripts/bench/cpu_bf16.sh).
+# workloads, alternating, ROUNDS times, prints the ratios (the median of each round's ratio, and
+# their range) and writes them into docs/PERFORMANCE.md; then, when no workload is named, the
+# bfloat16 section (scripts/bench/cpu_bf16.sh). On a machine shared with other work a single round
+# misleads: a neighbour that takes a core during one side's run and not the other's moves that
+# round's ratio by 2x; alternated rounds and their median do not.
 #
 #   bash scripts/bench/cpu.sh [--reps=N] [WORKLOAD ...]
+#   ROUNDS=n        rounds of both sides (default 3)
 #   TG_SKIP_APT=1   skip the apt step
 #   TG_SKIP_BF16=1  skip the bfloat16 section
 #   CPU_ISA=avx2    both sides as on an AVX2 machine: the project's kernels tiled and compiled
@@ -13,6 +17,8 @@
 #                   ATen capped at AVX2 (their own switches); sse2 likewise
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+rounds="${ROUNDS:-3}"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "cpu.sh: ROUNDS must be a positive whole number, got '$rounds'" >&2; exit 2; }
 
 if [[ -z "${TG_SKIP_APT:-}" ]]; then
   apt-get update -q
@@ -22,7 +28,6 @@ fi
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-build/launcher/tg bench "$@" | tee "$out/tg.jsonl"
 # PyTorch restricted to the ISA the project's kernels are restricted to: an AVX2 machine
 # emulated on an AVX-512 one has no AVX-512 in either side
 torch_env=()
@@ -30,13 +35,17 @@ case "${CPU_ISA:-native}" in
   avx2) torch_env=(OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2) ;;
   sse2) torch_env=(OPENBLAS_CORETYPE=Nehalem ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41) ;;
 esac
-env "${torch_env[@]}" /usr/bin/python3 scripts/bench/torch_cpu.py "$@" | tee "$out/torch.jsonl"
+for ((round = 1; round <= rounds; round++)); do
+  echo "== round $round of $rounds"
+  build/launcher/tg bench "$@" | tee -a "$out/tg.jsonl"
+  env "${torch_env[@]}" /usr/bin/python3 scripts/bench/torch_cpu.py "$@" | tee -a "$out/torch.jsonl"
+done
 # the machine, with the ISA its kernels were compiled for (CPU_ISA restricts it)
 isa="$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo SSE2))"
 machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $isa${CPU_ISA:+, CPU_ISA=$CPU_ISA}), $(date -u +%Y-%m-%d)"
 if [[ ${#torch_env[@]} -gt 0 ]]; then machine="$machine; PyTorch with ${torch_env[*]}"; fi
 /usr/bin/python3 scripts/bench/report.py "$out/tg.jsonl" "$out/torch.jsonl" docs/PERFORMANCE.md \
-  "bash scripts/bench/cpu.sh $*" "$machine"
+  "${ROUNDS:+ROUNDS=$ROUNDS }bash scripts/bench/cpu.sh $*" "$machine"
 # the bfloat16 section, with the same repetitions, when no workload was named
 named=0
 for a in "$@"; do [[ "$a" == --* ]] || named=1; done

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Turns the JSON lines of `tg bench` and torch_cpu.py into the CPU section of
-docs/PERFORMANCE.md (between its bench markers), with ratios against PyTorch. Its load, figure
-and write_section serve report_bf16.py too.
+docs/PERFORMANCE.md (between its bench markers), with ratios against PyTorch. Each file may hold
+several rounds (a workload's lines in round order); a workload's figure is its median round, its
+ratio the median of the rounds' ratios (round i of one side against round i of the other), with
+their range. Its load, figure and write_section serve report_bf16.py too.
 
   report.py TG.jsonl TORCH.jsonl PERFORMANCE.md COMMAND MACHINE"""
 import json
@@ -24,9 +26,23 @@ WORKLOADS = {
 }
 
 
-def load(path):
+def load_rounds(path):
+    """Each workload's records, in the order of the rounds."""
+    rounds = {}
     with open(path) as f:
-        return {r["name"]: r for r in map(json.loads, filter(str.strip, f))}
+        for r in map(json.loads, filter(lambda line: line.startswith("{"), f)):
+            rounds.setdefault(r["name"], []).append(r)
+    return rounds
+
+
+def median(values):
+    v = sorted(values)
+    return v[(len(v) - 1) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def load(path):
+    """Each workload's median round (by time)."""
+    return {name: sorted(rs, key=lambda r: r["ms"])[(len(rs) - 1) // 2] for name, rs in load_rounds(path).items()}
 
 
 def figure(r):
@@ -59,15 +75,18 @@ def write_section(doc_path, markers, heading, command, machine, rows, notes=None
 
 def main():
     tg_path, torch_path, doc_path, command, machine = sys.argv[1:6]
+    tg_rounds, pt_rounds = load_rounds(tg_path), load_rounds(torch_path)
     tg, pt = load(tg_path), load(torch_path)
-    rows = ["| workload | tinygrad++ | PyTorch | time ratio (tinygrad++ / PyTorch) | target |",
+    rows = ["| workload | tinygrad++ | PyTorch | time ratio (tinygrad++ / PyTorch): median (range) of rounds | target |",
             "| --- | --- | --- | --- | --- |"]
     for name, (what, target) in WORKLOADS.items():
         if name not in tg or name not in pt:
             continue
-        ratio = tg[name]["ms"] / pt[name]["ms"]
+        ratios = [a["ms"] / b["ms"] for a, b in zip(tg_rounds[name], pt_rounds[name])]
+        ratio = median(ratios)
+        spread = f" ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} rounds)" if len(ratios) > 1 else ""
         goal = "" if target is None else (f"<= {target:.2f}" + (" (met)" if ratio <= target else " (not met)"))
-        rows.append(f"| {what} | {figure(tg[name])} | {figure(pt[name])} | {ratio:.2f} | {goal} |")
+        rows.append(f"| {what} | {figure(tg[name])} | {figure(pt[name])} | {ratio:.2f}{spread} | {goal} |")
     notes = []
     if "elementwise" in tg and "copy" in tg:
         r = tg["elementwise"]["gbps"] / tg["copy"]["gbps"]
