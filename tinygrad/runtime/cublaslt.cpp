@@ -302,7 +302,10 @@ class LtMatmul : public Program {
   }
   bool output_overlaps_an_operand(const std::vector<void*>& buffers) const {
     auto out = span(spec_.out, spec_.m, spec_.n, buffers);
-    for (auto in : {span(spec_.a, spec_.m, spec_.k, buffers), span(spec_.b, spec_.k, spec_.n, buffers)})
+    std::vector<std::pair<const char*, const char*>> ins{span(spec_.a, spec_.m, spec_.k, buffers),
+                                                          span(spec_.b, spec_.k, spec_.n, buffers)};
+    if (spec_.bias) ins.push_back(span(*spec_.bias, 1, spec_.n, buffers));
+    for (auto in : ins)
       if (in.first < out.second && out.first < in.second) return true;
     return false;
   }
