@@ -26,8 +26,8 @@
 // rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV kernels (Note [fused
 // attention] there), whose float32 results are cast back. The tensor-core kernels take dO rounded
 // to the input type (the value their products would round it to anyway), which halves what they
-// stage; D is then the sum over the rounded dO too, as in FlashAttention-2. Everything else runs the composition,
-// which stays the reference the fused kernels are tested against. A model opts in by nothing:
+// stage; D is then the sum over the rounded dO too, as in FlashAttention-2. Everything else runs
+// the composition, which stays the reference the fused kernels are tested against. A model opts in by nothing:
 // the GPT's attention calls this function, so on CUDA it is fused.
 #include <cmath>
 #include <limits>
@@ -119,10 +119,7 @@ std::vector<UOpPtr> template_kernel_gradient(const UOpPtr& node, const UOpPtr& g
   AttentionSpec spec = AttentionSpec::decode(node->arg_ints());
   TG_ASSERT(spec.kernel == TemplateKernel::AttentionForward, "no gradient rule for template kernel ",
             node->arg_ints().at(0));
-  // the tensor-core kernels take dO rounded to the input type, as their products use it
-  UOpPtr dout = columns(grad, 0, spec.ev);
-  if (spec.tensor_cores) dout = cast(dout, spec.dtype);
-  dout = contiguous(dout);
+  UOpPtr dout = contiguous(cast(columns(grad, 0, spec.ev), spec.output_grad_dtype()));
   UOpPtr delta = contiguous(reduce(alu(Op::MUL, cast(dout, DType::Float32), columns(node, 0, spec.ev)), Op::ADD, {2}));
   std::vector<UOpPtr> srcs{node->src[0], node->src[1], node->src[2], node, dout, delta};
   AttentionSpec dq_spec = spec, dkv_spec = spec;

@@ -318,7 +318,7 @@ std::vector<KernelParam> params_of(const AttentionSpec& s) {
   std::vector<KernelParam> p{{DType::Float32, true}, {s.dtype, false}, {s.dtype, false}, {s.dtype, false}};
   if (s.kernel != TemplateKernel::AttentionForward) {  // fwd, dO (Note [fused attention in the graph]), D
     p.push_back({DType::Float32, false});
-    p.push_back({s.tensor_cores ? s.dtype : DType::Float32, false});
+    p.push_back({s.output_grad_dtype(), false});
     p.push_back({DType::Float32, false});
   }
   return p;

@@ -32,6 +32,9 @@ struct AttentionSpec {
   // The kernel's one float32 output: forward [bh, l, ev + 1] (O, then the row's logsumexp),
   // backward Q [bh, l, e] (dQ), backward KV [bh, s, e + ev] (dK, then dV).
   Shape output_shape() const;
+  // The dtype the backward kernels take dO in: the input type on the tensor cores (their products
+  // round it to that anyway; Note [fused attention in the graph]), else float32.
+  DType output_grad_dtype() const { return tensor_cores ? dtype : DType::Float32; }
 };
 
 // The source languages the templates are written for.

@@ -23,11 +23,13 @@
 // reducing kernel to move the order is unchanged.
 #include "tinygrad/schedule/memory_order.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "tinygrad/device.h"
+#include "tinygrad/error.h"
 
 namespace tg {
 
@@ -54,6 +56,7 @@ struct Dependencies {
   std::vector<size_t> waits;
   explicit Dependencies(size_t n) : after(n), waits(n, 0) {}
   void add(size_t first, size_t then) {
+    if (first == then) return;  // an item that reads and writes one buffer (in place)
     after[first].push_back(then);
     waits[then]++;
   }
@@ -76,11 +79,10 @@ Dependencies dependencies(const std::vector<ScheduleItem>& items) {
     }
     for (size_t b = 0; b < item.buffers.size(); b++) {
       const Buffer* memory = memory_of(item.buffers[b].get());
-      if (auto w = last_writer.find(memory); w != last_writer.end() && w->second != i) deps.add(w->second, i);
+      if (auto w = last_writer.find(memory); w != last_writer.end()) deps.add(w->second, i);
       auto& readers = readers_since_write[memory];
       if (b < item.outputs) {
-        for (size_t r : readers)
-          if (r != i) deps.add(r, i);
+        for (size_t r : readers) deps.add(r, i);
         readers.clear();
       } else {
         readers.push_back(i);
@@ -96,9 +98,10 @@ Dependencies dependencies(const std::vector<ScheduleItem>& items) {
 }  // namespace
 
 std::vector<ScheduleItem> reducing_kernels_early(std::vector<ScheduleItem> items) {
-  Dependencies deps = dependencies(items);
   std::vector<bool> reducing(items.size());
   for (size_t i = 0; i < items.size(); i++) reducing[i] = is_reducing_kernel(items[i]);
+  if (std::none_of(reducing.begin(), reducing.end(), [](bool r) { return r; })) return items;  // nothing to move
+  Dependencies deps = dependencies(items);
   std::set<size_t> ready_reducing, ready_other;  // by position in the original order
   auto make_ready = [&](size_t i) { (reducing[i] ? ready_reducing : ready_other).insert(i); };
   for (size_t i = 0; i < items.size(); i++)
@@ -113,6 +116,7 @@ std::vector<ScheduleItem> reducing_kernels_early(std::vector<ScheduleItem> items
     for (size_t next : deps.after[i])
       if (--deps.waits[next] == 0) make_ready(next);
   }
+  TG_ASSERT(out.size() == items.size(), "schedule order: ", items.size() - out.size(), " items wait on a cycle");
   return out;
 }
 

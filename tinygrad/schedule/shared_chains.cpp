@@ -135,6 +135,7 @@ void realize_shared_chains(const std::vector<UOpPtr>& order, std::unordered_set<
     }
   }
   // Note [shared elementwise chains]: what a buffer saves, counted again with every realize point
+  if (realized_here.empty()) return;
   const InlineReads final_reads = inline_reads(order, realize, is_resident);
   for (const UOp* u : realized_here)
     if (full_size_inputs(*u, final_reads.inputs.at(u)) <= 1) realize.erase(u);
