@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "library_device.h"
 #include "test_util.h"
+#include "tinygrad/device.h"
 #include "tinygrad/nn/gpt.h"
 #include "tinygrad/nn/optim.h"
 #include "tinygrad/nn/state.h"
+#include "tinygrad/schedule/schedule.h"
 
 using namespace tg;
 using namespace tg::nn;
@@ -133,6 +136,35 @@ TEST(GPT, AssemblesTheGradientOfQKVInTheComputeDtype) {
     EXPECT_EQ(n->dtype, DType::BFloat16) << "the gradient of q, k and v is assembled in " << dtype_name(n->dtype);
   }
   EXPECT_EQ(assembled, 2 * c.n_layer);  // three pieces a layer: two additions
+}
+
+// With a compute dtype the GELU reads and returns values in it (GPTMLP::forward), so the gradient
+// of c_fc's output, which its bias sum and its library products both read, is realized in
+// bfloat16: the schedule (on a stand-in for a GPU with a matmul library) writes no float32
+// buffer of the hidden activation's size.
+TEST(GPT, RealizesTheMLPsHiddenGradientInTheComputeDtype) {
+  Tensor::manual_seed(10);
+  GPTConfig c = tiny();
+  GPT m(c);
+  m.set_compute_dtype(DType::BFloat16);
+  const std::string& gpu = testutil::library_device();
+  for (Tensor* p : m.parameters()) *p = p->to(gpu).realize();
+  const int64_t t = 7;  // B*T*4D = 224 elements: no parameter or other activation has as many
+  Tensor x = tokens({1, 2, 3, 4, 5, 6, 7}, 1, t).to(gpu);
+  Tensor loss = lm_loss(m(x), tokens({2, 3, 4, 5, 6, 7, 8}, 1, t).to(gpu));
+  Tensors params;
+  for (Tensor* p : m.parameters()) params.push_back(*p);
+  std::vector<UOpPtr> grads;
+  for (auto& g : loss.gradients(params)) grads.push_back(g.uop());
+  int hidden = 0;
+  for (auto& item : create_schedule(grads))
+    for (size_t o = 0; o < item.outputs; o++) {
+      if (item.buffers[o]->numel() != t * 4 * c.n_embd) continue;
+      hidden++;
+      EXPECT_EQ(item.buffers[o]->dtype(), DType::BFloat16) << "a hidden activation or its gradient is written in "
+                                                         << dtype_name(item.buffers[o]->dtype());
+    }
+  EXPECT_GT(hidden, 0);
 }
 
 // Note [tied embeddings]: a token that is never an input still gets a gradient through the output

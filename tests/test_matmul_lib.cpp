@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "library_device.h"
 #include "ops_util.h"
 #include "test_util.h"
 #include "tinygrad/device.h"
@@ -25,6 +26,7 @@
 namespace tg {
 namespace {
 
+using testutil::library_device;
 using testutil::rnd;
 
 // The spec of t's one kernel (its inputs realized), or nullopt.
@@ -228,32 +230,6 @@ TEST(LibraryOperands, ComputedOperandsAreComputedIntoTheCopy) {
 }
 
 // ---- Note [mixed library operands] in schedule/rounded_values.cpp ----------------------------
-
-// A stand-in for a device whose products run through its library, for scheduling only (nothing
-// is run on it but copies): CPU memory, a GPU-style policy, Feature::MatmulLibrary.
-class LibraryDevice : public Device {
- public:
-  explicit LibraryDevice(const std::string& name) : Device(name), cpu_(make_cpu_device(name)) {
-    policy_.gpu = GpuLimits{};
-  }
-  Allocator& allocator() override { return cpu_->allocator(); }
-  const Renderer& renderer() const override { return cpu_->renderer(); }
-  Compiler& compiler() override { return cpu_->compiler(); }
-  bool supports(Feature f) const override { return f == Feature::MatmulLibrary || cpu_->supports(f); }
-  const DevicePolicy& policy() const override { return policy_; }
-
- private:
-  std::unique_ptr<Device> cpu_;
-  DevicePolicy policy_;
-};
-
-const std::string& library_device() {
-  static const std::string name = [] {
-    register_device("LIBSCHED", [](const std::string& n) { return std::make_unique<LibraryDevice>(n); });
-    return std::string("LIBSCHED");
-  }();
-  return name;
-}
 
 // How many of the kernels that compute `roots` a library takes.
 int library_products(const Tensors& roots) {

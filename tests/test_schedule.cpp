@@ -62,12 +62,13 @@ TEST(Fusion, SoftmaxLayernormAreOneKernel) {
   EXPECT_EQ(kernels({x.layernorm()}), 1u);
   EXPECT_EQ(kernels({x.logsumexp(-1)}), 1u);
   EXPECT_EQ(kernels({Tensor::rand({2, 3, 40}).layernorm({-2, -1})}), 1u);
-  // cross-entropy: the row max and row sum join the per-row loss, which the mean reads
+  // cross-entropy: the row max joins the row's logsumexp, which the mean reads with the targets'
+  // logits (Note [cross-entropy from the target's logit] in tensor_nn.cpp)
   Tensor labels = Tensor::randint({8}, 0, 1000);
   EXPECT_EQ(kernels({x.sparse_categorical_crossentropy(labels)}), 2u);
   testutil::KnobScope off(knobs::ROWFUSE, 0);
   EXPECT_EQ(kernels({x.softmax(-1)}), 3u);
-  EXPECT_EQ(kernels({x.sparse_categorical_crossentropy(labels)}), 4u);
+  EXPECT_EQ(kernels({x.sparse_categorical_crossentropy(labels)}), 3u);
   EXPECT_EQ(kernels({x.layernorm()}), 3u);
 }
 
@@ -466,6 +467,47 @@ TEST(Laziness, NothingRunsUntilNeeded) {
   EXPECT_EQ(GlobalCounters::get().kernels_run, before + 1);
 }
 
+// Note [cross-entropy from the target's logit] in tensor_nn.cpp: the loss and its gradient reduce
+// over the logits' rows twice (the maximum, the sum of exponentials); the target's logit is
+// gathered by the loss's kernel, and the gradient is one elementwise kernel.
+TEST(Fusion, CrossEntropyReducesTheLogitsRowsTwice) {
+  testutil::KnobScope separate(knobs::ROWFUSE, 0);  // each row statistic a kernel of its own
+  Tensor logits = Tensor::randn({64, 40}).realize();
+  Tensor labels = Tensor::randint({64}, 0, 40).realize();
+  Tensor loss = logits.sparse_categorical_crossentropy(labels);
+  Tensor grad = loss.gradients({logits})[0];
+  std::vector<std::pair<int64_t, bool>> readers;  // each kernel reading the logits: its output's size, whether it reduces
+  for (auto& item : create_schedule({loss.uop(), grad.uop()})) {
+    bool reads = false;
+    for (size_t b = item.outputs; b < item.buffers.size(); b++) reads |= item.buffers[b]->numel() == 64 * 40;
+    if (!reads) continue;
+    auto nodes = toposort({item.ast});
+    readers.emplace_back(item.buffers[0]->numel(),
+                         std::any_of(nodes.begin(), nodes.end(), [](const UOpPtr& n) { return n->op == Op::REDUCE; }));
+  }
+  std::sort(readers.begin(), readers.end());
+  // the loss (the mean over rows, the targets' logits gathered), the maximum and the logsumexp
+  // of each row, the gradient (elementwise)
+  const std::vector<std::pair<int64_t, bool>> kernels_reading{{1, true}, {64, true}, {64, true}, {64 * 40, false}};
+  EXPECT_EQ(readers, kernels_reading);
+  // the loss and gradient of the definition: mean over rows of logsumexp - x[label]
+  auto x = logits.to_vector<float>();
+  auto y = labels.to_vector<int32_t>();
+  auto g = grad.to_vector<float>();
+  double want = 0;
+  for (size_t r = 0; r < 64; r++) {
+    double top = -1e30, sum = 0;
+    for (size_t c = 0; c < 40; c++) top = std::max(top, double(x[r * 40 + c]));
+    for (size_t c = 0; c < 40; c++) sum += std::exp(x[r * 40 + c] - top);
+    want += (std::log(sum) + top - x[r * 40 + size_t(y[r])]) / 64;
+    for (size_t c = 0; c < 40; c++) {
+      double dx = (std::exp(x[r * 40 + c] - top) / sum - (int32_t(c) == y[r])) / 64;
+      ASSERT_NEAR(g[r * 40 + c], dx, 1e-6) << "row " << r << " class " << c;
+    }
+  }
+  EXPECT_NEAR(loss.item<float>(), want, 1e-5);
+}
+
 // Note [kept convolution outputs]: a later schedule reads a convolution computed by an earlier one.
 TEST(Fusion, ConvolutionOutputIsKeptForLaterSchedules) {
   Tensor x = Tensor::rand({2, 3, 6, 6}).realize(), w = Tensor::rand({4, 3, 3, 3}).realize();
@@ -662,5 +704,43 @@ TEST(Schedule, WeightGradientsRunAsSoonAsTheirOperandsAreReady) {
   for (int i = 0; i < LAYERS; i++) {
     auto got = grads[size_t(i)].to_vector<float>(), want = again[size_t(i)].to_vector<float>();
     for (size_t j = 0; j < got.size(); j++) ASSERT_FLOAT_EQ(got[j], want[j]);
+  }
+}
+
+// The same with the gradients stored into one bucket (Note [concatenations stored in place]), as
+// data parallelism has them: each weight gradient's kernel writes its own part of the bucket, and
+// writes to disjoint parts of one buffer do not order each other, so they still run last layer
+// first, as soon as their operands are ready.
+TEST(Schedule, GradientsStoredIntoOneBucketStillRunEarly) {
+  constexpr int LAYERS = 4;
+  Tensor x = Tensor::rand({256, 32}).realize();
+  Tensors weights;
+  for (int i = 0; i < LAYERS; i++) weights.push_back((Tensor::rand({32, 32}) * 0.2).realize());
+  Tensor h = x;
+  for (auto& w : weights) h = h.matmul(w.T()).relu();  // as nn::Linear: its gradient in w's order
+  Tensors grads = h.sum().gradients(weights), flat;
+  for (auto& g : grads) flat.push_back(g.reshape({32 * 32}));
+  Tensor bucket = Tensor::cat(flat, 0);
+  std::vector<std::shared_ptr<Buffer>> out_buffers;
+  auto items = create_schedule({bucket.uop()}, &out_buffers);
+  auto position_writing = [&](size_t offset) {
+    for (size_t i = 0; i < items.size(); i++)
+      for (size_t o = 0; o < items[i].outputs; o++) {
+        const auto& b = items[i].buffers[o];
+        if (b->view_base() == out_buffers[0] && b->view_offset() == offset) return i;
+      }
+    return items.size();
+  };
+  const size_t piece = 32 * 32 * sizeof(float);
+  for (size_t i = 0; i + 1 < LAYERS; i++) {
+    ASSERT_LT(position_writing(i * piece), items.size()) << "layer " << i << "'s gradient is computed in place";
+    EXPECT_LT(position_writing((i + 1) * piece), position_writing(i * piece))
+        << "the weight gradient of layer " << i + 1 << " runs after layer " << i << "'s";
+  }
+  Tensors again = h.sum().gradients(weights);
+  auto got = bucket.to_vector<float>();
+  for (size_t i = 0; i < LAYERS; i++) {
+    auto want = again[i].to_vector<float>();
+    for (size_t j = 0; j < want.size(); j++) ASSERT_FLOAT_EQ(got[i * want.size() + j], want[j]);
   }
 }

@@ -94,6 +94,46 @@ TEST(Symbolic, NegativeOperandsAreLeftAlone) {
   EXPECT_EQ(simp(e)->op, Op::IDIV);
 }
 
+// Note [indices under a gate] in rewrite.cpp: the third of three [4, 16] pieces concatenated flat
+// and read back through a [3, 4, 16] reshape, as a PAD leaves it: (flat - 128) % 16 and
+// (flat - 128) / 16 % 4 stay as they are for all y, and vanish where the gate (1 < y) holds.
+int count_ops(const UOpPtr& u, Op op) {
+  int n = 0;
+  for (auto& x : toposort({u})) n += x->op == op;
+  return n;
+}
+
+TEST(Symbolic, AGatedIndexIsSimplifiedWhereItsGateHolds) {
+  auto y = range(0, 3), r = range(1, 4), c = range(2, 16);
+  auto inner = add(add(mul(y, 64), mul(r, 16)), c);
+  auto piece = add(inner, kint(-128));
+  auto index = simp(add(mul(mod(div(piece, 16), 4), 16), mod(piece, 16)));
+  EXPECT_GT(count_ops(index, Op::IDIV) + count_ops(index, Op::MOD), 0) << "no bound makes it simpler for every y";
+  auto gate = simp(kalu(Op::CMPLT, kint(1), y));
+  auto under = simplify_under_gate(index, gate);
+  EXPECT_EQ(count_ops(under, Op::IDIV) + count_ops(under, Op::MOD), 0);
+  for (int64_t rv = 0; rv < 4; rv++)
+    for (int64_t cv = 0; cv < 16; cv++) {
+      std::unordered_map<const UOp*, int64_t> env{{y.get(), 2}, {r.get(), rv}, {c.get(), cv}};
+      EXPECT_EQ(eval_int(under, env), eval_int(index, env));
+    }
+  // a gate that leaves a variable several values: it is shifted into a variable from 0 and back
+  auto wide = range(3, 8), k = range(4, 4);
+  auto shifted = add(add(mul(wide, 4), k), kint(-12));  // rows 3.. of a padded [8, 4] view
+  auto tail = simp(add(mod(shifted, 4), mul(mod(div(shifted, 4), 2), 100)));
+  auto gate_wide = simp(kalu(Op::AND, kalu(Op::CMPLT, kint(2), wide), kalu(Op::CMPLT, wide, kint(7))));
+  auto tail_under = simplify_under_gate(tail, gate_wide);
+  EXPECT_LT(count_ops(tail_under, Op::IDIV) + count_ops(tail_under, Op::MOD),
+            count_ops(tail, Op::IDIV) + count_ops(tail, Op::MOD));
+  for (int64_t wv = 3; wv < 7; wv++)
+    for (int64_t kv = 0; kv < 4; kv++) {
+      std::unordered_map<const UOp*, int64_t> env{{wide.get(), wv}, {k.get(), kv}};
+      EXPECT_EQ(eval_int(tail_under, env), eval_int(tail, env));
+    }
+  // a gate on something other than a loop variable leaves the index alone
+  EXPECT_EQ(simplify_under_gate(index, simp(kalu(Op::CMPLT, kint(1), add(y, r)))), index);
+}
+
 TEST(UOp, HashConsing) {
   auto a = add(range(0, 4), kint(1));
   auto b = add(range(0, 4), kint(1));

@@ -78,6 +78,7 @@ std::vector<UOpPtr> backward_rule(const UOpPtr& u, const UOpPtr& g) {
     case Op::CUSTOM_GRAD:
       switch (static_cast<CustomGrad>(u->arg_ints().at(0))) {
         case CustomGrad::CONV2D: return conv2d_gradient(u, g);
+        case CustomGrad::PICK: return pick_gradient(u, g);
       }
       TG_ASSERT(false, "unknown CUSTOM_GRAD rule ", u->arg_ints().at(0));
       return {};

@@ -36,7 +36,8 @@ namespace tg {
 //    split axis, they first all-gather their operand (each device assembles the whole from every
 //    part), then run replicated;
 //  - GATHER (embeddings) reads the whole table at each device's part of the index, so its result
-//    is split as the index is; SCATTER_ADD, its gradient, adds each device's part, and when the
+//    is split as the index is (a table split as the index is, along another axis, is read part
+//    by part: cross-entropy's logits at the targets); SCATTER_ADD, its gradient, adds each device's part, and when the
 //    split axis is the scatter axis the partial sums are all-reduced;
 //  - a COPY from a tuple to one device gathers the parts there;
 //  - an ALLREDUCE across the ranks (a collective node of the distributed layer) of a split
@@ -533,13 +534,20 @@ class MultiRewriter {
     return out;
   }
 
-  // GATHER reads a whole (replicated) x at the positions each device's part of the index holds:
-  // its result is split as the index is.
+  // GATHER reads x at the positions each device's part of the index holds: its result is split
+  // as the index is. An x split as the index is, along another axis than the gathered one, is
+  // read part by part (cross-entropy's logits, split by rows, at each row's target); any other x
+  // is read whole (a replicated table, or all-gathered).
   Lowered gather_parts(const UOpPtr& u, size_t n) {
-    Lowered x = all_gather(of(u->src[0]));
     const Lowered& index = of(u->src[1]);
     int64_t axis = u->arg_ints()[0], a = index.axis;
     Lowered out{{}, a, index.groups};
+    const Lowered& split = of(u->src[0]);
+    if (a >= 0 && a != axis && split.axis == a && split.groups == index.groups) {
+      for (size_t k = 0; k < n; k++) out.parts.push_back(gather(split.parts[k], index.parts[k], axis));
+      return out;
+    }
+    Lowered x = all_gather(split);
     for (size_t k = 0; k < n; k++) {
       UOpPtr whole = a < 0 || a == axis ? x.parts[k] : part_of(x.parts[k], index.layout(), k, n);
       out.parts.push_back(gather(whole, index.parts[k], axis));

@@ -363,6 +363,84 @@ std::vector<Rule> symbolic_rules() {
 
 LinearForm linear_form(const UOpPtr& index) { return linear_of(index); }
 
+UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& from) {
+  std::unordered_map<const UOp*, UOpPtr> image;
+  for (auto& n : toposort({root})) {
+    if (auto it = from.find(n.get()); it != from.end()) {
+      image[n.get()] = it->second;
+      continue;
+    }
+    std::vector<UOpPtr> src;
+    bool same = true;
+    for (auto& s : n->src) {
+      src.push_back(image.at(s.get()));
+      same &= src.back() == s;
+    }
+    image[n.get()] = same ? n : make_uop(n->op, n->dtype, src, n->arg);
+  }
+  return image.at(root.get());
+}
+
+// Note [indices under a gate]: a load under a PAD's gate reads its source at the padded index
+// minus the padding, and the divisions and remainders that reshapes below the PAD put on that
+// index cannot be simplified for every value of the loop variables: where the gate is false the
+// index is negative or past the source. GPT-2's q/k/v gradient assembly (three [16,12,1024,64]
+// pieces concatenated flat and viewed as [16,1024,3,12,64]) kept six 64-bit divisions and
+// remainders per element and source, and ran at a third of the memory's bandwidth. The load reads
+// memory only where the gate holds, so its index need only be right there: each loop variable
+// that a clause of the gate bounds by a constant (`c < r`, `r < c`, clauses joined by AND) is
+// written as lo + r', r' a fresh variable running over the values the gate lets through, the
+// index is simplified, and r' is put back as r - lo (a single value is put in as a constant).
+// The result is kept only when it has fewer nodes.
+namespace {
+
+// The values a loop variable (a RANGE) takes where a gate holds.
+struct GatedRange {
+  UOpPtr var;
+  int64_t lo, hi;
+};
+
+// The bounds that the gate's clauses put on loop variables, by variable.
+void gate_bounds(const UOpPtr& gate, std::map<const UOp*, GatedRange>& bounds) {
+  if (gate->op == Op::AND && gate->dtype == DType::Bool) {
+    gate_bounds(gate->src[0], bounds);
+    gate_bounds(gate->src[1], bounds);
+    return;
+  }
+  if (gate->op != Op::CMPLT) return;
+  const UOpPtr &a = gate->src[0], &b = gate->src[1];
+  const UOpPtr& var = a->op == Op::RANGE ? a : b;
+  const UOpPtr& other = a->op == Op::RANGE ? b : a;
+  if (var->op != Op::RANGE || other->op != Op::CONST) return;
+  GatedRange& r = bounds.try_emplace(var.get(), GatedRange{var, var->vmin(), var->vmax()}).first->second;
+  const auto c = static_cast<int64_t>(other->const_value());
+  if (var == a) r.hi = std::min(r.hi, c - 1);  // r < c
+  else r.lo = std::max(r.lo, c + 1);           // c < r
+}
+
+}  // namespace
+
+UOpPtr simplify_under_gate(const UOpPtr& index, const UOpPtr& gate) {
+  std::map<const UOp*, GatedRange> bounds;
+  gate_bounds(gate, bounds);
+  std::unordered_map<const UOp*, UOpPtr> narrow, back;
+  for (auto& [key, r] : bounds) {
+    if ((r.lo == r.var->vmin() && r.hi == r.var->vmax()) || r.lo > r.hi) continue;
+    if (r.lo == r.hi) {
+      narrow[key] = kint(r.lo);
+      continue;
+    }
+    // a variable of its own (ids of the lowering's loops are not negative)
+    UOpPtr fresh = make_uop(Op::RANGE, r.var->dtype, {kint(r.hi - r.lo + 1)}, Arg{-1 - r.var->arg_int()});
+    narrow[key] = kalu(Op::ADD, fresh, kint(r.lo));
+    back[fresh.get()] = kalu(Op::ADD, r.var, kint(-r.lo));
+  }
+  if (narrow.empty()) return index;
+  UOpPtr simpler = graph_rewrite(substitute(index, narrow), symbolic());
+  if (!back.empty()) simpler = graph_rewrite(substitute(simpler, back), symbolic());
+  return toposort({simpler}).size() < toposort({index}).size() ? simpler : index;
+}
+
 const PatternMatcher& symbolic() {
   static const PatternMatcher pm(symbolic_rules());
   return pm;

@@ -37,6 +37,9 @@ struct RewriteMemo {
 UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm, RewriteMemo& memo);
 UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm);
 
+// root with every node in `from` replaced by its image, rebuilt bottom-up.
+UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& from);
+
 // The symbolic rules for kernel graphs: constant folding, canonical sums, division and modulo
 // with bounds, comparisons decided by bounds, trivial gates and selects.
 const PatternMatcher& symbolic();
@@ -48,5 +51,9 @@ struct LinearForm {
   int64_t constant = 0;
 };
 LinearForm linear_form(const UOpPtr& index);
+
+// A gated load's index simplified where its gate holds (Note [indices under a gate] in
+// rewrite.cpp): the loop variables that the gate bounds take only the values it lets through.
+UOpPtr simplify_under_gate(const UOpPtr& index, const UOpPtr& gate);
 
 }  // namespace tg

@@ -8,7 +8,8 @@
 #   (data from /usr/share/datasets/fashion-mnist or TG_DATA; KEY=VALUE overrides go to the ddp and
 #   zero1 runs, e.g. distributed.skip_nonfinite=false; TG_BIN: the tg binary, default
 #   build/launcher/tg; DEVICE: default CUDA, CPU for a run without a GPU; LOG_EVERY: the steps
-#   per record, default 50; the first two records are left out)
+#   per record, default 50; the first two records are left out; MPI_ARGS: more mpirun options,
+#   e.g. "--bind-to none")
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 steps="${1:-400}"
@@ -40,8 +41,8 @@ PY
 
 for r in $(seq "$reps"); do
   "$tg" train "${common[@]}" train.run_dir="$tmp/plain$r" >/dev/null
-  mpirun -np 1 -x NCCL_NVLS_ENABLE "$tg" train "${common[@]}" distributed.strategy=ddp "${extra[@]}" train.run_dir="$tmp/ddp$r" >/dev/null
-  mpirun -np 1 -x NCCL_NVLS_ENABLE "$tg" train "${common[@]}" distributed.strategy=zero1 "${extra[@]}" train.run_dir="$tmp/zero$r" >/dev/null
+  mpirun -np 1 ${MPI_ARGS:-} -x NCCL_NVLS_ENABLE "$tg" train "${common[@]}" distributed.strategy=ddp "${extra[@]}" train.run_dir="$tmp/ddp$r" >/dev/null
+  mpirun -np 1 ${MPI_ARGS:-} -x NCCL_NVLS_ENABLE "$tg" train "${common[@]}" distributed.strategy=zero1 "${extra[@]}" train.run_dir="$tmp/zero$r" >/dev/null
 done
 plain="$(step_ms "$tmp"/plain*/metrics.jsonl)"
 ddp="$(step_ms "$tmp"/ddp*/metrics.jsonl)"

@@ -64,24 +64,6 @@ std::vector<UOpPtr> stores_of(const UOpPtr& ast) {
 }
 
 // root with every node in `from` replaced by its image, rebuilt bottom-up.
-UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& from) {
-  std::unordered_map<const UOp*, UOpPtr> image;
-  for (auto& n : toposort({root})) {
-    if (auto it = from.find(n.get()); it != from.end()) {
-      image[n.get()] = it->second;
-      continue;
-    }
-    std::vector<UOpPtr> src;
-    bool same = true;
-    for (auto& s : n->src) {
-      src.push_back(image.at(s.get()));
-      same &= src.back() == s;
-    }
-    image[n.get()] = same ? n : make_uop(n->op, n->dtype, src, n->arg);
-  }
-  return image.at(root.get());
-}
-
 namespace {
 
 // r -> r'*amount + lane, where r' runs size/amount times (a constant 0 when that is 1).

@@ -21,6 +21,7 @@
 
 #include "tinygrad/device_policy.h"
 #include "tinygrad/ops.h"
+#include "tinygrad/rewrite.h"
 
 namespace tg {
 
@@ -86,8 +87,6 @@ std::unordered_set<const UOp*> ranges_in(const UOpPtr& u);
 
 // The kernel's STOREs (ast rooted at STORE or SINK).
 std::vector<UOpPtr> stores_of(const UOpPtr& ast);
-// root with every node in `from` replaced by its image, rebuilt bottom-up.
-UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& from);
 
 // Lanes a kernel would have after opts (the product of all amounts), to bound register use.
 int64_t lane_count(const std::vector<Opt>& opts);

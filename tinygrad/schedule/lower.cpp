@@ -130,7 +130,10 @@ class Lowerer {
     if (std::find(roots_.begin(), roots_.end(), node) == roots_.end()) {
       if (auto buf = input_of_(node.get())) {
         std::vector<UOpPtr> src{param(buf, node->dtype), offset(idx, node->shape)};
-        if (gate) src.push_back(gate);
+        if (gate) {
+          src[1] = simplify_under_gate(src[1], gate);  // Note [indices under a gate] in rewrite.cpp
+          src.push_back(gate);
+        }
         return simplify(make_uop(Op::LOAD, node->dtype, src));
       }
     }

@@ -12,9 +12,12 @@
 // runs as soon as the items it depends on have run, so the buffers it is the last reader of die
 // right after it; that schedule's peak becomes 9.7 GB. The other items keep their order.
 //
-// Dependencies are those of the buffers' memory (a view counts as its base): an item reading a
-// buffer comes after the item that last wrote it, an item writing a buffer after the items that
-// read or wrote it before (writes in place: an optimizer's assignments, all-reduces in place).
+// Dependencies are those of the buffers' bytes (a view is its bytes of its base): an item reading
+// bytes comes after the items that wrote them before, an item writing bytes after the items that
+// read or wrote them before (writes in place: an optimizer's assignments, all-reduces in place).
+// Kernels writing disjoint parts of one buffer do not order each other: the gradients that
+// backward stores into a data-parallel bucket (Note [concatenations stored in place]) move as
+// freely as those in buffers of their own.
 // Copies and collectives are fences: nothing moves across one, so what overlaps communication
 // (Note [gathers one reader ahead]) and the order of collectives between ranks are as before. A
 // moved kernel's own output lives longer, but it is a quarter of its inputs at most, and a
@@ -37,9 +40,18 @@ namespace {
 
 constexpr size_t REDUCING_FACTOR = 4;  // a reducing kernel reads at least this many times what it writes
 
-const Buffer* memory_of(const Buffer* b) {
-  while (b->view_base()) b = b->view_base().get();
-  return b;
+// The bytes of memory a buffer is: its base's (a view's base, through views of views) from
+// `begin` to `end`.
+struct Memory {
+  const Buffer* base;
+  size_t begin, end;
+};
+
+Memory memory_of(const Buffer* b) {
+  size_t offset = 0;
+  const size_t bytes = b->nbytes();
+  for (; b->view_base(); b = b->view_base().get()) offset += b->view_offset();
+  return {b, offset, offset + bytes};
 }
 
 bool is_reducing_kernel(const ScheduleItem& item) {
@@ -62,10 +74,29 @@ struct Dependencies {
   }
 };
 
+// The accesses to one base buffer since the last write that covered all of them.
+struct Access {
+  size_t item, begin, end;
+  bool write;
+  bool overlaps(const Memory& m) const { return begin < m.end && m.begin < end; }
+};
+
+// An item reading memory m comes after the writes that overlap it; an item writing m after every
+// access that overlaps it. A write drops the accesses it covers: later items that overlap them
+// overlap the write, which comes after them.
+void add_access(Dependencies& deps, std::vector<Access>& accesses, size_t item, const Memory& m, bool write) {
+  for (const Access& a : accesses)
+    if ((write || a.write) && a.overlaps(m)) deps.add(a.item, item);
+  if (write)
+    accesses.erase(std::remove_if(accesses.begin(), accesses.end(),
+                                  [&](const Access& a) { return m.begin <= a.begin && a.end <= m.end; }),
+                   accesses.end());
+  accesses.push_back({item, m.begin, m.end, write});
+}
+
 Dependencies dependencies(const std::vector<ScheduleItem>& items) {
   Dependencies deps(items.size());
-  std::unordered_map<const Buffer*, size_t> last_writer;
-  std::unordered_map<const Buffer*, std::vector<size_t>> readers_since_write;
+  std::unordered_map<const Buffer*, std::vector<Access>> accesses;  // by base buffer
   std::vector<size_t> since_fence;
   std::optional<size_t> fence;
   for (size_t i = 0; i < items.size(); i++) {
@@ -78,17 +109,9 @@ Dependencies dependencies(const std::vector<ScheduleItem>& items) {
       deps.add(*fence, i);
     }
     for (size_t b = 0; b < item.buffers.size(); b++) {
-      const Buffer* memory = memory_of(item.buffers[b].get());
-      if (auto w = last_writer.find(memory); w != last_writer.end()) deps.add(w->second, i);
-      auto& readers = readers_since_write[memory];
-      if (b < item.outputs) {
-        for (size_t r : readers) deps.add(r, i);
-        readers.clear();
-      } else {
-        readers.push_back(i);
-      }
+      const Memory m = memory_of(item.buffers[b].get());
+      add_access(deps, accesses[m.base], i, m, b < item.outputs);
     }
-    for (size_t b = 0; b < item.outputs; b++) last_writer[memory_of(item.buffers[b].get())] = i;
     if (is_fence) fence = i;
     else since_fence.push_back(i);
   }

@@ -48,13 +48,14 @@
 // memory; so do plain sums of products (no EXPAND) and a row statistic expanded inside a reduce
 // (layernorm's mean). GPU-style devices without a library keep recomputing them.
 //
-// Note [kept convolution outputs]: a CUSTOM_GRAD node (a convolution) is a realize point too, and
+// Note [kept convolution outputs]: a convolution's CUSTOM_GRAD node is a realize point too, and
 // its buffer stays with the node after the schedule has run, like an output's; so does a template
 // kernel's (fused attention's forward output, which its backward kernels read). A training step
 // runs several schedules over one graph (a BatchNorm realizes its statistics in the middle of the
 // forward pass, then the backward pass reads the pre-activations again); without this each of
 // them would recompute every convolution it reaches. The cost is one extra pass over the output
-// where a bias and activation used to fuse into the convolution's kernel.
+// where a bias and activation used to fuse into the convolution's kernel. Other CUSTOM_GRAD nodes
+// (cross-entropy's target logit) are their values, fused like any elementwise node.
 //
 // Note [kernels with several outputs]: an optimizer's step computes each parameter's new value
 // from its new moments (AdamW: m' = b1 m + (1 - b1) g, v' = b2 v + (1 - b2) g^2, p' = p - lr m' /
@@ -73,6 +74,7 @@
 
 #include "tinygrad/device.h"
 #include "tinygrad/error.h"
+#include "tinygrad/gradient.h"
 #include "tinygrad/knobs.h"
 #include "tinygrad/lazy.h"
 #include "tinygrad/multi.h"
@@ -122,15 +124,21 @@ bool is_row_reduce(const UOp& u) {
 
 // ---- realize points (Note [where kernels end]) ----
 
+// A node whose buffer stays with it after the schedule (Note [kept convolution outputs]).
+bool keeps_its_output(const UOp& u) {
+  return u.op == Op::TEMPLATE_KERNEL ||
+         (u.op == Op::CUSTOM_GRAD && static_cast<CustomGrad>(u.arg_ints().at(0)) == CustomGrad::CONV2D);
+}
+
 // The nodes that always end a kernel: outputs, REDUCE_AXIS, CONTIGUOUS, COPY, collectives and
-// template kernels (and their sources), CUSTOM_GRAD (Note [kept convolution outputs]),
+// template kernels (and their sources), convolutions (Note [kept convolution outputs]),
 // SCATTER_ADD (Note [accumulating stores] in lower.cpp).
 NodeSet kernel_ends(const ScheduleGraph& g) {
   NodeSet realize;
   for (auto& u : g.order) {
     if (has_buffer(u.get())) continue;
     if (g.output_set.count(u.get()) || u->op == Op::REDUCE_AXIS || u->op == Op::CONTIGUOUS || u->op == Op::COPY ||
-        is_collective(*u) || u->op == Op::CUSTOM_GRAD || u->op == Op::SCATTER_ADD || u->op == Op::TEMPLATE_KERNEL)
+        is_collective(*u) || keeps_its_output(*u) || u->op == Op::SCATTER_ADD)
       realize.insert(u.get());
     if (u->op == Op::COPY && !has_buffer(u->src[0].get())) realize.insert(u->src[0].get());
     if (u->op == Op::TEMPLATE_KERNEL || is_collective(*u))  // a device collective reads every device's operand
@@ -672,8 +680,7 @@ std::vector<ScheduleItem> create_schedule(const std::vector<UOpPtr>& outputs,
   for (auto& u : order) {
     if (!realize.count(u.get()) || has_buffer(u.get())) continue;
     auto out = maker.add(u);
-    bool keeps = u->op == Op::CUSTOM_GRAD || u->op == Op::TEMPLATE_KERNEL;
-    if (kept && keeps && !g.output_set.count(u.get()) && prod(u->shape) > 0) {
+    if (kept && keeps_its_output(*u) && !g.output_set.count(u.get()) && prod(u->shape) > 0) {
       auto it = g.original_of.find(u.get());
       kept->push_back({it == g.original_of.end() ? u : it->second, out});  // Note [kept convolution outputs]
     }
