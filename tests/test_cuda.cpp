@@ -358,6 +358,21 @@ TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
   EXPECT_EQ(one[0].kernel.global_size[0], 64);
 }
 
+// Note [grouped reduction]: a reduction with a single output is grouped from 128 elements, even
+// strided (a column's sum; the CNN's loss over 128 rows); two outputs of as many stay one thread
+// each.
+TEST(CudaRenderer, ALoneOutputIsGroupedFromAShorterLength) {
+  TensorOptions cpu{.device = "CPU"};
+  Tensor x = Tensor::from_vector(testutil::rnd_values(128 * 8, 4), {128, 8}, cpu);
+  auto lone = render_cuda({x.shrink({{0, 128}, {0, 1}}).sum()});
+  ASSERT_EQ(lone.size(), 1u);
+  EXPECT_FALSE(lone[0].kernel.group_reduces.empty()) << lone[0].source;
+  EXPECT_EQ(lone[0].kernel.local_size, std::vector<int64_t>{16});  // 8 elements a thread
+  auto two = render_cuda({x.shrink({{0, 128}, {0, 2}}).sum(0)});
+  ASSERT_EQ(two.size(), 1u);
+  EXPECT_TRUE(two[0].kernel.group_reduces.empty()) << two[0].source;
+}
+
 // Note [rows with a shared operand] in codegen/gpu_dims.cpp: rows that also read a vector every
 // row shares (GPT-2's LayerNorm statistics of token plus position embeddings over 16 x 1024 rows
 // of 768, a matrix times a vector) are grouped; a matmul, whose operands each miss an output

@@ -21,12 +21,13 @@ struct GpuLimits {
   // A reduction (the product of its reduce loops) is grouped when it is at least row_min_length
   // long and its innermost loop is contiguous in memory for every load that moves along it
   // (softmax's and layernorm's rows), when it has at most group_max_outputs outputs and at least
-  // group_min_length elements, or when it has at most group_long_max_outputs outputs, at least
-  // group_long_length elements and loads that are contiguous along its innermost loop (a
-  // convolution's weight gradient).
+  // group_min_length elements (a single output: lone_min_length), or when it has at most
+  // group_long_max_outputs outputs, at least group_long_length elements and loads that are
+  // contiguous along its innermost loop (a convolution's weight gradient).
   int64_t row_min_length = 128;
   int64_t group_max_outputs = 1024;
   int64_t group_min_length = 256;
+  int64_t lone_min_length = 128;
   int64_t group_long_max_outputs = int64_t{1} << 16;
   int64_t group_long_length = 4096;
   // Local memory the combines of one group may take (all its accumulators), and how many threads
