@@ -358,6 +358,18 @@ TEST(CudaRenderer, RowsAreGroupedAndLargeElementwiseKernelsGetLanes) {
   EXPECT_EQ(one[0].kernel.global_size[0], 64);
 }
 
+// Note [exact half results] in codegen/linearize.cpp: a concatenation of two bfloat16 pieces
+// selects each piece's value under its PAD's gate and adds them; the selections are values the
+// type holds, so each element is rounded three times (the two casts and the sum), not five.
+TEST(CudaRenderer, SelectedHalfValuesAreNotRoundedAgain) {
+  TensorOptions cpu{.device = "CPU"};
+  Tensor a = Tensor::from_vector(testutil::rnd_values(64, 5), {64}, cpu);
+  Tensor b = Tensor::from_vector(testutil::rnd_values(64, 6), {64}, cpu);
+  auto k = render_cuda({Tensor::cat({a.cast(DType::BFloat16), b.cast(DType::BFloat16)}, 0)});
+  ASSERT_EQ(k.size(), 1u);
+  EXPECT_EQ(count_of(k[0].source, "tg_f32_to_bf16((float)"), 3u) << k[0].source;
+}
+
 // Note [grouped reduction]: a reduction with a single output is grouped from 128 elements, even
 // strided (a column's sum; the CNN's loss over 128 rows); two outputs of as many stay one thread
 // each.

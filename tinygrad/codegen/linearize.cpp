@@ -34,8 +34,32 @@ namespace tg {
 
 namespace {
 
+// Whether float32 value y is one that half type `half` holds exactly: a widened half of that
+// type, a constant it holds, or a select, maximum or negation of such values (each returns one
+// of its operands' values, or its negation).
+bool exact_in(const UOpPtr& y, DType half, int depth = 0) {
+  if (y->dtype != DType::Float32 || depth > 8) return false;
+  switch (y->op) {
+    case Op::CAST: return y->src[0]->dtype == half;
+    case Op::CONST: {
+      auto v = static_cast<float>(y->const_value());
+      return v == (half == DType::Float16 ? half_to_float(float_to_half(v)) : bfloat_to_float(float_to_bfloat(v)));
+    }
+    case Op::WHERE: return exact_in(y->src[1], half, depth + 1) && exact_in(y->src[2], half, depth + 1);
+    case Op::MAX: return exact_in(y->src[0], half, depth + 1) && exact_in(y->src[1], half, depth + 1);
+    case Op::NEG: return exact_in(y->src[0], half, depth + 1);
+    default: return false;
+  }
+}
+
+// Note [exact half results]: half-type ALU runs in float32 and is rounded back after every op, so
+// a value crossing from one op to the next is rounded and widened again. Where the float32 value
+// is already one the half type holds (a select between half values, as a PAD's gate makes: the
+// q/k/v gradient assembly of GPT-2 rounded each of its three pieces twice), the rounding is the
+// identity and the value is used as it is.
 UOpPtr to_float32(const UOpPtr& x) {
   if (!is_half(x->dtype)) return x;
+  if (x->op == Op::CAST && exact_in(x->src[0], x->dtype)) return x->src[0];  // Note [exact half results]
   if (x->op == Op::CONST) {  // the constant as the half type holds it
     double v = x->const_value();
     float r = x->dtype == DType::Float16 ? half_to_float(float_to_half(static_cast<float>(v)))
