@@ -151,6 +151,25 @@ TEST(Multi, MatmulWithAShardedBatchAndItsGradients) {
   for (auto& part : wm.grad()->shards()) expect_near(part.to_vector<float>(), w.grad()->to_vector<float>());
 }
 
+// A GATHER of a tensor split as its index is (cross-entropy's logits split by rows, read at each
+// row's target) reads each device's part: no all-gather, and the loss and its gradient are those
+// of one device.
+TEST(Multi, CrossEntropyOfRowSplitLogitsGathersNothing) {
+  Tensor logits = Tensor::from_vector(iota(8 * 5, 0.37f), {8, 5}, {.requires_grad = true});
+  Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 4, 2, 1, 3, 3, 0, 2}, {8});
+  Tensor split = Tensor::from_vector(iota(8 * 5, 0.37f), {8, 5}, {.requires_grad = true});
+  split.shard_(kFour, 0);
+  MultiStats before = multi_stats();
+  Tensor loss = split.sparse_categorical_crossentropy(labels.shard(kFour, 0));
+  loss.backward();
+  Tensor::realize_all({loss, *split.grad()});
+  EXPECT_EQ(stats_since(before).allgathers, 0u);
+  Tensor want = logits.sparse_categorical_crossentropy(labels);
+  want.backward();
+  expect_near(loss.to_vector<float>(), want.to_vector<float>());
+  expect_near(split.grad()->to_vector<float>(), logits.grad()->to_vector<float>());
+}
+
 TEST(Multi, GradientsFlowBackThroughShard) {
   Tensor x = Tensor::from_vector(iota(24, 0.3f), {8, 3}, {.requires_grad = true});
   (x.shard(kFour, 0).square().sum()).backward();
