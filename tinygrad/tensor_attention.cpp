@@ -27,8 +27,8 @@
 // attention] there), whose float32 results are cast back. The tensor-core kernels take dO rounded
 // to the input type (the value their products would round it to anyway), which halves what they
 // stage; D is then the sum over the rounded dO too, as in FlashAttention-2. Everything else runs
-// the composition, which stays the reference the fused kernels are tested against. A model opts in by nothing:
-// the GPT's attention calls this function, so on CUDA it is fused.
+// the composition, which stays the reference the fused kernels are tested against. A model opts
+// in by nothing: the GPT's attention calls this function, so on CUDA it is fused.
 #include <cmath>
 #include <limits>
 

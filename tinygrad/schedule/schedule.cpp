@@ -550,7 +550,7 @@ class ItemMaker {
     if (u->op != Op::ALLREDUCE || u->src.size() != 1) return false;
     const UOp* src = u->src[0].get();
     if (has_buffer(src) || !buffers_.count(src) || g_.output_set.count(src) || src->dtype != u->dtype ||
-        src->op == Op::CUSTOM_GRAD || src->op == Op::TEMPLATE_KERNEL || concats_.placed.count(src))
+        keeps_its_output(*src) || concats_.placed.count(src))
       return false;
     const auto& rs = readers_of(g_, src);
     if (rs.size() != 1 || rs[0] != u.get()) return false;
