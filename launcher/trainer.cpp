@@ -424,7 +424,7 @@ Tensors Trainer::train_step(const Tensors& batch) {
     } else {
       Tensors first = dp_->reduce_gradients();
       first.push_back(loss);
-      lazy = dist::coordinated_step_lazy(*group_, *optim_, first, so);
+      lazy = dist::coordinated_step_lazy(*optim_, first, so);
     }
     if (lazy.ok) return {loss, *lazy.ok, *lazy.grad_norm};  // Note [skipped steps are read at log steps]
     return {loss, *lazy.grad_norm};

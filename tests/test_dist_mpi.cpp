@@ -86,7 +86,7 @@ Trained train(Mode mode, int steps, int64_t global, double bucket_mb, bool adam,
     if (mode == Mode::Ddp) {
       Tensors first = dp->reduce_gradients();
       first.push_back(loss);
-      coordinated_step(world(), *opt, first, so);
+      coordinated_step(*opt, first, so);
     } else if (mode == Mode::Zero1) {
       zero->step({loss}, so);
     } else {
@@ -161,6 +161,10 @@ TEST(Mpi, OneAllReducePerBucket) {
   Trained dp = train(Mode::Ddp, 2, 4 * world().size(), 0.001, false);
   EXPECT_GT(dp.buckets, 2u);
   for (uint64_t c : dp.collectives_per_step) EXPECT_EQ(c, dp.buckets);
+  // clipping and the skip check decide from the reduced gradients, which every rank holds alike:
+  // no collective of their own (Note [one decision from the reduced gradients])
+  Trained clipped = train(Mode::Ddp, 2, 4 * world().size(), 0.001, false, 0.05);
+  for (uint64_t c : clipped.collectives_per_step) EXPECT_EQ(c, clipped.buckets);
 }
 
 TEST(Mpi, ClippedDataParallelEqualsOneProcess) {

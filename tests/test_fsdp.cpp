@@ -108,7 +108,7 @@ Trained train(bool fsdp, const RunSpec& r) {
       } else {
         Tensors first = dp.reduce_gradients();
         first.push_back(loss);
-        lazy = coordinated_step_lazy(world(), *opt, first, so);
+        lazy = coordinated_step_lazy(*opt, first, so);
       }
       if (lazy.ok) return {loss, *lazy.ok, *lazy.grad_norm};
       return {loss};

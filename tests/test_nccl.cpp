@@ -208,7 +208,7 @@ Trained train(Mode mode) {
     first.push_back(loss);
     auto [ok, norm] = mode == Mode::Zero1 ? zero->step_lazy(first, so)
                       : mode == Mode::Fsdp ? fsdp->step_lazy(first, so)
-                                           : coordinated_step_lazy(pg, *opt, first, so);
+                                           : coordinated_step_lazy(*opt, first, so);
     return {loss, ok.value(), norm.value()};
   }, "nccl_step");
   for (int s = 0; s < 6; s++) {
