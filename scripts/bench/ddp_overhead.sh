@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/bench/ddp_overhead.sh: what data parallelism costs at world size 1 on one GPU: the CNN
 # step of `tg train configs/fmnist_cnn.yaml device=CUDA` alone, and under `mpirun -np 1` with
-# distributed.strategy=ddp and =zero1 (nccl: buckets, the [flag, norm] all-reduce, replayed in the
-# step's CUDA graph), in one run, alternating, REPS times each. Prints the median step time of each
-# and the ratios to the plain step (target: ddp <= 1.03x).
+# distributed.strategy=ddp and =zero1 (nccl: buckets and their all-reduces, the skip check and the
+# update, replayed in the step's CUDA graph), in one run, alternating, REPS times each. Prints the
+# median step time of each and the ratios to the plain step (target: ddp <= 1.03x).
 #   bash scripts/bench/ddp_overhead.sh [STEPS] [REPS] [KEY=VALUE ...]
 #   (data from /usr/share/datasets/fashion-mnist or TG_DATA; KEY=VALUE overrides go to the ddp and
 #   zero1 runs, e.g. distributed.skip_nonfinite=false; TG_BIN: the tg binary, default
