@@ -17,15 +17,15 @@ LazyStepOutcome coordinated_step_lazy(nn::Optimizer& optim, const Tensors& first
   if (decides || opt.report_norm)  // the reduced gradients' norm: the same on every rank
     out.grad_norm = opt.max_norm > 0 ? nn::clip_grad_norm_lazy(params, opt.max_norm) : nn::grad_norm_lazy(params);
   Tensors values = first;
-  if (decides) {
-    out.ok = out.grad_norm->isnan().logical_or(out.grad_norm->isinf()).logical_not();
-    values.push_back(*out.ok);
-  }
-  if (out.grad_norm) values.push_back(*out.grad_norm);
-  if (decides)
-    optim.step_if(*out.ok, values);
-  else
+  if (!decides) {
+    if (out.grad_norm) values.push_back(*out.grad_norm);
     optim.step(values);
+    return out;
+  }
+  out.ok = out.grad_norm->isnan().logical_or(out.grad_norm->isinf()).logical_not();
+  values.push_back(*out.ok);
+  values.push_back(*out.grad_norm);
+  optim.step_if(*out.ok, values);
   return out;
 }
 

@@ -34,6 +34,11 @@ namespace tg {
 
 namespace {
 
+// v rounded to half type `half` and widened back: the value an element of that type holds.
+float held_by(DType half, float v) {
+  return half == DType::Float16 ? half_to_float(float_to_half(v)) : bfloat_to_float(float_to_bfloat(v));
+}
+
 // Whether float32 value y is one that half type `half` holds exactly: a widened half of that
 // type, a constant it holds, or a select, maximum or negation of such values (each returns one
 // of its operands' values, or its negation).
@@ -43,7 +48,7 @@ bool exact_in(const UOpPtr& y, DType half, int depth = 0) {
     case Op::CAST: return y->src[0]->dtype == half;
     case Op::CONST: {
       auto v = static_cast<float>(y->const_value());
-      return v == (half == DType::Float16 ? half_to_float(float_to_half(v)) : bfloat_to_float(float_to_bfloat(v)));
+      return v == held_by(half, v);
     }
     case Op::WHERE: return exact_in(y->src[1], half, depth + 1) && exact_in(y->src[2], half, depth + 1);
     case Op::MAX: return exact_in(y->src[0], half, depth + 1) && exact_in(y->src[1], half, depth + 1);
@@ -60,12 +65,8 @@ bool exact_in(const UOpPtr& y, DType half, int depth = 0) {
 UOpPtr to_float32(const UOpPtr& x) {
   if (!is_half(x->dtype)) return x;
   if (x->op == Op::CAST && exact_in(x->src[0], x->dtype)) return x->src[0];  // Note [exact half results]
-  if (x->op == Op::CONST) {  // the constant as the half type holds it
-    double v = x->const_value();
-    float r = x->dtype == DType::Float16 ? half_to_float(float_to_half(static_cast<float>(v)))
-                                         : bfloat_to_float(float_to_bfloat(static_cast<float>(v)));
-    return kconst(DType::Float32, r);
-  }
+  if (x->op == Op::CONST)  // the constant as the half type holds it
+    return kconst(DType::Float32, held_by(x->dtype, static_cast<float>(x->const_value())));
   return kcast(x, DType::Float32);
 }
 
