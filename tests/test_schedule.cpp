@@ -18,6 +18,7 @@
 #include "tinygrad/schedule/schedule.h"
 #include "tinygrad/schedule/split_reduce.h"
 #include "tinygrad/tensor.h"
+#include "tinygrad/tensor_internal.h"
 
 using namespace tg;
 
@@ -550,6 +551,27 @@ TEST(Fusion, ConvolutionWeightGradientReadsItsInputFromABuffer) {
   auto got = dw.to_vector<float>(), want = wr.grad()->to_vector<float>();
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); i++) EXPECT_NEAR(got[i], want[i], 1e-4f * (1 + std::abs(want[i]))) << i;
+}
+
+// Note [weight gradient blocks] in tensor_nn.cpp: a channel-last weight gradient sums blocks of as
+// many images as half the CPU's L2 holds (inputs and output gradients), one partial sum a block.
+TEST(Fusion, ConvolutionWeightGradientBlocksFollowTheL2) {
+  // the CNN's 5x5 32->32 layer: 32 x 24 x 24 inputs and 20 x 20 x 32 output gradients an image
+  constexpr int64_t image_bytes = (32 * 24 * 24 + 20 * 20 * 32) * 4;
+  EXPECT_EQ(weight_gradient_images(512, image_bytes, 1 << 20), 4);  // a 1 MB L2 (the AMD EPYC)
+  EXPECT_EQ(weight_gradient_images(512, image_bytes, 2 << 20), 8);  // a 2 MB L2 (the Intel Xeon)
+  EXPECT_EQ(weight_gradient_images(6, 200 << 10, 1 << 20), 2) << "a divisor of the batch";
+  EXPECT_EQ(weight_gradient_images(512, 1 << 20, 1 << 20), 1) << "an image larger than half the L2";
+  Device& dev = get_device(default_device());
+  if (!dev.policy().channels_last_convolutions) GTEST_SKIP() << "the device keeps NCHW convolutions";
+  constexpr int64_t n = 64;
+  Tensor x = Tensor::randn({n, 32, 24, 24}).realize(), r = Tensor::randn({n, 32, 20, 20}).realize();
+  Tensor w = Tensor::randn({32, 32, 5, 5}).realize().requires_grad_();
+  (x.conv2d(w) * r).sum().backward();
+  const int64_t blocks = n / weight_gradient_images(n, image_bytes, dev.policy().cpu.l2_bytes);
+  ASSERT_GT(blocks, 1) << "an L2 of " << dev.policy().cpu.l2_bytes << " bytes holds the whole batch";
+  EXPECT_EQ(written_buffers(*w.grad(), blocks * 32 * 32 * 5 * 5, DType::Float32), 1u)
+      << "one partial sum of the weight for each of " << blocks << " blocks";
 }
 
 // Note [conv2d gradient] in tensor_nn.cpp: without gradients (evaluation) a convolution is not a

@@ -29,6 +29,11 @@ inline Tensor result(UOpPtr u, std::initializer_list<const Tensor*> inputs) {
   return TensorAccess::result(std::move(u), inputs);
 }
 
+// Images per partial sum of a channel-last convolution's weight gradient: the largest divisor of
+// the batch n whose images (input and output gradient, image_bytes each) fill at most half of an
+// L2 of l2_bytes (Note [weight gradient blocks] in tensor_nn.cpp).
+int64_t weight_gradient_images(int64_t n, int64_t image_bytes, int64_t l2_bytes);
+
 // Normalises a possibly negative axis; throws naming the op and tensor when out of range.
 int64_t norm_axis(const char* op, const Tensor& t, int64_t axis, int64_t ndim_extra = 0);
 std::vector<int64_t> norm_axes(const char* op, const Tensor& t, const std::vector<int64_t>& axes);

@@ -29,7 +29,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // 6 wide on the CNN, which no vector width divides. The copies cost a few milliseconds against
 // the convolution's hundreds (forward: the reduce is stored channel-last, and the CUSTOM_GRAD
 // realize point transposes it). The weight gradient reduces over the batch in blocks of images
-// (batch_block: at most WEIGHT_GRAD_BLOCK output pixels per block), into one partial sum per
+// (weight_gradient_images: Note [weight gradient blocks]), into one partial sum per
 // block that a second small reduce adds up: a block's input and output gradient stay in the L2
 // cache while every tile of the weight gradient passes over them, and the blocks give the thread
 // pool an outer loop to split. The weight gradient of the CNN's 32->32 5x5 layer at batch 512
@@ -51,15 +51,11 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // device's, made in its DevicePolicy, and only read here.
 bool channels_last(const std::string& device) { return get_device(device).policy().channels_last_convolutions; }
 
-// Images per partial sum of the weight gradient (Note [channel-last convolutions]): the largest
-// divisor of n whose images hold at most WEIGHT_GRAD_BLOCK output pixels.
-int64_t batch_block(int64_t n, int64_t pixels) {
-  constexpr int64_t WEIGHT_GRAD_BLOCK = 1024;
-  int64_t best = 1;
-  for (int64_t b = 1; b <= n; b++)
-    if (n % b == 0 && b * pixels <= WEIGHT_GRAD_BLOCK) best = b;
-  return best;
-}
+// Note [half products in float32]: a matmul or convolution of float16/bfloat16 operands casts
+// them to float32 (arith_dtype) before multiplying, so it multiplies and sums in float32 and
+// rounds only the result, as tensor cores do (a product of two half values is exact in float32).
+// Multiplying in the half type would round every product before the sum:
+// (1+2^-7)*(1+2^-6) - (1+2^-6+2^-7) would be 0 instead of 2^-13.
 
 // The dtype a convolution's channel-last copy of operand t is made in: the product's `acc`, or
 // t's own bfloat16 where the CPU multiplies bfloat16 in dot tiles (Note [bf16 dot tiles] in
@@ -68,13 +64,24 @@ DType copy_dtype(const Tensor& t, DType acc) {
   return t.dtype() == DType::BFloat16 && get_device(t.device()).policy().cpu.bf16_dot ? t.dtype() : acc;
 }
 
-// Note [half products in float32]: a matmul or convolution of float16/bfloat16 operands casts
-// them to float32 (arith_dtype) before multiplying, so it multiplies and sums in float32 and
-// rounds only the result, as tensor cores do (a product of two half values is exact in float32).
-// Multiplying in the half type would round every product before the sum:
-// (1+2^-7)*(1+2^-6) - (1+2^-6+2^-7) would be 0 instead of 2^-13.
-
 }  // namespace
+
+// Note [weight gradient blocks]: a block's images are read by every register tile of the weight
+// gradient, so they should stay in the L2; each block also writes a whole weight's partial sum,
+// which the second reduce reads back. Blocks of at most 1024 output pixels (2 of the CNN's 20 x 20
+// images, 250 KB of input and gradient) made 256 partial sums of its 32->32 5x5 weight at batch
+// 512, 26 MB written and read back: the second reduce took 2.5-3.1 ms. Half the L2 holds 8 of
+// those images on the 2-core Intel Xeon (2 MB L2), and their 64 partial sums take 0.7 ms to add
+// up as AVX2 (0.36 ms against 1.4 with AVX-512); the first reduce kept its time (about 56 ms as
+// AVX2), where 16 images a block (the whole L2) took 65 ms. The whole CNN step's time stayed
+// within its noise (medians of 4 alternated runs: 282 against 283 ms as AVX2, 183 against 181 ms
+// with AVX-512).
+int64_t weight_gradient_images(int64_t n, int64_t image_bytes, int64_t l2_bytes) {
+  int64_t best = 1;
+  for (int64_t b = 1; b <= n; b++)
+    if (n % b == 0 && b * image_bytes <= l2_bytes / 2) best = b;
+  return best;
+}
 
 Tensor Tensor::matmul(const Tensor& o) const {
   TG_CHECK(ndim() >= 1 && o.ndim() >= 1, "matmul: both operands need at least one dim (a: ", describe(), ", b: ",
@@ -317,7 +324,9 @@ std::vector<UOpPtr> conv2d_gradient(const UOpPtr& node, const UOpPtr& grad) {
   if (channels_last(x.device())) {
     // Note [channel-last convolutions]: partial sums over blocks of images, [blocks, G, kh, kw, cg, cog]
     if (!gt_first) gt = g.permute({0, 2, 3, 1}).cast(copy_dtype(g, acc)).contiguous().cast(acc);  // [N, oy, ox, Cout]
-    int64_t nb = batch_block(n, oy * ox), blocks = n / nb;
+    int64_t image_bytes = (cin * h * wd + oy * ox * cout) * static_cast<int64_t>(itemsize(acc));
+    int64_t nb = weight_gradient_images(n, image_bytes, get_device(x.device()).policy().cpu.l2_bytes);
+    int64_t blocks = n / nb;
     Tensor wv = wa.reshape({blocks, nb, groups, cg, oy, ox, kh, kw})
                     .permute({0, 1, 4, 5, 2, 6, 7, 3})
                     .reshape({blocks, nb, oy, ox, groups, kh, kw, cg, 1});
