@@ -1,6 +1,7 @@
 // Seeded batch shards, parameter broadcast and gradient buckets (see data_parallel.h).
 #include "distributed/data_parallel.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "distributed/collective_runner.h"
@@ -71,6 +72,26 @@ Tensor from_device_rows(const Tensor& rows, const Shape& shape, const ParamSplit
   return rows.reshape({s.devices, outer, inner}).permute({1, 0, 2}).reshape(shape);
 }
 
+// Note [bucket layout]: backward's kernels store each gradient straight into its bucket where
+// its offset there suits the device (Note [concatenations stored in place] in
+// tinygrad/schedule/concat_in_place.cpp: any element's on the CPU, 16 bytes on CUDA), and the
+// bucket is no kernel of its own only when every piece is so stored. Filled in reverse parameter
+// order, one odd-sized piece (the CNN's 10-element bias: 40 bytes) would move every later one
+// off the grid. So within a bucket the pieces whose bytes are a multiple of the alignment come
+// first, in their order, and the others after them: the first odd piece still starts on the
+// grid, and only the ones after it are written by a kernel. The order within a bucket changes
+// nothing else: the bucket is summed element by element, and every rank lays it out alike.
+void put_aligned_pieces_first(GradBucket& b, const std::vector<Tensor*>& params, const std::vector<ParamSplit>& splits) {
+  const Tensor& first = *params[b.params.front()];
+  const size_t align = get_device(first.devices().front()).policy().view_alignment;
+  if (align == 0) return;
+  auto aligned = [&](size_t k) {
+    const int64_t elements = b.split ? params[k]->numel() / splits[k].devices : params[k]->numel();
+    return static_cast<size_t>(elements) * itemsize(params[k]->dtype()) % align == 0;
+  };
+  std::stable_partition(b.params.begin(), b.params.end(), aligned);
+}
+
 }  // namespace
 
 // Note [bfloat16 gradients]: with grad_dtype bfloat16 a bucket crosses the network in half the
@@ -106,6 +127,7 @@ DataParallel::DataParallel(ProcessGroup& pg, std::vector<Tensor*> params, DataPa
     buckets_[*at].params.push_back(k);
     buckets_[*at].numel += p.numel();
   }
+  for (auto& b : buckets_) put_aligned_pieces_first(b, params_, splits_);
 }
 
 void DataParallel::broadcast_parameters(int root) {

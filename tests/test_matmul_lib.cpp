@@ -495,6 +495,28 @@ TEST_F(CudaMatmul, ComputedOperandsOfATrainingStepAreBuffers) {
   expect_same_gradients(lib, gen);
 }
 
+// Note [operands at any alignment] in runtime/cublaslt.cpp: a product stored into a concatenation
+// 16 bytes from its start (Note [concatenations stored in place], as a weight gradient is stored
+// into its bucket) still runs in the library, through an algorithm that takes that alignment, and
+// equals the generated kernels' result. One more kernel writes the 4-element head, which is a
+// buffer already; no kernel copies the product.
+TEST_F(CudaMatmul, ProductStoredIntoAConcatenationAtA16ByteOffset) {
+  tf32_.set(0);
+  auto concat = [this](bool library, std::vector<std::string>& names) {
+    matmul_lib_.set(library ? 1 : 0);
+    Tensor head = rnd({4}, 31, -1, 1).to("CUDA").realize();
+    Tensor x = rnd({64, 48}, 32, -1, 1).to("CUDA").realize(), w = rnd({40, 48}, 33, -0.3, 0.3).to("CUDA").realize();
+    return realize_recorded({Tensor::cat({head, x.matmul(w.transpose(0, 1)).reshape({-1})}, 0)}, names);
+  };
+  std::vector<std::string> lib_names, gen_names;
+  std::vector<float> lib = concat(true, lib_names), gen = concat(false, gen_names);
+  EXPECT_EQ(lib_names.size(), 2u) << ::testing::PrintToString(lib_names);
+  EXPECT_EQ(named(lib_names, "matmul_"), 1) << ::testing::PrintToString(lib_names);
+  EXPECT_EQ(named(lib_names, "E_4"), 1) << "the head's own kernel, not one over the whole concatenation: "
+                                        << ::testing::PrintToString(lib_names);
+  expect_same_gradients(lib, gen);
+}
+
 // GPT-2's attention around the products (Note [library operands]): the projection reads the
 // attention output [B, H, T, D] as [B*T, H*D], and the fused q, k, v projection's gradients read
 // the sum of the three heads' gradients the same way. Every product of the step (two forward,

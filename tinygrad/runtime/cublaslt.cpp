@@ -45,7 +45,8 @@ namespace {
   X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy) X(cublasLtMatmulDescSetAttribute)                 \
   X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)           \
   X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                                       \
-  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)           \
+  X(cublasLtMatmulAlgoCapGetAttribute)
 
 #define TG_LT_MEMBER(fn) decltype(&::fn) fn = nullptr;
 struct LtApi {
@@ -119,12 +120,23 @@ Stored stored(int64_t rows, int64_t cols, int64_t stride_r, int64_t stride_c) {
   return s;
 }
 
-int alignment(int64_t offset, DType t) {
-  int64_t bytes = offset * static_cast<int64_t>(itemsize(t));
-  int a = 256;  // cuMemAlloc's alignment
+// The largest power of two up to 256 (cuMemAlloc's alignment) that divides `bytes`.
+uint32_t alignment_of(uint64_t bytes) {
+  uint32_t a = 256;
   while (a > 1 && bytes % a) a /= 2;
   return a;
 }
+// An operand's alignment as a plan assumes it: its offset into a buffer that starts where
+// cuMemAlloc puts buffers.
+uint32_t alignment(int64_t offset, DType t) { return alignment_of(static_cast<uint64_t>(offset) * itemsize(t)); }
+uint32_t pointer_alignment(const void* p) { return alignment_of(reinterpret_cast<uintptr_t>(p)); }
+
+// The byte alignments of cuBLASLt's A (our b), B (our a) and C = D (our out).
+struct Alignments {
+  uint32_t a = 256, b = 256, out = 256;
+  bool operator==(const Alignments&) const = default;
+  bool at_least(const Alignments& o) const { return a >= o.a && b >= o.b && out >= o.out; }
+};
 
 }  // namespace
 
@@ -203,33 +215,77 @@ class LtMatmul : public Program {
     la_ = layout(first, *ta, s.b.stride_batch);
     lb_ = layout(second, *ta, s.a.stride_batch);
     lout_ = layout(out, *tout, s.out.stride_batch);
+    assumed_ = {alignment(s.b.offset, s.b.dtype), alignment(s.a.offset, s.a.dtype), alignment(s.out.offset, s.out.dtype)};
+    std::vector<cublasLtMatmulAlgo_t> found = heuristic(assumed_, static_cast<int>(std::max<int64_t>(1, knobs::MATMUL_TUNE)));
+    if (found.empty()) return false;  // NOT_SUPPORTED: the generated kernel runs
+    const double flops = 2.0 * static_cast<double>(s.batch * s.m) * static_cast<double>(s.n * s.k);
+    if (flops < MIN_TUNED_FLOPS) found.erase(found.begin() + 1, found.end());
+    candidates_ = found;
+    algo_ = candidates_[0];
+    return true;
+  }
+
+  // The heuristic's best algorithms (up to `wanted`) for operands of these alignments, or none.
+  std::vector<cublasLtMatmulAlgo_t> heuristic(const Alignments& al, int wanted) const {
     cublasLtMatmulPreference_t pref = nullptr;
     TG_LT(where_, cublasLtMatmulPreferenceCreate, &pref);
     size_t ws = WORKSPACE_BYTES;
-    uint32_t align_a = alignment(s.b.offset, s.b.dtype), align_b = alignment(s.a.offset, s.a.dtype),
-             align_out = alignment(s.out.offset, s.out.dtype);
     cublasStatus_t r = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                                  sizeof(ws));
-    if (r == CUBLAS_STATUS_SUCCESS)
-      r = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                    sizeof(align_a));
-    if (r == CUBLAS_STATUS_SUCCESS)
-      r = lt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                    sizeof(align_b));
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      if (r == CUBLAS_STATUS_SUCCESS)
-        r = lt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &align_out, sizeof(align_out));
-    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max<int64_t>(1, knobs::MATMUL_TUNE)));
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> minimums[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al.a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al.b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al.out},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.out}};
+    for (const auto& [attr, bytes] : minimums)
+      if (r == CUBLAS_STATUS_SUCCESS) r = lt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof(bytes));
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(wanted));
     int found = 0;
     if (r == CUBLAS_STATUS_SUCCESS)
-      r = lt().cublasLtMatmulAlgoGetHeuristic(handle_, desc_, la_, lb_, lout_, lout_, pref, static_cast<int>(results.size()),
-                                              results.data(), &found);
+      r = lt().cublasLtMatmulAlgoGetHeuristic(handle_, desc_, la_, lb_, lout_, lout_, pref, wanted, results.data(), &found);
     lt().cublasLtMatmulPreferenceDestroy(pref);
-    if (r != CUBLAS_STATUS_SUCCESS || found == 0) return false;  // NOT_SUPPORTED: the generated kernel runs
-    const double flops = 2.0 * static_cast<double>(s.batch * s.m) * static_cast<double>(s.n * s.k);
-    if (flops < MIN_TUNED_FLOPS) found = 1;
-    for (int i = 0; i < found; i++) candidates_.push_back(results[static_cast<size_t>(i)].algo);
-    algo_ = candidates_[0];
+    std::vector<cublasLtMatmulAlgo_t> out;
+    if (r == CUBLAS_STATUS_SUCCESS)
+      for (int i = 0; i < found; i++) out.push_back(results[static_cast<size_t>(i)].algo);
+    return out;
+  }
+
+  // Note [operands at any alignment]: a plan's algorithms assume its operands' alignment from
+  // their offsets, with every buffer starting where cuMemAlloc puts them (256 bytes). A buffer
+  // can also be a view inside another (Note [concatenations stored in place]: a gradient stored
+  // into its bucket at a 16-byte offset), so a launch reads its operands' real alignment. Where
+  // one is below the plan's, the plan's algorithm still runs when its own minimums (its
+  // capabilities) allow the real alignments, so a gradient computed into its bucket rounds as it
+  // would in a buffer of its own; otherwise the heuristic's first algorithm for the real
+  // alignments runs. Either is decided once per set of alignments and kept.
+  const cublasLtMatmulAlgo_t& algorithm_for(const Alignments& real) {
+    for (const auto& [al, algo] : by_alignment_)
+      if (al == real) return algo;
+    if (accepts(algo_, real)) {
+      by_alignment_.emplace_back(real, algo_);
+    } else {
+      std::vector<cublasLtMatmulAlgo_t> found = heuristic(real, 1);
+      TG_CHECK(!found.empty(), where_, ": cuBLASLt has no algorithm for operands aligned to ", real.b, ", ", real.a,
+               " and ", real.out, " bytes (a, b, out)");
+      by_alignment_.emplace_back(real, found[0]);
+    }
+    return by_alignment_.back().second;
+  }
+
+  // Whether `algo` takes operands of these alignments (the minimums among its capabilities).
+  static bool accepts(const cublasLtMatmulAlgo_t& algo, const Alignments& al) {
+    const std::pair<cublasLtMatmulAlgoCapAttributes_t, uint32_t> have[] = {
+        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, al.a},
+        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES, al.b},
+        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, al.out},
+        {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES, al.out}};
+    for (const auto& [attr, bytes] : have) {
+      uint32_t needed = 0;
+      size_t written = 0;
+      if (lt().cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &needed, sizeof(needed), &written) != CUBLAS_STATUS_SUCCESS ||
+          bytes < needed)
+        return false;
+    }
     return true;
   }
 
@@ -264,8 +320,10 @@ class LtMatmul : public Program {
       TG_LT(where_, cublasLtMatmul, handle_, desc_, &one, ptr(spec_.b), la_, ptr(spec_.a), lb_, &zero, out, lout_, out,
             lout_, &algo, workspace_, WORKSPACE_BYTES, stream_);
     };
-    auto run = [&] { run_with(algo_); };
-    if (candidates_.size() > 1 && !capturing()) choose_algorithm(run_with, buffers);
+    const Alignments real{pointer_alignment(ptr(spec_.b)), pointer_alignment(ptr(spec_.a)), pointer_alignment(out)};
+    const bool as_planned = real.at_least(assumed_);
+    auto run = [&] { run_with(as_planned ? algo_ : algorithm_for(real)); };
+    if (as_planned && candidates_.size() > 1 && !capturing()) choose_algorithm(run_with, buffers);
     if (!wait) {
       run();
       return std::nullopt;
@@ -285,6 +343,8 @@ class LtMatmul : public Program {
   std::vector<cublasLtMatrixLayout_t> layouts_;
   cublasLtMatmulAlgo_t algo_{};
   std::vector<cublasLtMatmulAlgo_t> candidates_;  // the heuristic's, best first; emptied once chosen
+  Alignments assumed_;                            // the operands' alignment that algo_ was chosen for
+  std::vector<std::pair<Alignments, cublasLtMatmulAlgo_t>> by_alignment_;  // Note [operands at any alignment]
 
   bool capturing() const {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

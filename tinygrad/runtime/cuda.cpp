@@ -243,9 +243,9 @@ class CudaDevice : public Device {
                            .split_reductions = true,
                            .realize_product_operands = false,
                            .collective_library = nccl_library(),
-                           // cuBLASLt is told its operands' alignment from their offsets, buffers
-                           // taken to start where cuMemAlloc puts them
-                           .view_alignment = 256};
+                           // cuBLASLt products take views at their real alignment (Note [operands
+                           // at any alignment] in cublaslt.cpp); its bias epilogue wants 16 bytes
+                           .view_alignment = 16};
     int v = driver().version;
     char buf[1024];
     std::snprintf(buf, sizeof(buf), "%s (%s, sm_%d, %d SMs, %.1f GiB, driver CUDA %d.%d, %s, %s, collectives between GPUs: %s)",

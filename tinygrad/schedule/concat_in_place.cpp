@@ -21,8 +21,10 @@
 // only its all-reduce runs in place.
 //
 // Views need a device whose buffers are addresses (Feature::AddressableMemory) and an offset that
-// the device's policy allows (DevicePolicy::view_alignment: any element's on the CPU, 256 bytes
-// on CUDA, whose library matmuls assume that of their buffers' starts). P's other readers read
+// the device's policy allows (DevicePolicy::view_alignment: any element's on the CPU, 16 bytes
+// on CUDA, for its matmul library's bias vectors). Data parallelism lays its buckets out so that
+// every piece but a few odd-sized ones lands on that grid (Note [bucket layout] in
+// distributed/data_parallel.cpp). P's other readers read
 // the view like any buffer. The concatenation is "sealed" when nothing but it reads its placed
 // pieces: then an all-reduce of it may run in place (schedule.cpp, Note [all-reduces in place]).
 #include "tinygrad/schedule/concat_in_place.h"
