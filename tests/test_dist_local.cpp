@@ -10,8 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/data_parallel.h"
 #include "distributed/local_backend.h"
 #include "distributed/rendezvous.h"
+#include "tinygrad/runtime/cpu.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -51,6 +53,50 @@ TEST_P(LocalCollectives, AllCollectives) {
   });
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalCollectives, ::testing::Values(1, 2, 3, 4));
+
+namespace {
+
+// A stand-in for the layout of buckets only (nothing runs on it): CPU memory, views held to
+// 16-byte offsets as CUDA's are (DevicePolicy::view_alignment).
+class AlignedViewsDevice : public Device {
+ public:
+  explicit AlignedViewsDevice(const std::string& name) : Device(name), cpu_(make_cpu_device(name)) {
+    policy_.view_alignment = 16;
+  }
+  Allocator& allocator() override { return cpu_->allocator(); }
+  const Renderer& renderer() const override { return cpu_->renderer(); }
+  Compiler& compiler() override { return cpu_->compiler(); }
+  bool supports(Feature f) const override { return cpu_->supports(f); }
+  const DevicePolicy& policy() const override { return policy_; }
+
+ private:
+  std::unique_ptr<Device> cpu_;
+  DevicePolicy policy_;
+};
+
+std::vector<size_t> bucket_order(const std::string& device) {
+  TensorOptions on{.device = device};
+  Tensor w1 = Tensor::zeros({32, 12}, on), b1 = Tensor::zeros({32}, on), w2 = Tensor::zeros({10, 32}, on),
+         b2 = Tensor::zeros({10}, on);
+  std::vector<size_t> order;
+  run_local(1, [&](ProcessGroup& pg) {
+    DataParallel dp(pg, {&w1, &b1, &w2, &b2}, {});
+    EXPECT_EQ(dp.buckets().size(), 1u);
+    order = dp.buckets().at(0).params;
+  });
+  return order;
+}
+
+}  // namespace
+
+// Note [bucket layout] in distributed/data_parallel.cpp: a bucket holds the gradients in reverse
+// parameter order, but where views need 16-byte offsets the odd-sized one (b2: 40 bytes) goes
+// last, so that every piece starts on the grid and can be stored in place.
+TEST(DataParallelBuckets, PiecesOnTheDevicesGridComeFirst) {
+  register_device("ALIGNED16", [](const std::string& n) { return std::make_unique<AlignedViewsDevice>(n); });
+  EXPECT_EQ(bucket_order("CPU"), (std::vector<size_t>{3, 2, 1, 0}));
+  EXPECT_EQ(bucket_order("ALIGNED16"), (std::vector<size_t>{2, 1, 0, 3}));
+}
 
 TEST(LocalBackend, MismatchedCollectiveIsAnError) {
   std::string msg = testutil::error_of([] {
