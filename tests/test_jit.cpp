@@ -2,8 +2,9 @@
 // same steps run without it (SGD with momentum; Adam and AdamW under a changing learning rate;
 // a model with BatchNorm), replays schedule and compile nothing, returned losses stay valid,
 // state replaced between calls is seen, a read-only tensor assigned between calls makes a new
-// capture, a new input shape gets its own capture, and a step that reads the device on the host
-// is run normally with its reason. On the default device (DEVICE): test_jit_cuda runs the suite
+// capture, a new input shape gets its own capture, a step that reads the device on the host is
+// run normally with its reason, and replays update the state in place (in a copy while something
+// else holds it; in new buffers when the update reads other elements). On the default device (DEVICE): test_jit_cuda runs the suite
 // on CUDA, whose replays go through CUDA graphs.
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include "tinygrad/knobs.h"
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/nn/optim.h"
+#include "tinygrad/tensor_internal.h"
 
 using namespace tg;
 using namespace tg::nn;
@@ -421,4 +423,100 @@ TEST(Jit, ACaptureLeavesNoGradients) {
   step({batches[1].x, batches[1].y});
   EXPECT_EQ(step.captures(), 1);
   for (Tensor* p : model->parameters()) EXPECT_FALSE(p->grad().has_value());
+}
+
+namespace {
+
+const Buffer* buffer_address(const Tensor& t) { return TensorAccess::buffer(t).get(); }
+
+}  // namespace
+
+// Note [state updated in place] (engine/jit_in_place.cpp): replays write the parameters and the
+// optimizer's moments over their old values, so a replay holds no second copy of them: it
+// allocates nothing of their size, and every state tensor keeps its buffer.
+TEST(Jit, ReplaysUpdateTheStateInPlace) {
+  KnobScope k(knobs::JIT, 1);
+  Tensor::manual_seed(3);
+  Linear layer(512, 512);  // 1 MB of weight; Adam adds 2 MB of moments
+  Adam opt(layer.parameters(), 1e-4);
+  TinyJit step([&](const Tensors& in) {
+    Tensor loss = layer(in[0]).square().mean();
+    opt.zero_grad();
+    loss.backward();
+    opt.step({loss});
+    return Tensors{loss};
+  });
+  Tensor x = Tensor::randn({4, 512}).realize();
+  step({x});
+  step({x});  // captures
+  step({x});  // the first replay: its intermediates get their memory
+  const Buffer* weight = buffer_address(layer.weight);
+  MemoryPool& pool = get_device(default_device()).pool();
+  Device& dev = get_device(default_device());
+  dev.synchronize();
+  const size_t in_use = pool.stats().bytes_in_use;
+  pool.reset_peak();
+  std::vector<float> losses;
+  for (int i = 0; i < 3; i++) losses.push_back(step({x})[0].item<float>());
+  EXPECT_EQ(step.replays(), 4);
+  EXPECT_EQ(buffer_address(layer.weight), weight);
+  EXPECT_LT(pool.stats().peak_bytes - in_use, size_t{64} << 10) << "a replay allocated new state buffers";
+  EXPECT_LT(losses[2], losses[0]);
+}
+
+// A state buffer that something outside the step still holds (here a detached tensor taken
+// between calls) is copied before the update: the holder keeps the values it saw, the parameter
+// gets the new ones, bit-identical to a run without the JIT; once nothing else holds it, the
+// updates are in place again.
+TEST(Jit, AStateHeldOutsideTheStepKeepsItsValues) {
+  auto batches = make_batches(6);
+  auto run = [&](int jit, std::vector<float>* held_before, std::vector<float>* held_after) {
+    KnobScope k(knobs::JIT, jit);
+    auto model = make_model(false);
+    SGD opt(model->parameters(), 0.05, 0.9);
+    TinyJit step(training_step(*model, opt));
+    Tensor& w = *model->parameters()[0];
+    std::vector<float> losses;
+    const Buffer* before = nullptr;
+    for (int i = 0; i < 6; i++) {
+      if (i == 3) {
+        Tensor held = w.detach();
+        *held_before = held.to_vector<float>();
+        losses.push_back(step({batches[i].x, batches[i].y})[0].item<float>());
+        *held_after = held.to_vector<float>();
+        before = buffer_address(w);
+        continue;
+      }
+      losses.push_back(step({batches[i].x, batches[i].y})[0].item<float>());
+      if (jit && before) {
+        EXPECT_EQ(buffer_address(w), before) << "step " << i + 1 << ": the updates after the copy are not in place";
+      }
+    }
+    for (float v : w.to_vector<float>()) losses.push_back(v);
+    return losses;
+  };
+  std::vector<float> held_before, held_after, unused_before, unused_after;
+  auto on = run(1, &held_before, &held_after);
+  auto off = run(0, &unused_before, &unused_after);
+  EXPECT_EQ(held_after, held_before) << "the replay wrote over a buffer that a tensor outside the step holds";
+  EXPECT_NE(on[3], on[4]);
+  ASSERT_EQ(on.size(), off.size());
+  for (size_t i = 0; i < on.size(); i++) EXPECT_EQ(on[i], off[i]) << "value " << i;
+}
+
+// An update that reads other elements of the old value (here its reverse) cannot run in place:
+// its replays still compute what the calls without the JIT compute.
+TEST(Jit, AnUpdateThatReadsOtherElementsIsNotInPlace) {
+  auto run = [](int jit) {
+    KnobScope k(knobs::JIT, jit);
+    Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}, {8});
+    TinyJit f([&](const Tensors& in) {
+      w.assign(w.flip({0}) * 0.5 + in[0]);
+      return Tensors{w.sum()};
+    });
+    for (int i = 0; i < 5; i++) f({Tensor::full({8}, static_cast<double>(i))});
+    EXPECT_EQ(f.replays(), jit ? 3 : 0);
+    return w.to_vector<float>();
+  };
+  EXPECT_EQ(run(1), run(0));
 }

@@ -290,6 +290,10 @@ void TensorAccess::set_buffer(const Tensor& t, std::shared_ptr<Buffer> buf) {
   t.state_->uop = lazy::buffer(std::move(buf), t.shape());
 }
 const void* TensorAccess::identity(const Tensor& t) { return t.state_.get(); }
+bool TensorAccess::holds_buffer_alone(const Tensor& t, long others) {
+  const UOpPtr& u = t.state_->uop;  // the state's reference is the node's only one: no graph or tensor shares it
+  return u->op == Op::BUFFER && u.use_count() == 1 && u->arg_buffer().use_count() == 1 + others;
+}
 
 // The value of a realized tensor over several devices is a MULTI of its parts' buffers (Tensor::
 // assign, realize_multi in tensor.cpp); a lazy one may point at that MULTI through realized_multi.

@@ -23,6 +23,10 @@ struct TensorAccess {
   static void set_buffers(const Tensor& t, const std::vector<std::shared_ptr<Buffer>>& bufs);
   // The same for t and all its copies (they share one state), different for any other tensor.
   static const void* identity(const Tensor& t);
+  // Whether t's value is a buffer that only t (and its copies) holds, besides `others` references
+  // its caller knows of: no other tensor, lazy graph or cached result sees it, so writing over it
+  // changes no value but t's (Note [state updated in place] in engine/jit_in_place.cpp).
+  static bool holds_buffer_alone(const Tensor& t, long others);
 };
 
 inline Tensor result(UOpPtr u, std::initializer_list<const Tensor*> inputs) {

@@ -1,5 +1,6 @@
 // TinyJit (see jit.h and Note [what a captured step is]): recording a step, sorting its buffers
-// into inputs, state, fresh and fixed ones, sharing fixed intermediates, and replaying it.
+// into inputs, state, fresh, in-place and fixed ones, sharing fixed intermediates, and replaying
+// it.
 #include "tinygrad/engine/jit.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <unordered_set>
 
 #include "tinygrad/device.h"
+#include "tinygrad/engine/jit_in_place.h"
 #include "tinygrad/engine/observe.h"
 #include "tinygrad/engine/trace.h"
 #include "tinygrad/error.h"
@@ -168,11 +170,13 @@ void register_graph_factory(const std::string& device_base_name, GraphFactory fa
 // ---- the capture ----
 
 struct TinyJit::Capture {
-  enum class Part { Input, State, Fresh };
+  // InPlace: a state tensor's new value, written over its old one (Note [state updated in place]
+  // in jit_in_place.cpp)
+  enum class Part { Input, State, Fresh, InPlace };
   struct Slot {  // a buffer that is bound anew on every replay
     Part part;
-    size_t index = 0;  // Input: the input's position; State: the state tensor's
-    size_t part_index = 0;  // State: which of the tensor's parts (Note [a state tensor over several devices])
+    size_t index = 0;  // Input: the input's position; State, InPlace: the state tensor's
+    size_t part_index = 0;  // State, InPlace: which of the tensor's parts (Note [a state tensor over several devices])
     std::string device;
     DType dtype;
     int64_t numel;
@@ -199,6 +203,7 @@ struct TinyJit::Capture {
   std::vector<std::function<void()>> hooks;
   std::unique_ptr<ExecGraph> graph;
   size_t kernels = 0, copies = 0, collectives = 0;
+  size_t states_in_place = 0;  // Note [state updated in place]
   size_t arena_bytes = 0;  // Note [one arena for a captured step's intermediates]
   std::unordered_set<const Buffer*> fixed_inputs;  // fixed buffers the step reads but does not write
   bool stale = false;                              // one of them was assigned away since (see JitObserver)
@@ -237,6 +242,19 @@ struct TinyJit::Capture {
     auto b = std::make_shared<Buffer>(slots[s].device, slots[s].dtype, slots[s].numel);
     if (recycled[s].size() < RECYCLED) recycled[s].push_back(b);
     return b;
+  }
+
+  // Note [state updated in place]: an in-place slot's buffer for this replay: the one its state
+  // tensor holds (`held`; `bound`: the replay's other slots, some of which may hold it too, as
+  // the state slot the step's first readers of the value use does), unless something outside
+  // the capture holds it too; then a copy of it, which the replay updates and the tensor takes.
+  std::shared_ptr<Buffer> in_place_buffer(size_t s, const std::shared_ptr<Buffer>& held, const Buffers& bound) {
+    if (recycled.size() < slots.size()) recycled.resize(slots.size());
+    const auto ours = 1 + std::count(bound.begin(), bound.end(), held) + std::count(recycled[s].begin(), recycled[s].end(), held);
+    if (TensorAccess::holds_buffer_alone(states[slots[s].index], static_cast<long>(ours))) return held;
+    auto copy = fresh_buffer(s);
+    copy_buffer(*copy, *held);
+    return copy;
   }
 };
 
@@ -466,8 +484,8 @@ bool collect_state(const Recording& rec, const std::unordered_set<const Buffer*>
 class SlotBinder {
  public:
   SlotBinder(Capture& cap, const Tensors& inputs, const StepState& st, const std::unordered_set<const Buffer*>& written,
-             const Tensors& outputs)
-      : cap_(cap), state_of_(st.state_of), written_(written) {
+             const Tensors& outputs, const std::unordered_map<const Buffer*, StepState::Part>& in_place)
+      : cap_(cap), state_of_(st.state_of), in_place_(in_place), written_(written) {
     for (size_t i = 0; i < inputs.size(); i++) input_of_.emplace(buffer_of(inputs[i]).get(), i);
     for (auto& parts : st.after)
       for (auto& b : parts) escaping_.insert(b.get());
@@ -485,6 +503,10 @@ class SlotBinder {
       s.part = Capture::Part::State;
       s.index = st->second.state;
       s.part_index = st->second.part;
+    } else if (auto ip = in_place_.find(b.get()); ip != in_place_.end()) {
+      s.part = Capture::Part::InPlace;
+      s.index = ip->second.state;
+      s.part_index = ip->second.part;
     } else if (!written_.count(b.get()) || !escaping_.count(b.get())) {
       if (!written_.count(b.get())) cap_.fixed_inputs.insert(b.get());
       return {std::nullopt, b};  // fixed
@@ -497,6 +519,7 @@ class SlotBinder {
  private:
   Capture& cap_;
   const std::unordered_map<const Buffer*, StepState::Part>& state_of_;
+  const std::unordered_map<const Buffer*, StepState::Part>& in_place_;  // Note [state updated in place]
   const std::unordered_set<const Buffer*>& written_;
   std::unordered_map<const Buffer*, size_t> input_of_, slot_of_;
   std::unordered_set<const Buffer*> escaping_;
@@ -552,6 +575,32 @@ Capture::Output captured_output(const Tensor& o, SlotBinder& binding) {
   return out;
 }
 
+// Note [state updated in place] (jit_in_place.cpp): the states of one part whose update kernel now
+// writes over the old value, by the buffer of their new value.
+std::unordered_map<const Buffer*, StepState::Part> update_in_place(std::vector<ExecItem>& items, const StepState& st,
+                                                                   const Tensors& outputs) {
+  std::unordered_map<const Buffer*, std::shared_ptr<Buffer>> held;  // the items' buffers, by address
+  for (auto& e : items)
+    for (auto& b : e.item.buffers) held.emplace(b.get(), b);
+  std::vector<StateUpdate> updates;
+  std::vector<StepState::Part> of;
+  for (auto& [before, part] : st.state_of) {
+    const Buffers& after = st.after[part.state];
+    auto h = held.find(before);
+    if (after.size() != 1 || h == held.end()) continue;  // a state over several devices, or one the step never reads
+    updates.push_back({h->second, after[0]});
+    of.push_back(part);
+  }
+  std::unordered_set<const Buffer*> returned;
+  for (auto& o : outputs)
+    for (auto& b : buffers_of(o)) returned.insert(b.get());
+  const auto merged = merge_in_place_updates(items, updates, returned);
+  std::unordered_map<const Buffer*, StepState::Part> out;
+  for (size_t k = 0; k < updates.size(); k++)
+    if (merged.count(updates[k].after.get())) out.emplace(updates[k].after.get(), of[k]);
+  return out;
+}
+
 // Sorts a recording's buffers (Note [what a captured step is]). Returns null and sets `why`
 // when the step cannot be replayed.
 std::unique_ptr<Capture> build_capture(Recording& rec, const Tensors& inputs, const Tensors& outputs,
@@ -563,8 +612,10 @@ std::unique_ptr<Capture> build_capture(Recording& rec, const Tensors& inputs, co
     for (size_t p = 0; p < e.item.outputs; p++) written.insert(e.item.buffers[p].get());
   StepState st;
   if (!collect_state(rec, written, *cap, st, why)) return nullptr;
+  auto in_place = update_in_place(items, st, outputs);
+  cap->states_in_place = in_place.size();
 
-  SlotBinder binding(*cap, inputs, st, written, outputs);
+  SlotBinder binding(*cap, inputs, st, written, outputs, in_place);
   cap->items = std::move(items);
   bind_items(*cap, binding);
   cap->arena_bytes = share_intermediates(cap->items, written);  // only fixed ones are left in the list
@@ -610,6 +661,15 @@ bool is_stale(const Capture& c) {
   return c.stale;
 }
 
+// The buffer a state tensor's part holds now (a State or InPlace slot's).
+std::shared_ptr<Buffer> state_buffer(const Capture& c, const Capture::Slot& sl, const std::string& jit_name) {
+  auto parts = TensorAccess::buffers(c.states[sl.index]);
+  auto b = sl.part_index < parts.size() ? parts[sl.part_index] : nullptr;
+  TG_CHECK(b && b->numel() == sl.numel && b->dtype() == sl.dtype && b->device() == sl.device, "jit '", jit_name,
+           "': the state tensor ", c.states[sl.index].describe(), " no longer holds a realized buffer like the captured one");
+  return b;
+}
+
 // This replay's buffer for every slot of the capture.
 std::vector<std::shared_ptr<Buffer>> slot_buffers(Capture& c, const Tensors& in, const std::string& jit_name) {
   std::vector<std::shared_ptr<Buffer>> bufs(c.slots.size());
@@ -617,16 +677,18 @@ std::vector<std::shared_ptr<Buffer>> slot_buffers(Capture& c, const Tensors& in,
     auto& sl = c.slots[s];
     switch (sl.part) {
       case Capture::Part::Input: bufs[s] = buffer_of(in[sl.index]); break;
-      case Capture::Part::State: {
-        auto parts = TensorAccess::buffers(c.states[sl.index]);
-        auto b = sl.part_index < parts.size() ? parts[sl.part_index] : nullptr;
-        TG_CHECK(b && b->numel() == sl.numel && b->dtype() == sl.dtype && b->device() == sl.device, "jit '", jit_name,
-                 "': the state tensor ", c.states[sl.index].describe(), " no longer holds a realized buffer like the captured one");
-        bufs[s] = std::move(b);
-        break;
-      }
+      case Capture::Part::State: bufs[s] = state_buffer(c, sl, jit_name); break;
       case Capture::Part::Fresh: bufs[s] = c.fresh_buffer(s); break;
+      case Capture::Part::InPlace: break;  // below, once every other slot holds what it holds
     }
+  }
+  for (size_t s = 0; s < c.slots.size(); s++) {
+    if (c.slots[s].part != Capture::Part::InPlace) continue;
+    auto held = state_buffer(c, c.slots[s], jit_name);
+    bufs[s] = c.in_place_buffer(s, held, bufs);
+    if (knobs::DEBUG >= 2 && bufs[s] != held)
+      std::fprintf(stderr, "jit %s: %s is held outside the step too: updated in a copy (Note [state updated in place])\n",
+                   jit_name.c_str(), c.states[c.slots[s].index].describe().c_str());
   }
   return bufs;
 }
@@ -771,10 +833,11 @@ Tensors TinyJit::capture(Entry& e, const Tensors& in, const std::string& sig) {
   captures_++;
   if (knobs::DEBUG >= 1)
     std::fprintf(stderr,
-                 "jit %s: captured [%s]: %zu kernels, %zu copies, %zu collectives; %zu state tensors, %zu host hooks; "
+                 "jit %s: captured [%s]: %zu kernels, %zu copies, %zu collectives; %zu state tensors (%zu updated in place), "
+                 "%zu host hooks; "
                  "intermediates in %.2f MB of arena%s\n",
                  name_.c_str(), sig.c_str(), cap->kernels, cap->copies, cap->collectives, cap->states.size(),
-                 cap->hooks.size(), static_cast<double>(cap->arena_bytes) / 1e6,
+                 cap->states_in_place, cap->hooks.size(), static_cast<double>(cap->arena_bytes) / 1e6,
                  cap->graph ? "; replayed as a device graph" : "");
   e.capture = std::move(cap);
   return out;

@@ -19,7 +19,7 @@ namespace tg {
 // run_schedule runs is recorded with its buffers and compiled launch (set_exec_recorder),
 // every Tensor::assign with the buffer the tensor held before and after (the tensor observer
 // hook, Note [tensor observers] in engine/observe.h), and the host work registered with
-// jit_on_replay. Later calls replay that record. The buffers of a record play one of four parts:
+// jit_on_replay. Later calls replay that record. The buffers of a record play one of five parts:
 //   input   the buffer of input i: rebound to the buffer of this call's input i
 //   state   the buffer an assigned tensor (a parameter, optimizer state, BatchNorm statistic)
 //           held when the capture began: rebound to the buffer that tensor holds now, so a
@@ -29,6 +29,9 @@ namespace tg {
 //           output such as the loss): a new buffer on every replay, so a loss returned by one
 //           replay stays valid after the next; the assigned tensors are pointed at their new
 //           buffers and the outputs are returned as new tensors
+//   in place  the new value of a state tensor whose update kernel may write over the old one
+//           (Note [state updated in place] in jit_in_place.cpp): bound to the buffer the tensor
+//           holds, or to a copy of it while something outside the step holds that buffer too
 //   fixed   everything else (intermediates, constants, the optimizer's per-step scalars, whose
 //           contents the replayed host work rewrites, tensors the step reads but does not
 //           assign): the captured buffer itself. Assigning such a tensor between calls (new

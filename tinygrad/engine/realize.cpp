@@ -155,21 +155,23 @@ void run_kernel(const ScheduleItem& item, const KernelLaunch& ck) {
   }
 }
 
-// A copy item's bytes, on the devices where both can, else through host memory (Note [copies
-// between devices] in device.cpp). Returns how they went.
-CopyKind copy_bytes(const ScheduleItem& item) {
-  auto& dst = item.buffers[0];
-  auto& src = item.buffers[1];
-  const CopyKind kind = copy_kind(src->device(), dst->device());
+}  // namespace
+
+CopyKind copy_buffer(Buffer& dst, const Buffer& src) {
+  const CopyKind kind = copy_kind(src.device(), dst.device());
   if (kind != CopyKind::ThroughHost) {
-    dst->copy_from(*src);
+    dst.copy_from(src);
     return kind;
   }
-  std::vector<uint8_t> host(src->nbytes());
-  src->copy_out(host.data(), host.size());
-  dst->copy_in(host.data(), host.size());
+  std::vector<uint8_t> host(src.nbytes());
+  src.copy_out(host.data(), host.size());
+  dst.copy_in(host.data(), host.size());
   return kind;
 }
+
+namespace {
+
+CopyKind copy_bytes(const ScheduleItem& item) { return copy_buffer(*item.buffers[0], *item.buffers[1]); }
 
 void run_copy(const ScheduleItem& item) {
   trace::Span span("copy", "copy");
@@ -274,6 +276,8 @@ void run_schedule(std::vector<ScheduleItem> schedule) {
   }
   pending.wait_all();
 }
+
+KernelLaunch kernel_launch(const ScheduleItem& item) { return compiled(item).launch; }
 
 void run_exec_items(const std::vector<ExecItem>& items) {
   check_collective_sequences(items, [](const ExecItem& e) -> const ScheduleItem& { return e.item; });

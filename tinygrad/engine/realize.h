@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tinygrad/codegen/opt.h"
+#include "tinygrad/device.h"
 #include "tinygrad/schedule/schedule.h"
 
 
@@ -62,6 +63,14 @@ struct ExecItem {
   ScheduleItem item;
   KernelLaunch launch;  // Kernel items only
 };
+
+// All of src's bytes into dst: on the devices where both can, else through host memory (Note
+// [copies between devices] in device.cpp). Returns how they went.
+CopyKind copy_buffer(Buffer& dst, const Buffer& src);
+
+// The launch of a kernel item as run_schedule would launch it: compiled, or taken from the
+// kernel cache. engine/jit uses it for kernels it rewrites (Note [state updated in place]).
+KernelLaunch kernel_launch(const ScheduleItem& item);
 
 // While a recorder is set (on this thread), run_schedule passes it every item it runs, in order,
 // before running it. Returns the previous recorder. engine/jit uses this to capture a step.

@@ -1,0 +1,152 @@
+// State tensors updated in place by a captured step's replays (see jit_in_place.h).
+//
+// Note [state updated in place]: a replay writes each assigned tensor's new value (parameters,
+// optimizer moments, BatchNorm statistics) somewhere and points the tensor at it. Into a new
+// buffer (Note [recycled fresh buffers] in jit.cpp), every state tensor is held twice, its value
+// and the buffer its next value goes to: for GPT-2 124M's parameters and AdamW moments, 1.5 GB
+// more at the step's peak. PyTorch's optimizers write in place, and so does a replay here
+// wherever that cannot change what the step computes. At capture, a state's update qualifies
+// when its new value is written by one kernel that
+//   - reads the old value only at the element it writes (every load of the old buffer has the
+//     index of the store into the new one; a plain store, no accumulating one),
+//   - is the last item of the step to touch the old buffer and the first to touch the new one,
+// and the new buffer is not one of the step's outputs, and neither buffer is a view or viewed.
+// That kernel's two parameters are merged into one, the new buffer's, and the kernel is compiled
+// again: it then reads and writes through one pointer, which every renderer declares as written
+// (no noalias or __restrict__ pretends the two differ). The replay binds that parameter to the
+// buffer the tensor holds (an in-place slot in jit.cpp), so the tensor keeps its buffer from step
+// to step. When something besides the tensor still holds that buffer (a state dict or a detached
+// copy taken before the call, a lazy graph over the parameter, a cached result), the replay first
+// copies it into a new buffer and updates the copy, so the holders keep the values they saw (copy
+// on write). The first call and the capturing one run normally, into new buffers; states over
+// several devices, values written by copies or collectives (ZeRO's all-gathered parameters) and
+// updates that read other elements of the old value keep new buffers on every replay.
+#include "tinygrad/engine/jit_in_place.h"
+
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "tinygrad/device.h"
+#include "tinygrad/rewrite.h"
+
+namespace tg {
+
+namespace {
+
+bool touches(const ExecItem& e, const Buffer* b) {
+  for (auto& x : e.item.buffers)
+    if (x.get() == b) return true;
+  return false;
+}
+
+// The position of b among e's buffers in [from, to), if it is there.
+std::optional<size_t> position_of(const ExecItem& e, const Buffer* b, size_t from, size_t to) {
+  for (size_t p = from; p < to && p < e.item.buffers.size(); p++)
+    if (e.item.buffers[p].get() == b) return p;
+  return std::nullopt;
+}
+
+bool is_param(const UOpPtr& u, int64_t i) { return u->op == Op::DEFINE_GLOBAL && u->arg_int() == i; }
+
+// The plain STORE into parameter `out` of a kernel graph (a STORE or a SINK of them), or null.
+const UOp* plain_store_into(const UOpPtr& ast, int64_t out) {
+  auto plain = [&](const UOpPtr& s) {
+    return s->op == Op::STORE && s->src.size() == 3 && is_param(s->src[0], out) &&
+           std::holds_alternative<std::monostate>(s->arg);
+  };
+  if (plain(ast)) return ast.get();
+  if (ast->op != Op::SINK) return nullptr;
+  for (auto& s : ast->src)
+    if (plain(s)) return s.get();
+  return nullptr;
+}
+
+// Whether every use of parameter `in` in the kernel graph is a load at the index of `store`, of
+// the dtype it stores (the load and the store then touch the same element, and only it).
+bool reads_only_the_stored_element(const UOpPtr& ast, const UOp& store, int64_t in) {
+  for (auto& u : toposort({ast}))
+    for (size_t i = 0; i < u->src.size(); i++) {
+      if (!is_param(u->src[i], in)) continue;
+      if (u->op != Op::LOAD || i != 0 || u->src[1] != store.src[1] || u->src[0]->dtype != store.src[0]->dtype)
+        return false;
+    }
+  return true;
+}
+
+// The kernel graph with parameter `in` merged into `out` and the parameters after `in` numbered
+// one lower.
+UOpPtr merge_params(const UOpPtr& ast, int64_t in, int64_t out) {
+  std::unordered_map<const UOp*, UOpPtr> from;
+  for (auto& u : toposort({ast})) {
+    if (u->op != Op::DEFINE_GLOBAL) continue;
+    int64_t i = u->arg_int();
+    if (i == in) from[u.get()] = make_uop(Op::DEFINE_GLOBAL, u->dtype, {}, Arg{out});
+    else if (i > in) from[u.get()] = make_uop(Op::DEFINE_GLOBAL, u->dtype, {}, Arg{i - 1});
+  }
+  return substitute(ast, from);
+}
+
+// Buffers that are views, or that a view in the list views: their bytes have other names.
+std::unordered_set<const Buffer*> viewed_or_views(const std::vector<ExecItem>& items) {
+  std::unordered_set<const Buffer*> out;
+  for (auto& e : items)
+    for (auto& b : e.item.buffers)
+      for (const Buffer* v = b.get(); v && v->view_base(); v = v->view_base().get()) {
+        out.insert(v);
+        out.insert(v->view_base().get());
+      }
+  return out;
+}
+
+// Merges the update's old-value parameter into its new-value one when it qualifies (Note [state
+// updated in place]); returns the position of the kernel it rewrote (not compiled yet).
+std::optional<size_t> merge_update(std::vector<ExecItem>& items, const StateUpdate& u) {
+  const Buffer* before = u.before.get();
+  const Buffer* after = u.after.get();
+  std::optional<size_t> writer;
+  for (size_t i = 0; i < items.size(); i++) {
+    if (!position_of(items[i], after, 0, items[i].item.outputs)) continue;
+    if (writer) return std::nullopt;  // written twice
+    writer = i;
+  }
+  if (!writer || items[*writer].item.kind != ScheduleItem::Kind::Kernel) return std::nullopt;
+  for (size_t i = 0; i < items.size(); i++) {
+    if (i < *writer && touches(items[i], after)) return std::nullopt;
+    if (i > *writer && touches(items[i], before)) return std::nullopt;
+  }
+  ExecItem& w = items[*writer];
+  auto out = position_of(w, after, 0, w.item.outputs);
+  auto in = position_of(w, before, w.item.outputs, w.item.buffers.size());
+  if (!in) return std::nullopt;
+  const auto out_param = static_cast<int64_t>(*out), in_param = static_cast<int64_t>(*in);
+  const UOp* store = plain_store_into(w.item.ast, out_param);
+  if (!store || !reads_only_the_stored_element(w.item.ast, *store, in_param)) return std::nullopt;
+  w.item.ast = merge_params(w.item.ast, in_param, out_param);
+  w.item.buffers.erase(w.item.buffers.begin() + static_cast<std::ptrdiff_t>(*in));
+  return writer;
+}
+
+}  // namespace
+
+std::unordered_set<const Buffer*> merge_in_place_updates(std::vector<ExecItem>& items,
+                                                         const std::vector<StateUpdate>& updates,
+                                                         const std::unordered_set<const Buffer*>& returned) {
+  const std::unordered_set<const Buffer*> aliased = viewed_or_views(items);
+  std::unordered_set<const Buffer*> merged;
+  std::set<size_t> rewritten;  // kernels, compiled once each after all their merges (an optimizer's
+                               // update writes a parameter and its moments)
+  for (auto& u : updates) {
+    if (!u.before || !u.after || u.before == u.after) continue;
+    if (returned.count(u.after.get()) || aliased.count(u.before.get()) || aliased.count(u.after.get())) continue;
+    if (u.before->device() != u.after->device()) continue;
+    if (auto w = merge_update(items, u)) {
+      merged.insert(u.after.get());
+      rewritten.insert(*w);
+    }
+  }
+  for (size_t w : rewritten) items[w].launch = kernel_launch(items[w].item);
+  return merged;
+}
+
+}  // namespace tg
