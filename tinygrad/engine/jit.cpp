@@ -336,20 +336,6 @@ size_t collective_waited_at(const std::vector<ExecItem>& items, size_t c) {
   return items.size();
 }
 
-// The buffers of a list that are views of another (Note [concatenations stored in place] in
-// schedule/concat_in_place.cpp) and the buffers they view: their memory is one, so they keep it
-// rather than share the arena (a view placed apart from its base would no longer alias it).
-std::unordered_set<const Buffer*> aliased_buffers(const std::vector<ExecItem>& items) {
-  std::unordered_set<const Buffer*> out;
-  for (auto& e : items)
-    for (auto& b : e.item.buffers)
-      for (const Buffer* v = b.get(); v && v->view_base(); v = v->view_base().get()) {
-        out.insert(v);
-        out.insert(v->view_base().get());
-      }
-  return out;
-}
-
 // The fixed intermediates of a captured list, in order of first use (views and their bases left out).
 std::vector<Intermediate> intermediates(const std::vector<ExecItem>& items, const std::unordered_set<const Buffer*>& written) {
   std::vector<Intermediate> all;

@@ -87,18 +87,6 @@ UOpPtr merge_params(const UOpPtr& ast, int64_t in, int64_t out) {
   return substitute(ast, from);
 }
 
-// Buffers that are views, or that a view in the list views: their bytes have other names.
-std::unordered_set<const Buffer*> viewed_or_views(const std::vector<ExecItem>& items) {
-  std::unordered_set<const Buffer*> out;
-  for (auto& e : items)
-    for (auto& b : e.item.buffers)
-      for (const Buffer* v = b.get(); v && v->view_base(); v = v->view_base().get()) {
-        out.insert(v);
-        out.insert(v->view_base().get());
-      }
-  return out;
-}
-
 // Merges the update's old-value parameter into its new-value one when it qualifies (Note [state
 // updated in place]); returns the position of the kernel it rewrote (not compiled yet).
 std::optional<size_t> merge_update(std::vector<ExecItem>& items, const StateUpdate& u) {
@@ -129,10 +117,21 @@ std::optional<size_t> merge_update(std::vector<ExecItem>& items, const StateUpda
 
 }  // namespace
 
+std::unordered_set<const Buffer*> aliased_buffers(const std::vector<ExecItem>& items) {
+  std::unordered_set<const Buffer*> out;
+  for (auto& e : items)
+    for (auto& b : e.item.buffers)
+      for (const Buffer* v = b.get(); v && v->view_base(); v = v->view_base().get()) {
+        out.insert(v);
+        out.insert(v->view_base().get());
+      }
+  return out;
+}
+
 std::unordered_set<const Buffer*> merge_in_place_updates(std::vector<ExecItem>& items,
                                                          const std::vector<StateUpdate>& updates,
                                                          const std::unordered_set<const Buffer*>& returned) {
-  const std::unordered_set<const Buffer*> aliased = viewed_or_views(items);
+  const std::unordered_set<const Buffer*> aliased = aliased_buffers(items);
   std::unordered_set<const Buffer*> merged;
   std::set<size_t> rewritten;  // kernels, compiled once each after all their merges (an optimizer's
                                // update writes a parameter and its moments)

@@ -10,6 +10,12 @@
 
 namespace tg {
 
+// The buffers of a captured list that are views of another (Note [concatenations stored in place]
+// in schedule/concat_in_place.cpp) and the buffers they view: their bytes have two names, so
+// they neither share the arena of intermediates (a view placed apart from its base would no
+// longer alias it) nor take part in an update in place.
+std::unordered_set<const Buffer*> aliased_buffers(const std::vector<ExecItem>& items);
+
 // A state tensor's buffer before a captured step and the buffer its new value was written to.
 struct StateUpdate {
   std::shared_ptr<Buffer> before, after;
