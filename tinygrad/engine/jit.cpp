@@ -204,6 +204,7 @@ struct TinyJit::Capture {
   std::unique_ptr<ExecGraph> graph;
   size_t kernels = 0, copies = 0, collectives = 0;
   size_t states_in_place = 0;  // Note [state updated in place]
+  size_t written_over = 0;     // kernels writing over a dying input: Note [intermediates written over a dying input]
   size_t arena_bytes = 0;  // Note [one arena for a captured step's intermediates]
   std::unordered_set<const Buffer*> fixed_inputs;  // fixed buffers the step reads but does not write
   bool stale = false;                              // one of them was assigned away since (see JitObserver)
@@ -561,6 +562,19 @@ Capture::Output captured_output(const Tensor& o, SlotBinder& binding) {
   return out;
 }
 
+// Whether b is an input, a state's value before or after the step, or an output.
+bool escapes(const Buffer* b, const Tensors& inputs, const StepState& st, const Tensors& outputs) {
+  if (st.state_of.count(b)) return true;
+  for (auto& parts : st.after)
+    for (auto& a : parts)
+      if (a.get() == b) return true;
+  for (const Tensors* ts : {&inputs, &outputs})
+    for (auto& t : *ts)
+      for (auto& x : buffers_of(t))
+        if (x.get() == b) return true;
+  return false;
+}
+
 // Note [state updated in place] (jit_in_place.cpp): the states of one part whose update kernel now
 // writes over the old value, by the buffer of their new value.
 std::unordered_map<const Buffer*, StepState::Part> update_in_place(std::vector<ExecItem>& items, const StepState& st,
@@ -600,6 +614,9 @@ std::unique_ptr<Capture> build_capture(Recording& rec, const Tensors& inputs, co
   if (!collect_state(rec, written, *cap, st, why)) return nullptr;
   auto in_place = update_in_place(items, st, outputs);
   cap->states_in_place = in_place.size();
+  cap->written_over = write_intermediates_over_dying_inputs(items, [&](const Buffer* b) {
+    return written.count(b) && !escapes(b, inputs, st, outputs);
+  });
 
   SlotBinder binding(*cap, inputs, st, written, outputs, in_place);
   cap->items = std::move(items);
@@ -819,10 +836,10 @@ Tensors TinyJit::capture(Entry& e, const Tensors& in, const std::string& sig) {
   captures_++;
   if (knobs::DEBUG >= 1)
     std::fprintf(stderr,
-                 "jit %s: captured [%s]: %zu kernels, %zu copies, %zu collectives; %zu state tensors (%zu updated in place), "
-                 "%zu host hooks; "
+                 "jit %s: captured [%s]: %zu kernels (%zu writing over an input), %zu copies, %zu collectives; %zu state "
+                 "tensors (%zu updated in place), %zu host hooks; "
                  "intermediates in %.2f MB of arena%s\n",
-                 name_.c_str(), sig.c_str(), cap->kernels, cap->copies, cap->collectives, cap->states.size(),
+                 name_.c_str(), sig.c_str(), cap->kernels, cap->written_over, cap->copies, cap->collectives, cap->states.size(),
                  cap->states_in_place, cap->hooks.size(), static_cast<double>(cap->arena_bytes) / 1e6,
                  cap->graph ? "; replayed as a device graph" : "");
   e.capture = std::move(cap);

@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tinygrad/device.h"
 #include "tinygrad/rewrite.h"
@@ -63,12 +64,17 @@ const UOp* plain_store_into(const UOpPtr& ast, int64_t out) {
 }
 
 // Whether every use of parameter `in` in the kernel graph is a load at the index of `store`, of
-// the dtype it stores (the load and the store then touch the same element, and only it).
+// the dtype it stores, that the stored value is computed from: the load and the store then touch
+// the same element, only it, and the load comes first (a load that only another output of the
+// kernel reads could be placed after this store).
 bool reads_only_the_stored_element(const UOpPtr& ast, const UOp& store, int64_t in) {
+  std::unordered_set<const UOp*> feeds_store;
+  for (auto& u : toposort({store.src[2]})) feeds_store.insert(u.get());
   for (auto& u : toposort({ast}))
     for (size_t i = 0; i < u->src.size(); i++) {
       if (!is_param(u->src[i], in)) continue;
-      if (u->op != Op::LOAD || i != 0 || u->src[1] != store.src[1] || u->src[0]->dtype != store.src[0]->dtype)
+      if (u->op != Op::LOAD || i != 0 || u->src[1] != store.src[1] || u->src[0]->dtype != store.src[0]->dtype ||
+          !feeds_store.count(u.get()))
         return false;
     }
   return true;
@@ -85,6 +91,19 @@ UOpPtr merge_params(const UOpPtr& ast, int64_t in, int64_t out) {
     else if (i > in) from[u.get()] = make_uop(Op::DEFINE_GLOBAL, u->dtype, {}, Arg{i - 1});
   }
   return substitute(ast, from);
+}
+
+// Rewrites kernel w to read its input at position `in` from its output at position `out` (the
+// two parameters merged into the output's, the input's buffer left out of w's list) when the
+// kernel reads that input only at the element it stores (Note [state updated in place]); true
+// when it did. The caller recompiles w.
+bool read_from_output(ExecItem& w, size_t out, size_t in) {
+  const auto out_param = static_cast<int64_t>(out), in_param = static_cast<int64_t>(in);
+  const UOp* store = plain_store_into(w.item.ast, out_param);
+  if (!store || !reads_only_the_stored_element(w.item.ast, *store, in_param)) return false;
+  w.item.ast = merge_params(w.item.ast, in_param, out_param);
+  w.item.buffers.erase(w.item.buffers.begin() + static_cast<std::ptrdiff_t>(in));
+  return true;
 }
 
 // Merges the update's old-value parameter into its new-value one when it qualifies (Note [state
@@ -106,13 +125,56 @@ std::optional<size_t> merge_update(std::vector<ExecItem>& items, const StateUpda
   ExecItem& w = items[*writer];
   auto out = position_of(w, after, 0, w.item.outputs);
   auto in = position_of(w, before, w.item.outputs, w.item.buffers.size());
-  if (!in) return std::nullopt;
-  const auto out_param = static_cast<int64_t>(*out), in_param = static_cast<int64_t>(*in);
-  const UOp* store = plain_store_into(w.item.ast, out_param);
-  if (!store || !reads_only_the_stored_element(w.item.ast, *store, in_param)) return std::nullopt;
-  w.item.ast = merge_params(w.item.ast, in_param, out_param);
-  w.item.buffers.erase(w.item.buffers.begin() + static_cast<std::ptrdiff_t>(*in));
+  if (!in || !read_from_output(w, *out, *in)) return std::nullopt;
   return writer;
+}
+
+// Note [intermediates written over a dying input]: an intermediate's last reader often writes one
+// of its own size from it element by element (a gradient from the activation it differentiates,
+// the cross-entropy's gradient from the logits: 1.6 GB for GPT-2 at 16 x 1024). A captured step
+// then keeps both alive at that kernel. Where the kernel reads the dying input only at the element
+// it stores (the same test as an update in place), its output is written over the input instead:
+// the kernel is rewritten to read and write the input's buffer, and the items after it read that
+// buffer where they read the output. Both must be intermediates of the list (written by it, not
+// an input, state or output of the step), of one device, dtype and size, neither a view nor
+// viewed, and neither touched by a copy or collective. Returns the kernels it rewrote.
+std::set<size_t> write_over_dying_inputs(std::vector<ExecItem>& items, const IsIntermediate& is_intermediate) {
+  const std::unordered_set<const Buffer*> aliased = aliased_buffers(items);
+  std::unordered_map<const Buffer*, size_t> last, writers;
+  std::unordered_set<const Buffer*> moved;  // touched by a copy or collective
+  for (size_t i = 0; i < items.size(); i++)
+    for (size_t p = 0; p < items[i].item.buffers.size(); p++) {
+      const Buffer* b = items[i].item.buffers[p].get();
+      last[b] = i;
+      if (p < items[i].item.outputs) writers[b]++;
+      if (items[i].item.kind != ScheduleItem::Kind::Kernel) moved.insert(b);
+    }
+  auto candidate = [&](const std::shared_ptr<Buffer>& b) {
+    return b && !b->view_base() && !aliased.count(b.get()) && !moved.count(b.get()) && is_intermediate(b.get());
+  };
+  std::set<size_t> rewritten;
+  for (size_t i = 0; i < items.size(); i++) {
+    ExecItem& w = items[i];
+    if (w.item.kind != ScheduleItem::Kind::Kernel) continue;
+    for (size_t out = 0; out < w.item.outputs; out++) {
+      const std::shared_ptr<Buffer> a = w.item.buffers[out];
+      if (!candidate(a) || writers[a.get()] != 1) continue;
+      for (size_t in = w.item.outputs; in < w.item.buffers.size(); in++) {
+        const std::shared_ptr<Buffer> b = w.item.buffers[in];
+        if (!candidate(b) || last[b.get()] != i || b->device() != a->device() || b->dtype() != a->dtype() ||
+            b->numel() != a->numel() || b == a || !read_from_output(w, out, in))
+          continue;
+        w.item.buffers[out] = b;
+        for (size_t j = i + 1; j < items.size(); j++)
+          for (auto& x : items[j].item.buffers)
+            if (x == a) x = b;
+        last[b.get()] = last[a.get()];
+        rewritten.insert(i);
+        break;
+      }
+    }
+  }
+  return rewritten;
 }
 
 }  // namespace
@@ -126,6 +188,12 @@ std::unordered_set<const Buffer*> aliased_buffers(const std::vector<ExecItem>& i
         out.insert(v->view_base().get());
       }
   return out;
+}
+
+size_t write_intermediates_over_dying_inputs(std::vector<ExecItem>& items, const IsIntermediate& is_intermediate) {
+  std::set<size_t> rewritten = write_over_dying_inputs(items, is_intermediate);
+  for (size_t w : rewritten) items[w].launch = kernel_launch(items[w].item);
+  return rewritten.size();
 }
 
 std::unordered_set<const Buffer*> merge_in_place_updates(std::vector<ExecItem>& items,

@@ -1,7 +1,9 @@
-// State tensors that a captured step's replays update in place (Note [state updated in place] in
-// jit_in_place.cpp): finding the update kernels that may write a state's new value over its old
-// one, and rewriting them to read and write that one buffer.
+// Kernels of a captured step that write over what they read: state tensors that replays update in
+// place (Note [state updated in place] in jit_in_place.cpp) and intermediates written over an
+// input whose last reader made them (Note [intermediates written over a dying input]); finding
+// such kernels and rewriting them to read and write one buffer.
 #pragma once
+#include <functional>
 #include <memory>
 #include <unordered_set>
 #include <vector>
@@ -28,5 +30,14 @@ struct StateUpdate {
 std::unordered_set<const Buffer*> merge_in_place_updates(std::vector<ExecItem>& items,
                                                          const std::vector<StateUpdate>& updates,
                                                          const std::unordered_set<const Buffer*>& returned);
+
+// Whether a buffer of a captured list is one of its intermediates (written by the list, not an
+// input, state or output of the step).
+using IsIntermediate = std::function<bool(const Buffer*)>;
+
+// Note [intermediates written over a dying input] (jit_in_place.cpp): rewrites each kernel that may
+// write an output over an input it is the last reader of, and recompiles it. Returns how many
+// kernels it rewrote.
+size_t write_intermediates_over_dying_inputs(std::vector<ExecItem>& items, const IsIntermediate& is_intermediate);
 
 }  // namespace tg
