@@ -523,13 +523,14 @@ TEST(Jit, AnUpdateThatReadsOtherElementsIsNotInPlace) {
 
 // Note [intermediates written over a dying input] (engine/jit_in_place.cpp): b is computed from a,
 // element by element, by a's last reader, so b is written over a and the arena holds one of the
-// two; a b that reads a reversed cannot be, and the arena holds both. Replays with new inputs
-// compute the right values either way.
+// two; a b that reads a reversed cannot be, and the arena holds both (beside what both steps
+// hold alike: a GPU's partial sums). Replays with new inputs compute the right values either way.
 TEST(Jit, AnIntermediateIsWrittenOverItsLastReadersInput) {
   if (!get_device(default_device()).supports(Feature::AddressableMemory))
     GTEST_SKIP() << default_device() << " buffers are handles: intermediates share by equal sizes there";
   KnobScope k(knobs::JIT, 1);
   constexpr int64_t n = int64_t{1} << 14;
+  size_t arena[2] = {0, 0};
   for (bool reversed : {false, true}) {
     TinyJit step([&](const Tensors& in) {
       Tensor a = (in[0] * 2.0 + 1.0).contiguous();
@@ -547,6 +548,8 @@ TEST(Jit, AnIntermediateIsWrittenOverItsLastReadersInput) {
       }
     }
     EXPECT_EQ(step.replays(), 2);
-    EXPECT_EQ(step.arena_bytes(), (reversed ? 2 : 1) * n * sizeof(float)) << (reversed ? "reversed" : "in order");
+    arena[reversed] = step.arena_bytes();
   }
+  EXPECT_GE(arena[0], n * sizeof(float));
+  EXPECT_EQ(arena[1] - arena[0], n * sizeof(float)) << "in order " << arena[0] << " bytes, reversed " << arena[1];
 }
