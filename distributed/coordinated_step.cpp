@@ -15,7 +15,9 @@ LazyStepOutcome coordinated_step_lazy(nn::Optimizer& optim, const Tensors& first
   const bool decides = (opt.max_norm > 0 || opt.skip_nonfinite) &&
                        std::any_of(params.begin(), params.end(), [](Tensor* p) { return p->grad().has_value(); });
   if (decides || opt.report_norm)  // the reduced gradients' norm: the same on every rank
-    out.grad_norm = opt.max_norm > 0 ? nn::clip_grad_norm_lazy(params, opt.max_norm) : nn::grad_norm_lazy(params);
+    out.grad_norm = opt.max_norm > 0    ? nn::clip_grad_norm_lazy(params, opt.max_norm)
+                    : opt.grad_norm ? *opt.grad_norm
+                                    : nn::grad_norm_lazy(params);
   Tensors values = first;
   if (!decides) {
     if (out.grad_norm) values.push_back(*out.grad_norm);

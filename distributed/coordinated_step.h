@@ -21,6 +21,10 @@ struct StepOptions {
   double max_norm = 0;         // clip the global gradient norm to this (0: no clipping)
   bool skip_nonfinite = true;  // check the gradients and skip the step on inf/NaN
   bool report_norm = false;    // without the two above: still compute the global norm (LazyStepOutcome::grad_norm, no ok)
+  // the gradients' global norm for the skip check and the report, where the caller has it for
+  // less than a reduce per parameter (DataParallel::grad_norm_lazy: one per bucket); by default
+  // nn::grad_norm_lazy. Clipping ignores it (Note [the norm from the buckets] in data_parallel.cpp)
+  std::optional<Tensor> grad_norm;
 };
 
 // The outcome of a step as realized 0-d device tensors (empty when the step checked nothing; only

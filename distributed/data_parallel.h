@@ -68,6 +68,11 @@ class DataParallel {
   // zeros and gets none. Parameters over several devices of this process are reduced over them
   // first (Note [gradients over a rank's devices]).
   Tensors reduce_gradients();
+  // The global L2 norm of the gradients that reduce_gradients set, lazily, as a 0-d float32
+  // tensor, from its outputs `reduced`: one reduce per bucket instead of one per parameter (Note
+  // [the norm from the buckets]); the per-parameter nn::grad_norm_lazy where a bucket is split
+  // over this rank's devices.
+  Tensor grad_norm_lazy(const Tensors& reduced) const;
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   ProcessGroup& group() { return pg_; }

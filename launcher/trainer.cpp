@@ -423,6 +423,7 @@ Tensors Trainer::train_step(const Tensors& batch) {
       lazy = fsdp_->step_lazy({loss}, so);
     } else {
       Tensors first = dp_->reduce_gradients();
+      so.grad_norm = dp_->grad_norm_lazy(first);  // Note [the norm from the buckets] in distributed/data_parallel.cpp
       first.push_back(loss);
       lazy = dist::coordinated_step_lazy(*optim_, first, so);
     }

@@ -10,11 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/collective_runner.h"
 #include "distributed/data_parallel.h"
 #include "distributed/local_backend.h"
 #include "distributed/rendezvous.h"
 #include "tinygrad/runtime/cpu.h"
+#include "schedule_util.h"
 #include "test_util.h"
+#include "tinygrad/nn/optim.h"
 
 using namespace tg;
 using namespace tg::dist;
@@ -96,6 +99,39 @@ TEST(DataParallelBuckets, PiecesOnTheDevicesGridComeFirst) {
   register_device("ALIGNED16", [](const std::string& n) { return std::make_unique<AlignedViewsDevice>(n); });
   EXPECT_EQ(bucket_order("CPU"), (std::vector<size_t>{3, 2, 1, 0}));
   EXPECT_EQ(bucket_order("ALIGNED16"), (std::vector<size_t>{2, 1, 0, 3}));
+}
+
+// Note [the norm from the buckets] in distributed/data_parallel.cpp: the norm taken from the
+// buckets is the parameters' gradient norm (a parameter without a gradient counts as none), on
+// every rank, in fewer kernels than a reduce per parameter.
+TEST(DataParallelBuckets, TheNormFromTheBucketsIsTheGradientsNorm) {
+  std::vector<double> from_buckets(2), per_parameter(2);
+  std::vector<size_t> bucket_kernels(2), parameter_kernels(2);
+  run_local(2, [&](ProcessGroup& pg) {
+    const int r = pg.rank();
+    Tensor w1 = Tensor::zeros({32, 12}), b1 = Tensor::zeros({32}), w2 = Tensor::zeros({10, 32}),
+           b2 = Tensor::zeros({10});
+    auto values = [r](int64_t n, double step) {  // different on each rank, some negative
+      return (Tensor::arange(0.0, static_cast<double>(n)) * (step * (r + 1)) - 0.5).sin();
+    };
+    w1.set_grad(values(32 * 12, 0.01).reshape({32, 12}).realize());
+    b1.set_grad(values(32, 0.3).realize());
+    w2.set_grad(values(10 * 32, 0.07).reshape({10, 32}).realize());
+    CollectiveEngine engine(pg);
+    DataParallel dp(pg, {&w1, &b1, &w2, &b2}, {});
+    Tensors reduced = dp.reduce_gradients();
+    Tensor norm = dp.grad_norm_lazy(reduced), reference = nn::grad_norm_lazy({&w1, &b1, &w2, &b2});
+    bucket_kernels[r] = testutil::kernels({norm});
+    parameter_kernels[r] = testutil::kernels({reference});
+    from_buckets[r] = norm.item<double>();
+    per_parameter[r] = reference.item<double>();
+  });
+  for (int r = 0; r < 2; r++) {
+    EXPECT_GT(per_parameter[r], 0);
+    EXPECT_NEAR(from_buckets[r], per_parameter[r], 1e-6 * per_parameter[r]) << "rank " << r;
+    EXPECT_LT(bucket_kernels[r], parameter_kernels[r]) << "rank " << r;
+  }
+  EXPECT_EQ(from_buckets[0], from_buckets[1]) << "the ranks decide from one value";
 }
 
 TEST(LocalBackend, MismatchedCollectiveIsAnError) {
