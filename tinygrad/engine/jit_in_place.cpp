@@ -7,8 +7,9 @@
 // more at the step's peak. PyTorch's optimizers write in place, and so does a replay here
 // wherever that cannot change what the step computes. At capture, a state's update qualifies
 // when its new value is written by one kernel that
-//   - reads the old value only at the element it writes (every load of the old buffer has the
-//     index of the store into the new one; a plain store, no accumulating one),
+//   - reads the old value only at the element it writes, for the value it stores there (every
+//     load of the old buffer has the index of the store into the new one and feeds that store,
+//     so it runs before it; a plain store, no accumulating one),
 //   - is the last item of the step to touch the old buffer and the first to touch the new one,
 // and the new buffer is not one of the step's outputs, and neither buffer is a view or viewed.
 // That kernel's two parameters are merged into one, the new buffer's, and the kernel is compiled
