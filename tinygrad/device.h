@@ -108,7 +108,7 @@ struct MatmulSpec {
 // their operands in buffers (Note [product operands] in schedule/schedule.cpp).
 // AddressableMemory: a buffer is an address, and the address plus an offset addresses its bytes
 // (host memory, CUDA device pointers), so one allocation can hold several buffers (Buffer's view
-// constructor; Note [one arena for a captured step's intermediates] in engine/jit.cpp).
+// constructor; Note [one arena for a captured step's intermediates] in engine/jit_arena.cpp).
 // TensorCores: mma.sync tf32 products in generated kernels (codegen/tensor_core.h; CUDA sm_80 and up).
 // Streams: a compute and a communication stream with events between them (Note [streams and
 // events]). PeerCopy: the device copies from another device of its backend (or from itself) on

@@ -51,7 +51,7 @@ namespace tg {
 // from host data inside the function are captured as constants. Memory: an optimizer step
 // that is being captured leaves no gradients (Note [a capture leaves no gradients] in
 // nn/optim.cpp), so the capturing call's graph dies with the call; the step's intermediates
-// share memory as in Note [sharing fixed intermediates] (jit.cpp).
+// share memory as in Note [sharing fixed intermediates] (jit_arena.cpp).
 //
 // A call whose input signature has no capture yet starts over for that signature (runs
 // normally, captures on its next call): each signature keeps its own capture, so a smaller last
