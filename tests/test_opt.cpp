@@ -241,6 +241,68 @@ TEST(Opt, BlocksKeepAMatmulsResult) {
   }
 }
 
+// Note [padded loops] in codegen/opt_block.cpp: PADTO pads an output loop that the tile's height
+// does not divide; the padded iterations read the last row again and store nothing, also where a
+// KBLOCK adds partial sums into the output (a padded row stored twice would add its sum twice).
+TEST(Opt, PaddedLoopsKeepAMatmulsResult) {
+  Tensor a = realized_randn({13, 40}, 60), b = realized_randn({40, 24}, 61), bias = realized_randn({24}, 62);
+  Tensor ba = realized_randn({3, 6, 20}, 63), bb = realized_randn({3, 20, 10}, 64);
+  ScheduleItem mm = only_kernel(a.matmul(b)), epilogue = only_kernel((a.matmul(b) + bias).relu());
+  ScheduleItem batched = only_kernel(ba.matmul(bb));
+  std::vector<std::vector<Opt>> cases = {
+      {{OptOp::PADTO, 0, 5}},
+      {{OptOp::PADTO, 0, 5}, {OptOp::UPCAST, 0, 5}, {OptOp::UPCAST, 1, 8}},
+      {{OptOp::PADTO, 0, 5}, {OptOp::KBLOCK, 2, 8}, {OptOp::UPCAST, 0, 5}},
+      {{OptOp::PADTO, 0, 8},
+       {OptOp::BLOCK, 1, 24},
+       {OptOp::BLOCK, 0, 8},
+       {OptOp::KBLOCK, 2, 10},
+       {OptOp::UPCAST, 4, 4},
+       {OptOp::UPCAST, 3, 8}},  // the hand-coded shape of it: 16 rows in blocks of 8
+  };
+  for (auto* item : {&mm, &epilogue}) {
+    auto plain = run_with(*item, {});
+    for (auto& opts : cases) {
+      SCOPED_TRACE(opts_str(opts));
+      expect_close(run_with(*item, opts), plain);
+    }
+  }
+  // loops: batch 0, i 1, j 2, k 3; the padded rows of one matrix must not reach the next one's
+  auto plain = run_with(batched, {});
+  for (auto& opts : std::vector<std::vector<Opt>>{{{OptOp::PADTO, 1, 4}, {OptOp::UPCAST, 1, 4}},
+                                                  {{OptOp::PADTO, 1, 4}, {OptOp::KBLOCK, 3, 5}, {OptOp::UPCAST, 1, 4}}}) {
+    SCOPED_TRACE(opts_str(opts));
+    expect_close(run_with(batched, opts), plain);
+  }
+  expect_error([&] { apply_opts(mm.ast, {{OptOp::PADTO, 2, 16}}); }, {"PADTO(2,16)", "reduce loop"});
+  expect_error([&] { apply_opts(mm.ast, {{OptOp::PADTO, 1, 8}}); }, {"PADTO(1,8)", "size 24 is a multiple already"});
+  expect_error([&] { apply_opts(mm.ast, {{OptOp::KBLOCK, 2, 8}, {OptOp::PADTO, 2, 3}}); },
+               {"PADTO(2,3)", "carries partial sums"});
+  EXPECT_EQ(opts_str(parse_opts("PADTO(0,130) BLOCK(0,130)")), "PADTO(0,130) BLOCK(0,130)");
+}
+
+// A power-of-two row count gets tiles of the most rows the registers hold (5 on AVX2) over rows
+// padded to whole tiles, where that costs at most 1/32 of the rows; AVX-512's 8 rows divide it.
+TEST(Opt, HandCodedOptsPadRowsForTallerTiles) {
+  Tensor a = realized_randn({256, 512}, 65), b = realized_randn({512, 272}, 66);
+  auto items = create_schedule({a.matmul(b).uop()});
+  const ScheduleItem& product = items.back();  // after the panels of B, where the device makes them
+  auto opts = hand_coded_opts(product.ast);  // an AVX2 core's: 32 KB L1, 1 MB L2, 5 rows of 16 lanes
+  ASSERT_FALSE(opts.empty());
+  EXPECT_EQ(opts_str(opts).substr(0, 8), "PADTO(0,") << opts_str(opts);
+  EXPECT_NE(opts_str(opts).find("UPCAST(4,5) UPCAST(3,16)"), std::string::npos) << opts_str(opts);
+  int64_t padded = 0;
+  for (auto& ax : kernel_axes(apply_opts(product.ast, {opts[0]})))
+    if (ax.id == 0) padded = ax.size;
+  EXPECT_GT(padded, 256);
+  EXPECT_LE(padded, 256 + 256 / 32);
+  EXPECT_EQ(padded % 5, 0);
+  if (items.size() > 1) run_with(items[0], {});  // realize the panels the product reads
+  expect_close(run_with(product, opts), run_with(product, {}), 1e-3);
+  CpuLimits avx512{.vector_bits = 512, .vector_registers = 32};
+  EXPECT_EQ(opts_str(hand_coded_opts(product.ast, avx512)).find("PADTO"), std::string::npos);
+}
+
 TEST(Opt, HandCodedOptsBlockALargeMatmul) {
   // B: 544 KB, rows of 1088 bytes (a multiple of 1 KB would be padded first: Note [padded B rows])
   Tensor a = realized_randn({64, 512}, 26), b = realized_randn({512, 272}, 27);

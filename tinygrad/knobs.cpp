@@ -73,7 +73,7 @@ void StringKnob::set(const std::string& v) {
 }
 
 namespace knobs {
-IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run, copies with their kind (peer, through host); 2: per-kernel time and memory; 3: the optimizer's choices; 4: generated source; 5: the kernel after every codegen pass");
+IntKnob DEBUG("DEBUG", 0, "1: kernels scheduled and run, copies with their kind (peer, through host); 2: per-kernel time and memory; 3: the optimizer's choices; 4: generated source; 5: the kernel after every codegen pass; 6: CPU kernels' assembly (LLVM)");
 IntKnob CPU_LLVM("CPU_LLVM", 1, "1: CPU kernels through the LLVM ORC JIT (when built with LLVM); 0: system C compiler",
                  KnobKind::Codegen);
 IntKnob BEAM("BEAM", 0, "beam width of the kernel optimization search (0: hand-coded heuristics); winners are cached on disk",

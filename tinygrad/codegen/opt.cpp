@@ -15,7 +15,7 @@
 namespace tg {
 
 namespace {
-constexpr const char* OPT_NAMES[] = {"UPCAST", "UNROLL", "BLOCK", "KBLOCK"};  // in OptOp's order
+constexpr const char* OPT_NAMES[] = {"UPCAST", "UNROLL", "BLOCK", "KBLOCK", "PADTO"};  // in OptOp's order
 }
 
 std::string opt_str(const Opt& o) {
@@ -39,7 +39,7 @@ std::vector<Opt> parse_opts(const std::string& text) {
     long long axis = 0, amount = 0;
     TG_CHECK(std::sscanf(word.c_str(), "%7[A-Z](%lld,%lld)", name, &axis, &amount) == 3,
              "kernel opts: cannot parse '", word,
-             "' (expected NAME(axis,amount), NAME one of UPCAST, UNROLL, BLOCK, KBLOCK)");
+             "' (expected NAME(axis,amount), NAME one of UPCAST, UNROLL, BLOCK, KBLOCK, PADTO)");
     std::string n = name;
     auto known = std::find(std::begin(OPT_NAMES), std::end(OPT_NAMES), n);
     TG_CHECK(known != std::end(OPT_NAMES), "kernel opts: unknown opt '", n, "' in '", word, "'");
@@ -84,6 +84,7 @@ std::string why_not(const UOpPtr& ast, const Opt& opt) {
   const KernelAxis* ax = find_axis(axes, opt.axis);
   if (!ax) return "the kernel has no loop " + std::to_string(opt.axis);
   if (opt.amount < 2) return "the amount must be at least 2";
+  if (opt.op == OptOp::PADTO) return why_not_pad(*ax, opt);
   if (ax->size % opt.amount != 0)
     return "the amount does not divide loop " + std::to_string(opt.axis) + "'s size " + std::to_string(ax->size);
   if (opt.op == OptOp::BLOCK || opt.op == OptOp::KBLOCK) return why_not_block(ast, *ax, opt);
@@ -179,6 +180,9 @@ UOpPtr apply_opts(const UOpPtr& ast_in, const std::vector<Opt>& opts) {
         break;
       case OptOp::KBLOCK:
         ast = block_reduce(ast, ax, opt.amount);
+        break;
+      case OptOp::PADTO:
+        ast = pad_loop(ast, ax, opt.amount);
         break;
     }
   }
@@ -494,8 +498,9 @@ std::vector<Opt> register_tile_opts(const UOpPtr& ast, const std::vector<KernelA
   if (a) opts.push_back({OptOp::UPCAST, wide.id, a});
   upcast_reuse_loops(k, &wide, a ? a : 1, tiles, opts);
   if (opts.size() == 2 && opts[0].axis == wide.id && k.reduces.size() == 1)  // Note [cache blocking]
-    return cache_blocked_opts(ast, wide, opts[0].amount, *find_axis(axes, opts[1].axis), opts[1].amount, red,
-                              tiles);
+    return cache_blocked_opts(ast, wide, opts[0].amount, *find_axis(axes, opts[1].axis), opts[1].amount,
+                              std::min(tile_rows(tiles, opts[0].amount), tiles.max_accumulators / opts[0].amount),
+                              red, tiles);
   return contiguous_lanes_last(opts, wide.id);
 }
 

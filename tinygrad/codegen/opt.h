@@ -12,7 +12,8 @@
 // vectorizer on the CPU); lanes of an axis that some input does not depend on reuse that input's
 // loads from registers (a matmul's register tile).
 //
-// BLOCK and KBLOCK (codegen/opt_block.h) split a loop into two loops instead, for cache reuse.
+// BLOCK and KBLOCK (codegen/opt_block.h) split a loop into two loops instead, for cache reuse;
+// PADTO (also there) pads an output loop to a multiple of an amount that does not divide it.
 #pragma once
 #include <string>
 #include <unordered_map>
@@ -25,12 +26,12 @@
 
 namespace tg {
 
-enum class OptOp { UPCAST, UNROLL, BLOCK, KBLOCK };
+enum class OptOp { UPCAST, UNROLL, BLOCK, KBLOCK, PADTO };
 
 struct Opt {
   OptOp op;
   int64_t axis;    // the RANGE's id (its arg)
-  int64_t amount;  // divides the loop's size
+  int64_t amount;  // divides the loop's size (PADTO: the multiple the loop is padded to)
   bool operator==(const Opt& o) const { return op == o.op && axis == o.axis && amount == o.amount; }
 };
 std::string opt_str(const Opt& o);           // "UPCAST(1,8)"

@@ -1,7 +1,8 @@
 // Cache blocking of CPU kernels: BLOCK runs an output loop in blocks and moves the loop within a
 // block innermost; KBLOCK splits a reduce loop into blocks whose partial sums accumulate in the
-// output buffer. Both are kernel optimizer opts (opt.h); the hand-coded choice of them is
-// cache_blocked_opts. See Note [cache blocking] in opt_block.cpp.
+// output buffer; PADTO pads an output loop so that blocks and register tiles of sizes that do
+// not divide it fit. All are kernel optimizer opts (opt.h); the hand-coded choice of them is
+// cache_blocked_opts. See Note [cache blocking] and Note [padded loops] in opt_block.cpp.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,13 +21,21 @@ UOpPtr block_loop(const UOpPtr& ast, const KernelAxis& ax, int64_t amount);
 // r_inner (a fresh id) is the reduce loop.
 UOpPtr block_reduce(const UOpPtr& ast, const KernelAxis& ax, int64_t amount);
 
+// Why PADTO does not apply to loop ax; empty when it does.
+std::string why_not_pad(const KernelAxis& ax, const Opt& opt);
+// r (size n) -> r' of size n rounded up to a multiple of amount: every index reads r' clamped to
+// n-1, and every store is gated by r' < n (Note [padded loops]).
+UOpPtr pad_loop(const UOpPtr& ast, const KernelAxis& ax, int64_t amount);
+
 // The register tile that hand_coded_opts chose for a matmul-like kernel: `wide` (the
 // contiguous output loop) by wide_lanes, `rows` (the other operand's loop) by row_lanes, reducing
-// over `red`. Returns the tile with the cache blocks around it when the kernel is large enough
-// for them to pay, else the tile as it is.
+// over `red`; `most_row_lanes` is the most rows a tile may have, more than row_lanes where none
+// larger divides the loop. Returns the tile with the cache blocks around it (and the rows padded
+// for a taller tile, Note [padded loops]) when the kernel is large enough for them to pay, else
+// the tile as it is.
 // The block sizes come from the CPU's caches (tiles, Note [tiles from the host] in opt.cpp).
 std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, int64_t wide_lanes,
-                                    const KernelAxis& rows, int64_t row_lanes, const KernelAxis& red,
-                                    const CpuTiles& tiles);
+                                    const KernelAxis& rows, int64_t row_lanes, int64_t most_row_lanes,
+                                    const KernelAxis& red, const CpuTiles& tiles);
 
 }  // namespace tg

@@ -17,7 +17,9 @@
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/ADT/SmallString.h>
 #include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/IRReader/IRReader.h>
@@ -28,8 +30,10 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
+#include <llvm/Transforms/Utils/Cloning.h>
 
 #include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
 #include "tinygrad/runtime/cpu.h"
 #include "tinygrad/runtime/cpu_host.h"
 
@@ -114,6 +118,26 @@ void set_isa_attributes(llvm::Module& m) {
   }
 }
 
+// DEBUG=6: the machine code of an optimized module, as assembly (a clone is emitted, so the JIT
+// still compiles the module itself).
+void print_assembly(const std::string& name, const llvm::Module& m, llvm::TargetMachine& tm) {
+  std::unique_ptr<llvm::Module> copy = llvm::CloneModule(m);
+  llvm::SmallString<0> text;
+  llvm::raw_svector_ostream os(text);
+  llvm::legacy::PassManager pm;
+#if LLVM_VERSION_MAJOR >= 18
+  const auto asm_file = llvm::CodeGenFileType::AssemblyFile;
+#else
+  const auto asm_file = llvm::CGFT_AssemblyFile;
+#endif
+  if (tm.addPassesToEmitFile(pm, os, nullptr, asm_file)) {
+    std::fprintf(stderr, "; %s: this LLVM target cannot print assembly\n", name.c_str());
+    return;
+  }
+  pm.run(*copy);
+  std::fprintf(stderr, "; assembly of %s\n%s\n", name.c_str(), text.c_str());
+}
+
 // Parses, verifies and optimizes one kernel module in ctx. Throws CompileError with the
 // diagnostic and the IR.
 std::unique_ptr<llvm::Module> build_module(const std::string& name, const std::string& source,
@@ -138,6 +162,7 @@ std::unique_ptr<llvm::Module> build_module(const std::string& name, const std::s
   m->setTargetTriple(tm->getTargetTriple().str());
   m->setDataLayout(tm->createDataLayout());
   run_o3(*m, *tm);
+  if (knobs::DEBUG >= 6) print_assembly(name, *m, *tm);
   return m;
 }
 
