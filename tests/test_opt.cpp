@@ -281,6 +281,33 @@ TEST(Opt, PaddedLoopsKeepAMatmulsResult) {
   EXPECT_EQ(opts_str(parse_opts("PADTO(0,130) BLOCK(0,130)")), "PADTO(0,130) BLOCK(0,130)");
 }
 
+// Note [prefetched panels] in codegen/opt_block.cpp: PREFETCH keeps the product's result and asks
+// for B's stream once per cache line a step: one prefetch for a tile's 16 lanes of a panel (the
+// rows' loads of A, one element a step, get none); an output loop cannot be prefetched along.
+TEST(Opt, PrefetchesAPanelOncePerCacheLine) {
+  Tensor a = realized_randn({16, 1024}, 67), b = realized_randn({1024, 288}, 68);
+  Tensor copy = b.reshape({1024, 18, 16}).permute({1, 0, 2}).contiguous().realize();
+  ScheduleItem item = only_kernel(a.matmul(copy.permute({1, 0, 2}).reshape({1024, 288})));
+  const std::vector<Opt> opts{{OptOp::UPCAST, 0, 4}, {OptOp::UPCAST, 1, 16}, {OptOp::PREFETCH, 2, 32}};
+  expect_close(run_with(item, opts), run_with(item, {}), 1e-3);
+  std::vector<DType> dtypes;
+  for (auto& buf : item.buffers) dtypes.push_back(buf->dtype());
+  Device& dev = get_device(item.device);
+  auto source = [&](const std::vector<Opt>& o) {
+    return lower_with_choice(item.ast, dtypes, CodegenTarget::of(dev), KernelChoice::generated(o)).source;
+  };
+  auto prefetches = [](const std::string& src) {
+    int n = 0;
+    for (const char* call : {"call void @llvm.prefetch", "__builtin_prefetch("})
+      for (size_t at = src.find(call); at != std::string::npos; at = src.find(call, at + 1)) n++;
+    return n;
+  };
+  EXPECT_EQ(prefetches(source(opts)), 1);
+  EXPECT_EQ(prefetches(source({opts[0], opts[1]})), 0);
+  expect_error([&] { apply_opts(item.ast, {{OptOp::PREFETCH, 0, 32}}); }, {"PREFETCH(0,32)", "output loop"});
+  EXPECT_EQ(opts_str(parse_opts("UPCAST(3,16) PREFETCH(2,32)")), "UPCAST(3,16) PREFETCH(2,32)");
+}
+
 // A power-of-two row count gets tiles of the most rows the registers hold (5 on AVX2) over rows
 // padded to whole tiles, where that costs at most 1/32 of the rows; AVX-512's 8 rows divide it.
 TEST(Opt, HandCodedOptsPadRowsForTallerTiles) {
@@ -330,7 +357,7 @@ TEST(Opt, HandCodedOptsBlockAMatmulOfBPanels) {
   Tensor panels = copy.permute({1, 0, 2}).reshape({4096, 288});
   ScheduleItem item = only_kernel(a.matmul(panels));
   auto opts = hand_coded_opts(item.ast);  // an AVX2 core's: 32 KB L1, 1 MB L2, 16-lane tiles
-  EXPECT_EQ(opts_str(opts), "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,1024) UPCAST(4,4) UPCAST(3,16)");
+  EXPECT_EQ(opts_str(opts), "BLOCK(1,288) BLOCK(0,8) KBLOCK(2,1024) UPCAST(4,4) UPCAST(3,16) PREFETCH(5,32)");
   expect_close(run_with(item, opts), run_with(item, {}), 1e-2);
   // the same B with its rows: K blocks of a K x 16 panel in half the L1
   EXPECT_EQ(opts_str(hand_coded_opts(only_kernel(a.matmul(b)).ast)),
@@ -341,14 +368,14 @@ TEST(Opt, HandCodedOptsBlockAMatmulOfBPanels) {
   Tensor mid = copy.permute({1, 0, 2}).reshape({4096, 288}).shrink({{0, 2048}, {0, 288}});
   ScheduleItem whole = only_kernel(a_mid.matmul(mid));
   auto whole_opts = hand_coded_opts(whole.ast);
-  EXPECT_EQ(opts_str(whole_opts), "BLOCK(1,288) BLOCK(0,8) UPCAST(4,4) UPCAST(3,16)");
+  EXPECT_EQ(opts_str(whole_opts), "BLOCK(1,288) BLOCK(0,8) UPCAST(4,4) UPCAST(3,16) PREFETCH(2,32)");
   expect_close(run_with(whole, whole_opts), run_with(whole, {}), 1e-3);
   // a K that one panel block holds is not split: no partial sums through the output
   Tensor a_short = realized_randn({16, 1024}, 42), b_short = realized_randn({1024, 288}, 43);
   Tensor short_copy = b_short.reshape({1024, 18, 16}).permute({1, 0, 2}).contiguous().realize();
   ScheduleItem one_block = only_kernel(a_short.matmul(short_copy.permute({1, 0, 2}).reshape({1024, 288})));
   auto one_block_opts = hand_coded_opts(one_block.ast);
-  EXPECT_EQ(opts_str(one_block_opts), "BLOCK(1,288) BLOCK(0,8) UPCAST(4,4) UPCAST(3,16)");
+  EXPECT_EQ(opts_str(one_block_opts), "BLOCK(1,288) BLOCK(0,8) UPCAST(4,4) UPCAST(3,16) PREFETCH(2,32)");
   expect_close(run_with(one_block, one_block_opts), run_with(one_block, {}), 1e-3);
   // the 2-core Intel Xeon's (48 KB L1, 2 MB L2, AVX-512) 2048 matmul from panels of 32: K whole
   // (a 256 KB panel) and row blocks of 128 (a 1 MB A block), where K blocks of 1024 by row blocks
@@ -360,7 +387,8 @@ TEST(Opt, HandCodedOptsBlockAMatmulOfBPanels) {
   auto xeon_items = create_schedule({a_xeon.matmul(b_xeon).uop()});
   ASSERT_EQ(xeon_items.size(), 2u);  // the panels of B, the product
   if (cpu_tiles(get_device(default_device()).policy().cpu).wide_lanes == 32) {
-    EXPECT_EQ(opts_str(hand_coded_opts(xeon_items[1].ast, xeon)), "BLOCK(1,2048) BLOCK(0,128) UPCAST(4,8) UPCAST(3,32)");
+    EXPECT_EQ(opts_str(hand_coded_opts(xeon_items[1].ast, xeon)),
+              "BLOCK(1,2048) BLOCK(0,128) UPCAST(4,8) UPCAST(3,32) PREFETCH(2,16)");
   }
   // panels of another width than the tile's are rows to it
   CpuLimits avx512{.vector_bits = 512, .vector_registers = 32};

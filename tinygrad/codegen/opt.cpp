@@ -15,7 +15,7 @@
 namespace tg {
 
 namespace {
-constexpr const char* OPT_NAMES[] = {"UPCAST", "UNROLL", "BLOCK", "KBLOCK", "PADTO"};  // in OptOp's order
+constexpr const char* OPT_NAMES[] = {"UPCAST", "UNROLL", "BLOCK", "KBLOCK", "PADTO", "PREFETCH"};  // in OptOp's order
 }
 
 std::string opt_str(const Opt& o) {
@@ -35,11 +35,11 @@ std::vector<Opt> parse_opts(const std::string& text) {
   std::string word;
   while (in >> word) {
     Opt o{};
-    char name[8] = {};
+    char name[9] = {};
     long long axis = 0, amount = 0;
-    TG_CHECK(std::sscanf(word.c_str(), "%7[A-Z](%lld,%lld)", name, &axis, &amount) == 3,
+    TG_CHECK(std::sscanf(word.c_str(), "%8[A-Z](%lld,%lld)", name, &axis, &amount) == 3,
              "kernel opts: cannot parse '", word,
-             "' (expected NAME(axis,amount), NAME one of UPCAST, UNROLL, BLOCK, KBLOCK, PADTO)");
+             "' (expected NAME(axis,amount), NAME one of UPCAST, UNROLL, BLOCK, KBLOCK, PADTO, PREFETCH)");
     std::string n = name;
     auto known = std::find(std::begin(OPT_NAMES), std::end(OPT_NAMES), n);
     TG_CHECK(known != std::end(OPT_NAMES), "kernel opts: unknown opt '", n, "' in '", word, "'");
@@ -85,6 +85,7 @@ std::string why_not(const UOpPtr& ast, const Opt& opt) {
   if (!ax) return "the kernel has no loop " + std::to_string(opt.axis);
   if (opt.amount < 2) return "the amount must be at least 2";
   if (opt.op == OptOp::PADTO) return why_not_pad(*ax, opt);
+  if (opt.op == OptOp::PREFETCH) return ax->reduce ? "" : "loop " + std::to_string(opt.axis) + " is an output loop (PREFETCH a reduce loop)";
   if (ax->size % opt.amount != 0)
     return "the amount does not divide loop " + std::to_string(opt.axis) + "'s size " + std::to_string(ax->size);
   if (opt.op == OptOp::BLOCK || opt.op == OptOp::KBLOCK) return why_not_block(ast, *ax, opt);
@@ -183,6 +184,9 @@ UOpPtr apply_opts(const UOpPtr& ast_in, const std::vector<Opt>& opts) {
         break;
       case OptOp::PADTO:
         ast = pad_loop(ast, ax, opt.amount);
+        break;
+      case OptOp::PREFETCH:
+        ast = prefetch_streams(ast, ax, opt.amount);
         break;
     }
   }
@@ -289,6 +293,8 @@ std::vector<Opt> contiguous_lanes_last(std::vector<Opt> opts, int64_t contiguous
 }  // namespace
 
 int64_t index_stride(const UOpPtr& index, const UOpPtr& range) { return stride(index, range); }
+
+int64_t index_at_zero(const UOpPtr& index) { return eval_index(index, {}); }
 
 std::unordered_set<const UOp*> ranges_in(const UOpPtr& u) {
   std::unordered_set<const UOp*> r;

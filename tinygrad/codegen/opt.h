@@ -13,7 +13,9 @@
 // loads from registers (a matmul's register tile).
 //
 // BLOCK and KBLOCK (codegen/opt_block.h) split a loop into two loops instead, for cache reuse;
-// PADTO (also there) pads an output loop to a multiple of an amount that does not divide it.
+// PADTO (also there) pads an output loop to a multiple of an amount that does not divide it;
+// PREFETCH (also there) asks for the cache lines that loads stream along a reduce loop some
+// iterations ahead.
 #pragma once
 #include <string>
 #include <unordered_map>
@@ -26,12 +28,14 @@
 
 namespace tg {
 
-enum class OptOp { UPCAST, UNROLL, BLOCK, KBLOCK, PADTO };
+enum class OptOp { UPCAST, UNROLL, BLOCK, KBLOCK, PADTO, PREFETCH };
 
 struct Opt {
   OptOp op;
   int64_t axis;    // the RANGE's id (its arg)
-  int64_t amount;  // divides the loop's size (PADTO: the multiple the loop is padded to)
+  // divides the loop's size (PADTO: the multiple the loop is padded to; PREFETCH: how many
+  // iterations of the reduce loop ahead its streams are prefetched)
+  int64_t amount;
   bool operator==(const Opt& o) const { return op == o.op && axis == o.axis && amount == o.amount; }
 };
 std::string opt_str(const Opt& o);           // "UPCAST(1,8)"
@@ -82,6 +86,8 @@ std::string cpu_tiles_str(const CpuLimits& cpu);  // one line, for DEBUG=3
 
 // How far an index expression moves when `range` goes from 0 to 1 (every other loop at 0).
 int64_t index_stride(const UOpPtr& index, const UOpPtr& range);
+// An index expression's value with every loop at 0.
+int64_t index_at_zero(const UOpPtr& index);
 
 // The loops (RANGEs) an expression depends on.
 std::unordered_set<const UOp*> ranges_in(const UOpPtr& u);

@@ -1,8 +1,9 @@
 // Cache blocking of CPU kernels: BLOCK runs an output loop in blocks and moves the loop within a
 // block innermost; KBLOCK splits a reduce loop into blocks whose partial sums accumulate in the
 // output buffer; PADTO pads an output loop so that blocks and register tiles of sizes that do
-// not divide it fit. All are kernel optimizer opts (opt.h); the hand-coded choice of them is
-// cache_blocked_opts. See Note [cache blocking] and Note [padded loops] in opt_block.cpp.
+// not divide it fit; PREFETCH asks for a panel's cache lines ahead of the loads. All are kernel
+// optimizer opts (opt.h); the hand-coded choice of them is cache_blocked_opts. See Note [cache
+// blocking], Note [padded loops] and Note [prefetched panels] in opt_block.cpp.
 #pragma once
 #include <string>
 #include <vector>
@@ -26,6 +27,11 @@ std::string why_not_pad(const KernelAxis& ax, const Opt& opt);
 // r (size n) -> r' of size n rounded up to a multiple of amount: every index reads r' clamped to
 // n-1, and every store is gated by r' < n (Note [padded loops]).
 UOpPtr pad_loop(const UOpPtr& ast, const KernelAxis& ax, int64_t amount);
+
+// Every load inside reduce loop ax that moves by at least a cache line a step (a B panel's run)
+// is marked to prefetch the element `iterations` steps ahead, once per cache line: its LOAD's arg
+// is the distance in elements (Note [prefetched panels]).
+UOpPtr prefetch_streams(const UOpPtr& ast, const KernelAxis& ax, int64_t iterations);
 
 // The register tile that hand_coded_opts chose for a matmul-like kernel: `wide` (the
 // contiguous output loop) by wide_lanes, `rows` (the other operand's loop) by row_lanes, reducing

@@ -112,6 +112,8 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
         line(s(0) + " = " + s(1) + ";");
         break;
       case Op::LOAD: {
+        if (const int64_t* ahead = std::get_if<int64_t>(&u->arg); ahead && u->src.size() == 2)
+          if (std::string pf = prefetch(s(0), s(1), *ahead); !pf.empty()) line(pf);
         std::string load = this->load(u->src[0]->dtype, s(0), s(1));
         if (u->src.size() > 2) load = "(" + s(2) + " ? " + load + " : (" + T + ")0)";
         line(T + " " + v + " = " + load + ";");
@@ -196,6 +198,8 @@ std::string CStyleRenderer::store(DType, const std::string& buf, const std::stri
   return buf + "[" + idx + "] = " + val + ";";
 }
 
+std::string CStyleRenderer::prefetch(const std::string&, const std::string&, int64_t) const { return ""; }
+
 std::string CStyleRenderer::accumulate(DType, const std::string& buf, const std::string& idx,
                                        const std::string& val) const {
   return buf + "[" + idx + "] += " + val + ";";
@@ -258,6 +262,12 @@ std::string CRenderer::prelude(const LinearKernel&) const {
 
 std::string CRenderer::signature(const LinearKernel& k) const {
   return "void " + k.name + "(void** bufs, long long lo, long long hi)";
+}
+
+// the address is formed as an integer, so one past the buffer is not pointer arithmetic out of bounds
+std::string CRenderer::prefetch(const std::string& buf, const std::string& idx, int64_t distance) const {
+  return "__builtin_prefetch((const void*)((unsigned long long)" + buf + " + sizeof(*" + buf + ") * (unsigned long long)(" +
+         idx + " + " + std::to_string(distance) + ")), 0, 3);";
 }
 
 std::string CRenderer::param_decl(const LinearKernel& k, size_t i) const {

@@ -39,6 +39,9 @@ class CStyleRenderer : public Renderer {
   // Element access of a buffer of `t`.
   virtual std::string load(DType t, const std::string& buf, const std::string& idx) const;
   virtual std::string store(DType t, const std::string& buf, const std::string& idx, const std::string& val) const;
+  // A statement that asks for the cache line of element idx + distance of buf (Note [prefetched
+  // panels] in codegen/opt_block.cpp); empty where the device has no such hint (the GPUs).
+  virtual std::string prefetch(const std::string& buf, const std::string& idx, int64_t distance) const;
   // A STORE with arg ADD (Note [accumulating stores] in schedule/lower.cpp): a plain `+=` here,
   // for kernels on one thread; GPU renderers add atomically.
   virtual std::string accumulate(DType t, const std::string& buf, const std::string& idx, const std::string& val) const;
@@ -66,6 +69,7 @@ class CRenderer : public CStyleRenderer {
   std::string prelude(const LinearKernel& k) const override;
   std::string signature(const LinearKernel& k) const override;
   std::string param_decl(const LinearKernel& k, size_t i) const override;
+  std::string prefetch(const std::string& buf, const std::string& idx, int64_t distance) const override;
 };
 
 // The reduce op of an accumulator's update, as C (x op y).

@@ -330,6 +330,13 @@ void Writer::render_load(const UOp& u, const std::string& name) {
     gate = operand_as(u.src[2], DType::Bool);
     idx = emit_tmp("select i1 " + gate + ", i64 " + idx + ", i64 0");
   }
+  if (const int64_t* ahead = std::get_if<int64_t>(&u.arg); ahead && gate.empty()) {
+    // Note [prefetched panels] in codegen/opt_block.cpp: no inbounds, the line may lie past the buffer
+    std::string at = emit_tmp("add i64 " + idx + ", " + std::to_string(*ahead));
+    std::string pf = emit_tmp("getelementptr " + MT + ", ptr " + ptr + ", i64 " + at);
+    declares_.insert("declare void @llvm.prefetch.p0(ptr nocapture readonly, i32 immarg, i32 immarg, i32 immarg)");
+    emit("call void @llvm.prefetch.p0(ptr " + pf + ", i32 0, i32 3, i32 1)");
+  }
   std::string p = emit_tmp("getelementptr inbounds " + MT + ", ptr " + ptr + ", i64 " + idx);
   std::string load = "load " + MT + ", ptr " + p + ", align " + align_of(t);
   if (gate.empty() && t != DType::Bool) return emit(name + " = " + load);
