@@ -524,7 +524,8 @@ TEST(Jit, AnUpdateThatReadsOtherElementsIsNotInPlace) {
 // Note [intermediates written over a dying input] (engine/jit_in_place.cpp): b is computed from a,
 // element by element, by a's last reader, so b is written over a and the arena holds one of the
 // two; a b that reads a reversed cannot be, and the arena holds both (beside what both steps
-// hold alike: a GPU's partial sums). Replays with new inputs compute the right values either way.
+// hold alike, a GPU's partial sums, which the reversed step's larger arena may fit into a gap).
+// Replays with new inputs compute the right values either way.
 TEST(Jit, AnIntermediateIsWrittenOverItsLastReadersInput) {
   if (!get_device(default_device()).supports(Feature::AddressableMemory))
     GTEST_SKIP() << default_device() << " buffers are handles: intermediates share by equal sizes there";
@@ -551,5 +552,6 @@ TEST(Jit, AnIntermediateIsWrittenOverItsLastReadersInput) {
     arena[reversed] = step.arena_bytes();
   }
   EXPECT_GE(arena[0], n * sizeof(float));
-  EXPECT_EQ(arena[1] - arena[0], n * sizeof(float)) << "in order " << arena[0] << " bytes, reversed " << arena[1];
+  EXPECT_LT(arena[0], 2 * n * sizeof(float)) << "in order, a and b share: " << arena[0] << " bytes";
+  EXPECT_GE(arena[1], 2 * n * sizeof(float)) << "reversed, a and b are both held: " << arena[1] << " bytes";
 }
