@@ -12,6 +12,7 @@
 #include "tests/test_util.h"
 #include "tinygrad/codegen/linearize.h"
 #include "tinygrad/codegen/opt.h"
+#include "tinygrad/codegen/opt_block.h"
 #include "tinygrad/codegen/pipeline.h"
 #include "tinygrad/codegen/renderer.h"
 #include "tinygrad/device.h"
@@ -306,6 +307,25 @@ TEST(Opt, PrefetchesAPanelOncePerCacheLine) {
   EXPECT_EQ(prefetches(source({opts[0], opts[1]})), 0);
   expect_error([&] { apply_opts(item.ast, {{OptOp::PREFETCH, 0, 32}}); }, {"PREFETCH(0,32)", "output loop"});
   EXPECT_EQ(opts_str(parse_opts("UPCAST(3,16) PREFETCH(2,32)")), "UPCAST(3,16) PREFETCH(2,32)");
+}
+
+// A stream is a load that moves by one to four cache lines a step of a reduce loop of 16 steps
+// or more (a channel-last convolution's weight gradient reads its input and output gradient so):
+// it is prefetched 2 KB ahead; a load a row apart each step, or a short loop, is not.
+TEST(Opt, StreamsAlongLongReduceLoopsArePrefetched) {
+  auto prefetch_of = [](const Tensor& t) {
+    ScheduleItem item = only_kernel(t);
+    for (auto& ax : kernel_axes(item.ast))
+      if (ax.reduce) return stream_prefetch(item.ast, ax);
+    return std::optional<Opt>{};
+  };
+  auto columns = prefetch_of(realized_randn({64, 32}, 69).sum(0));  // 128 bytes a step
+  ASSERT_TRUE(columns.has_value());
+  EXPECT_EQ(columns->op, OptOp::PREFETCH);
+  EXPECT_EQ(columns->amount, 16);
+  EXPECT_FALSE(prefetch_of(realized_randn({64, 2048}, 70).sum(0)).has_value());  // 8 KB a step
+  EXPECT_FALSE(prefetch_of(realized_randn({8, 32}, 71).sum(0)).has_value());     // 8 steps
+  EXPECT_FALSE(prefetch_of(realized_randn({32, 64}, 72).sum(1)).has_value());    // 4 bytes a step
 }
 
 // A power-of-two row count gets tiles of the most rows the registers hold (5 on AVX2) over rows

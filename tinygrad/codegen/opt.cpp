@@ -507,7 +507,9 @@ std::vector<Opt> register_tile_opts(const UOpPtr& ast, const std::vector<KernelA
     return cache_blocked_opts(ast, wide, opts[0].amount, *find_axis(axes, opts[1].axis), opts[1].amount,
                               std::min(tile_rows(tiles, opts[0].amount), tiles.max_accumulators / opts[0].amount),
                               red, tiles);
-  return contiguous_lanes_last(opts, wide.id);
+  opts = contiguous_lanes_last(opts, wide.id);
+  if (auto prefetch = stream_prefetch(ast, red)) opts.push_back(*prefetch);  // Note [prefetched panels]
+  return opts;
 }
 
 // Partial sums along the contiguous reduce loop, and one reuse loop (the outermost) by 2.

@@ -93,8 +93,14 @@ namespace tg {
 // LLVM and C renderers emit a prefetch of that address beside the load (GPU renderers ignore
 // it), so each step of k costs one prefetch per line of the stream. A prefetch past the end of
 // the buffer is harmless: it does not fault and is not an access in LLVM's sense (the address is
-// computed without inbounds). cache_blocked_opts adds PREFETCH(k, PREFETCH_BYTES / the panel's
-// bytes per step) to the products that read B from panels.
+// computed without inbounds). stream_prefetch gives PREFETCH(k, 2 KB / the stream's bytes a
+// step) where a load streams along reduce loop k (one to four cache lines a step: a run, not a
+// row apart each step) and k has 16 steps or more; cache_blocked_opts adds it to the products
+// that read B from panels, register_tile_opts (opt.cpp) to the other register tiles. The
+// latter takes in the CNN's channel-last weight gradients, whose inner loop runs along an
+// image row of the input and of the output gradient (128 bytes a step each): as AVX2 the 5 x 5
+// one went from 63-65 to 55-62 ms a step (`CPU_ISA=avx2 DEBUG=2 tg bench --reps 3 cnn_step`,
+// three alternated runs; the whole step within the noise, 316-322 against 314-320 ms).
 
 namespace {
 
@@ -160,17 +166,40 @@ UOpPtr pad_loop(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
   return graph_rewrite(make_uop(Op::SINK, DType::Float32, stores), symbolic());
 }
 
+namespace {
+
+constexpr int64_t CACHE_LINE = 64;
+// A stream: a load that moves by one to four cache lines a step, a contiguous run (a panel, a
+// channel-last image row); a load that moves by more is strided, each step a line of its own.
+constexpr int64_t MAX_STREAM_STEP = 4 * CACHE_LINE;
+
+// How many bytes a load streams per step of loop ax; 0 where it is no stream along it (or gated).
+int64_t stream_step(const UOpPtr& load, const KernelAxis& ax) {
+  if (load->op != Op::LOAD || load->src.size() != 2 || !ranges_in(load->src[1]).count(ax.range.get())) return 0;
+  const int64_t step = index_stride(load->src[1], ax.range) * static_cast<int64_t>(itemsize(load->dtype));
+  return step >= CACHE_LINE && step <= MAX_STREAM_STEP ? step : 0;
+}
+
+}  // namespace
+
 UOpPtr prefetch_streams(const UOpPtr& ast, const KernelAxis& ax, int64_t iterations) {
-  constexpr int64_t CACHE_LINE = 64;
   std::unordered_map<const UOp*, UOpPtr> marked;
   for (auto& n : toposort({ast})) {
-    if (n->op != Op::LOAD || n->src.size() != 2 || !ranges_in(n->src[1]).count(ax.range.get())) continue;
+    const int64_t step = stream_step(n, ax);
+    if (!step) continue;
     const int64_t item = static_cast<int64_t>(itemsize(n->dtype));
-    const int64_t step = index_stride(n->src[1], ax.range);
-    if (step * item < CACHE_LINE || (index_at_zero(n->src[1]) * item) % CACHE_LINE != 0) continue;
-    marked[n.get()] = make_uop(Op::LOAD, n->dtype, n->src, Arg{step * iterations});
+    if ((index_at_zero(n->src[1]) * item) % CACHE_LINE != 0) continue;  // one lane a cache line
+    marked[n.get()] = make_uop(Op::LOAD, n->dtype, n->src, Arg{step / item * iterations});
   }
   return marked.empty() ? ast : substitute(ast, marked);
+}
+
+std::optional<Opt> stream_prefetch(const UOpPtr& ast, const KernelAxis& red) {
+  constexpr int64_t PREFETCH_BYTES = 2048, MIN_STEPS = 16;
+  int64_t step = 0;
+  for (auto& n : toposort({ast})) step = std::max(step, stream_step(n, red));
+  if (!step || red.size < MIN_STEPS) return std::nullopt;
+  return Opt{OptOp::PREFETCH, red.id, PREFETCH_BYTES / step};
 }
 
 UOpPtr block_loop(const UOpPtr& ast, const KernelAxis& ax, int64_t amount) {
@@ -262,10 +291,10 @@ std::vector<Opt> cache_blocked_opts(const UOpPtr& ast, const KernelAxis& wide, i
   if (kb && why_not_block(ast, red, {OptOp::KBLOCK, red.id, kb}).empty()) opts.push_back({OptOp::KBLOCK, red.id, kb});
   opts.push_back({OptOp::UPCAST, rows_inner, row_lanes});
   opts.push_back({OptOp::UPCAST, wide_inner, wide_lanes});
-  if (panels) {  // Note [prefetched panels]
-    constexpr int64_t PREFETCH_BYTES = 2048;
-    const bool k_blocked = opts.size() >= 3 && opts[opts.size() - 3].op == OptOp::KBLOCK;
-    opts.push_back({OptOp::PREFETCH, k_blocked ? next + 2 : red.id, std::max<int64_t>(PREFETCH_BYTES / (wide_lanes * 4), 2)});
+  if (auto prefetch = stream_prefetch(ast, red); prefetch && panels) {  // Note [prefetched panels]
+    // a K block's inner loop (KBLOCK's fresh id, after the two BLOCKs') is the one the panel streams along
+    if (opts.size() >= 3 && opts[opts.size() - 3].op == OptOp::KBLOCK) prefetch->axis = next + 2;
+    opts.push_back(*prefetch);
   }
   return opts;
 }

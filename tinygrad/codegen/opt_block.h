@@ -5,6 +5,7 @@
 // optimizer opts (opt.h); the hand-coded choice of them is cache_blocked_opts. See Note [cache
 // blocking], Note [padded loops] and Note [prefetched panels] in opt_block.cpp.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ UOpPtr pad_loop(const UOpPtr& ast, const KernelAxis& ax, int64_t amount);
 // is marked to prefetch the element `iterations` steps ahead, once per cache line: its LOAD's arg
 // is the distance in elements (Note [prefetched panels]).
 UOpPtr prefetch_streams(const UOpPtr& ast, const KernelAxis& ax, int64_t iterations);
+// PREFETCH(red, 2 KB ahead) where some load streams along reduce loop red by at least a cache
+// line a step and the loop is long enough for the prefetch to land within it; nullopt otherwise.
+std::optional<Opt> stream_prefetch(const UOpPtr& ast, const KernelAxis& red);
 
 // The register tile that hand_coded_opts chose for a matmul-like kernel: `wide` (the
 // contiguous output loop) by wide_lanes, `rows` (the other operand's loop) by row_lanes, reducing
