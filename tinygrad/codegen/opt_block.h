@@ -29,12 +29,12 @@ std::string why_not_pad(const KernelAxis& ax, const Opt& opt);
 // n-1, and every store is gated by r' < n (Note [padded loops]).
 UOpPtr pad_loop(const UOpPtr& ast, const KernelAxis& ax, int64_t amount);
 
-// Every load inside reduce loop ax that moves by at least a cache line a step (a B panel's run)
-// is marked to prefetch the element `iterations` steps ahead, once per cache line: its LOAD's arg
-// is the distance in elements (Note [prefetched panels]).
+// Every load that streams along reduce loop ax (one to four cache lines a step: a B panel, a
+// channel-last image row) is marked to prefetch the element `iterations` steps ahead, in the lane
+// that starts a cache line: its LOAD's arg is the distance in elements (Note [prefetched panels]).
 UOpPtr prefetch_streams(const UOpPtr& ast, const KernelAxis& ax, int64_t iterations);
-// PREFETCH(red, 2 KB ahead) where some load streams along reduce loop red by at least a cache
-// line a step and the loop is long enough for the prefetch to land within it; nullopt otherwise.
+// PREFETCH(red, 2 KB ahead) where some load streams along reduce loop red and the loop has 16
+// steps or more, so that the prefetched lines are read within it; nullopt otherwise.
 std::optional<Opt> stream_prefetch(const UOpPtr& ast, const KernelAxis& red);
 
 // The register tile that hand_coded_opts chose for a matmul-like kernel: `wide` (the
