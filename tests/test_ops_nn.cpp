@@ -254,14 +254,18 @@ INSTANTIATE_TEST_SUITE_P(
 // over 2^16 elements; an odd width over 8 input channels has a weight gradient grouped over
 // 4224 elements (128 threads) with the 3x3 taps as lanes; 8 output channels of 2^15 pixels get a
 // 4 x 8 tile, and 32 x 16 channels over 33 x 32 outputs a weight gradient whose lanes are the
-// taps of 4 output channels.
+// taps of 4 output channels. The absolute tolerance is the float32 sums': the first shape's
+// weight gradient adds 2^16 products of up to 3 into entries of up to about 300, and one entry
+// that cancels to -0.026 came out 1.3e-3 off in float32 on the 2-core AMD EPYC Zen 5 (its
+// float64 run on the device matched the reference to 8 digits); a wrong index moves an entry by
+// a whole product, about 1.
 TEST(Ops, Conv2dAtGpuLayoutShapes) {
   for (auto [xs, ws] : {std::pair<Shape, Shape>{{16, 1, 66, 66}, {4, 1, 3, 3}},
                         {{4, 8, 34, 35}, {16, 8, 3, 3}},
                         {{2, 1, 130, 130}, {8, 1, 3, 3}},
                         {{4, 16, 35, 34}, {32, 16, 3, 3}}}) {
     auto f = [](const Tensors& t) { return t[0].conv2d(t[1], t[2]); };
-    EXPECT_TRUE(check_fwd_bwd(f, {rnd(xs, 121), rnd(ws, 122, -1, 1), rnd({ws[0]}, 123)}, Tol{1e-3, 1e-3})) << shape_str(xs);
+    EXPECT_TRUE(check_fwd_bwd(f, {rnd(xs, 121), rnd(ws, 122, -1, 1), rnd({ws[0]}, 123)}, Tol{1e-3, 5e-3})) << shape_str(xs);
   }
 }
 

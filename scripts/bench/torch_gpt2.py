@@ -9,6 +9,10 @@ tokens/s, MFU (nanoGPT's estimate: 6N + 12 L H Q T flops per token against the b
 989 TFLOP/s on an H200; PEAK_TFLOPS overrides) and peak memory.
 
     python3 scripts/bench/torch_gpt2.py [--reps=N] [gpt2_step] [gpt2_step_t4096]
+    python3 scripts/bench/torch_gpt2.py --profile [gpt2_step]
+
+--profile runs torch.compile's step under torch.profiler instead and prints its CUDA kernels
+by time a step, largest first: the side-by-side of scripts/bench/kernel_times.py.
 """
 import json
 import os
@@ -65,7 +69,7 @@ def flops_per_token(model, t):
     return 6 * n + 12 * model.layers * model.heads * (model.d // model.heads) * t
 
 
-def run(name, reps, compiled):
+def run(name, reps, compiled, profile=False):
     b, t = SHAPES[name]
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -90,6 +94,8 @@ def run(name, reps, compiled):
         loss.backward()
         opt.step()
 
+    if profile:
+        return profile_steps(step, reps)
     torch.cuda.reset_peak_memory_stats()
     timed = torch_cpu.measure(name, reps, step)
     ms = timed["ms"]
@@ -99,16 +105,39 @@ def run(name, reps, compiled):
             "peak_mb": torch.cuda.max_memory_allocated() / 1e6}
 
 
+def profile_steps(step, reps, top=40):
+    """Runs `reps` steps after two warm-ups under torch.profiler; prints CUDA kernel time per step."""
+    from torch.profiler import ProfilerActivity, profile
+    step(), step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            step()
+        torch.cuda.synchronize()
+    rows = [(e.device_time_total / 1e3 / reps, e.count / reps, e.key) for e in prof.key_averages() if e.device_time_total > 0]
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"{total:.3f} ms of kernels a step, {sum(r[1] for r in rows):.0f} launches")
+    for ms, n, key in rows[:top]:
+        print(f"{ms:9.3f} ms {n:6.0f}x {100 * ms / total:5.1f}%  {key[:110]}")
+    return None
+
+
 def main():
-    reps, names = 10, []
+    reps, names, profile = 10, [], False
     for a in sys.argv[1:]:
         if a.startswith("--reps="):
             reps = int(a[7:])
+        elif a == "--profile":
+            profile = True
         else:
             names.append(a)
     for n in names or ["gpt2_step"]:
         if n not in SHAPES:
             sys.exit(f"torch_gpt2.py: unknown workload '{n}' (workloads: {', '.join(SHAPES)})")
+        if profile:
+            run(n, reps, True, profile=True)
+            continue
         for compiled in (False, True):
             print(json.dumps(run(n, reps, compiled)), flush=True)
 

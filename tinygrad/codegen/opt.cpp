@@ -563,7 +563,9 @@ std::vector<Opt> no_vector_loop_opts(const ReduceAccesses& k, const KernelAxis& 
 // line. Upcasting that other loop by a vector's lanes makes each step load whole vectors along
 // it and store whole vectors along the innermost loop, with the transpose between them in
 // registers. On the 2-core Intel Xeon (AVX-512) the CNN's [512, 24, 24, 32] -> [512, 32, 24, 24]
-// copy went from 6.3 ms (12 GB/s) to 1.7 ms (44 GB/s) with 16 lanes (8: 2.0 ms).
+// copy went from 6.3 ms (12 GB/s) to 1.7 ms (44 GB/s) with 16 lanes (8: 2.0 ms). That transpose
+// in registers is the vectorizer's to choose: Note [no gathers] in runtime/cpu_llvm.cpp keeps it
+// from choosing gathers and scatters instead.
 std::vector<Opt> transposing_copy_opts(const UOpPtr& ast, const std::vector<const KernelAxis*>& outputs,
                                        const CpuTiles& tiles) {
   auto stores = stores_of(ast);
