@@ -161,7 +161,12 @@ TEST(Fsdp, JitReplaysTheGathersAndEqualsJitOff) {
   r.jit = true;
   Trained replayed = train(true, r);
   EXPECT_EQ(max_rel_diff(replayed.params, eager.params), 0.0);
-  EXPECT_LT(max_rel_diff(replayed.params, ddp.params), 1e-5);
+  // float32 rounding: fsdp's shards and ddp's whole tensors sum in different orders, and Adam
+  // with clipping carries the difference for 5 steps. On the 2-core AMD EPYC Zen 5 the difference
+  // ran from 3.7e-6 to 1.17e-5 as the CPU's partial sums changed (native and CPU_ISA=avx2, before
+  // and after Note [short contiguous reduce rows]); a wrong shard or a missed skip moves a
+  // parameter by a whole update, about 1e-3 of it.
+  EXPECT_LT(max_rel_diff(replayed.params, ddp.params), 3e-5);
   for (const Trained* t : {&eager, &replayed, &ddp}) {
     EXPECT_EQ(t->skipped, 1);
     EXPECT_EQ(t->optimizer_steps, 4);

@@ -155,6 +155,27 @@ TEST(Opt, HandCodedOptsUnrollAReduceThatReadsAPooledTensor) {
   expect_close(run_with(item, opts), run_with(item, {}));
 }
 
+// Note [short contiguous reduce rows]: a per-channel sum over 20-wide rows (BatchNorm's over the
+// CNN's 20 x 20 maps) unrolls the whole row, whose partial sums the SLP vectorizer packs, where
+// the largest power of two dividing it (4) is under a vector's lanes; a row over two tiles' lanes
+// keeps the power of two.
+TEST(Opt, HandCodedOptsUnrollAWholeShortContiguousRow) {
+  const CpuLimits avx2{}, avx512{.vector_bits = 512, .vector_registers = 32};
+  for (const CpuLimits& host : {avx2, avx512}) {
+    Tensor x = realized_randn({4, 3, 20, 20}, 23);
+    ScheduleItem item = only_kernel(x.sum({0, 2, 3}));
+    auto opts = hand_coded_opts(item.ast, host);
+    ASSERT_EQ(opts.size(), 1u) << opts_str(opts);
+    EXPECT_EQ(opts[0], (Opt{OptOp::UNROLL, kernel_axes(item.ast).back().id, 20})) << opts_str(opts);
+    expect_close(run_with(item, opts), run_with(item, {}));
+  }
+  Tensor wide = realized_randn({4, 3, 36}, 24);  // 36 > 2 x 16 lanes on AVX2: 4 partial sums
+  ScheduleItem item = only_kernel(wide.sum({0, 2}));
+  auto opts = hand_coded_opts(item.ast, avx2);
+  ASSERT_EQ(opts.size(), 1u) << opts_str(opts);
+  EXPECT_EQ(opts[0], (Opt{OptOp::UNROLL, kernel_axes(item.ast).back().id, 4})) << opts_str(opts);
+}
+
 TEST(Opt, HandCodedOptsTileAMatmul) {
   Tensor a = realized_randn({64, 32}, 5), b = realized_randn({32, 64}, 6);
   ScheduleItem item = only_kernel(a.matmul(b));
