@@ -76,17 +76,18 @@ const HostTarget& host_target() {
 // Note [intermediates written over a dying input] in engine/jit_in_place.cpp rewrote to work in
 // place), LLVM's loop vectorizer may vectorize it with gathers and scatters, one cache line a
 // lane, where it otherwise loads whole vectors and shuffles them in registers. Whether it does is
-// the target's cost model: for Intel's cores it did not, for AMD's Zen 5 (znver5) it did, and
-// there the CNN's [512, 24, 24, 32] -> [512, 32, 24, 24] copy took 7.2-7.6 ms against 2.6 ms
-// without, its in-place ReLU of [512, 32, 24, 24] 7.2 ms against 1.5 ms, and the whole CNN
-// training step 177 ms against 147-148 (2-core AMD EPYC Zen 5, alternated `tg bench --reps=10
-// cnn_step`). So x86 kernels are compiled with LLVM's prefer-no-gather and prefer-no-scatter
-// (LLVM 17 on; they make no gathers a hint the cost model keeps).
+// the target's cost model: on the Intel Xeon it did not (the copy below ran at 1.7 ms there,
+// Note [transposing copies]); for AMD's Zen 5 (znver5) it did, and there the CNN's
+// [512, 24, 24, 32] -> [512, 32, 24, 24] copy took 7.2-7.6 ms against 2.6 ms without, its
+// in-place ReLU of [512, 32, 24, 24] 7.2 ms against 1.5 ms, and the whole CNN training step 177
+// ms against 147-148 (2-core AMD EPYC Zen 5, alternated `tg bench --reps=10 cnn_step`). So x86
+// kernels are compiled with LLVM's prefer-no-gather and prefer-no-scatter, a hint its cost model
+// keeps (from LLVM 18; older LLVMs, which may not know the features, go without).
 
 // The host's features as CPU_ISA restricts them (and Note [no gathers]).
 std::string isa_features() {
   std::string features = llvm_features_for(host_target().features, cpu_host());
-#if LLVM_VERSION_MAJOR >= 17
+#if LLVM_VERSION_MAJOR >= 18
   if (host_target().jtmb.getTargetTriple().isX86()) features += ",+prefer-no-gather,+prefer-no-scatter";
 #endif
   return features;
