@@ -28,32 +28,24 @@ fi
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-# PyTorch's memory in huge pages, as the project's large buffers are (Note [huge pages for large
-# buffers] in tinygrad/runtime/cpu.cpp): glibc's malloc returns PyTorch's large tensors to the
-# system when freed and faults them in again at the next step, 4 KB at a time; on a virtual
-# machine whose page faults are slow that dominates (the 2-core AMD EPYC Zen 5: a clone of 64 MB
-# took 210-220 ms, 14 ms with this tunable)
-torch_env=(GLIBC_TUNABLES=glibc.malloc.hugetlb=1)
+source scripts/bench/torch_cpu_env.sh
 # PyTorch restricted to the ISA the project's kernels are restricted to: an AVX2 machine
-# emulated on an AVX-512 one has no AVX-512 in either side. Otherwise OpenBLAS picks its kernels
-# for this host itself: an OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE inherited from the environment
-# is dropped (one machine here set OPENBLAS_CORETYPE=Haswell for every process, which on its
-# AVX-512 Zen 5 halved OpenBLAS's rate: 206 against 371 GFLOP/s at 2048)
+# emulated on an AVX-512 one has no AVX-512 in either side
 case "${CPU_ISA:-native}" in
-  avx2) torch_env+=(OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2) ;;
-  sse2) torch_env+=(OPENBLAS_CORETYPE=Nehalem ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41) ;;
+  avx2) torch_cpu_env+=(OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2) ;;
+  sse2) torch_cpu_env+=(OPENBLAS_CORETYPE=Nehalem ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 DNNL_MAX_CPU_ISA=SSE41) ;;
 esac
 for ((round = 1; round <= rounds; round++)); do
   echo "== round $round of $rounds"
   build/launcher/tg bench "$@" | tee -a "$out/tg.jsonl"
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${torch_env[@]}" /usr/bin/python3 scripts/bench/torch_cpu.py "$@" | tee -a "$out/torch.jsonl"
+  run_torch_cpu "$@" | tee -a "$out/torch.jsonl"
 done
 # the machine, with the ISA its kernels were compiled for (CPU_ISA restricts it)
 isa="$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo SSE2))"
 # and LLVM's name for the core (a model name such as "AMD EPYC" says neither Zen 4 nor Zen 5)
 core="$(build/launcher/tg info | sed -n 's/^  CPU: CPU (llvm-[0-9.]*-\([a-z0-9_-]*\)-[0-9a-f]* .*/\1/p')"
 machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)${core:+ ($core)}, $isa${CPU_ISA:+, CPU_ISA=$CPU_ISA}), $(date -u +%Y-%m-%d)"
-machine="$machine; PyTorch with ${torch_env[*]}"
+machine="$machine; PyTorch with ${torch_cpu_env[*]}"
 /usr/bin/python3 scripts/bench/report.py "$out/tg.jsonl" "$out/torch.jsonl" docs/PERFORMANCE.md \
   "${ROUNDS:+ROUNDS=$ROUNDS }bash scripts/bench/cpu.sh $*" "$machine"
 # the bfloat16 section, with the same repetitions, when no workload was named

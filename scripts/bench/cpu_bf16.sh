@@ -17,9 +17,8 @@ trap 'rm -rf "$out"' EXIT
 float32=(matmul_1024 matmul_2048 mlp_step cnn_step)
 bf16=(matmul_1024_bf16 matmul_2048_bf16 mlp_step_bf16 cnn_step_bf16)
 build/launcher/tg bench "$@" "${float32[@]}" "${bf16[@]}" | tee "$out/tg.jsonl"
-# PyTorch as in cpu.sh: OpenBLAS's own choice of kernels, its large tensors in huge pages
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 \
-  /usr/bin/python3 scripts/bench/torch_cpu.py "$@" "${bf16[@]}" | tee "$out/torch.jsonl"
+source scripts/bench/torch_cpu_env.sh
+run_torch_cpu "$@" "${bf16[@]}" | tee "$out/torch.jsonl"
 bf16_flag="$(grep -qw avx512_bf16 /proc/cpuinfo && echo ", AVX512-BF16" || echo ", no AVX512-BF16")"
 isa="$(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || (grep -qw avx2 /proc/cpuinfo && echo AVX2 || echo SSE2))"
 machine="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $isa$bf16_flag${CPU_ISA:+, CPU_ISA=$CPU_ISA}), $(date -u +%Y-%m-%d)"

@@ -120,7 +120,6 @@ def profile_steps(step, reps, top=40):
     print(f"{total:.3f} ms of kernels a step, {sum(r[1] for r in rows):.0f} launches")
     for ms, n, key in rows[:top]:
         print(f"{ms:9.3f} ms {n:6.0f}x {100 * ms / total:5.1f}%  {key[:110]}")
-    return None
 
 
 def main():
