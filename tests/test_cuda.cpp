@@ -47,6 +47,7 @@ std::vector<RenderedKernel> render_cuda(const Tensors& ts) {
   CUDARenderer r;
   GpuLimits limits;  // CUDA's defaults
   limits.group_threads_per_slot = CUDARenderer::WARP;
+  limits.vector_bytes = CUDARenderer::VECTOR_BYTES;
   DevicePolicy policy{.gpu = limits};
   CodegenTarget cuda{r, policy, /*native_transcendentals=*/true, /*tensor_cores=*/false};
   std::vector<RenderedKernel> out;
@@ -404,6 +405,37 @@ TEST(CudaRenderer, RowsThatShareAVectorAreGrouped) {
   EXPECT_EQ(matvec[0].kernel.group_reduces.size(), 1u) << matvec[0].source;
 }
 
+// Note [contiguous lanes] and Note [vector accesses]: a large bfloat16 elementwise kernel gives
+// each thread 8 neighbouring elements, loaded and stored as one 16-byte access each where the
+// buffer's address allows (an element-by-element path beside it); its float32 operand (a bias
+// along the row) as two 16-byte loads. Lanes of a head's 64 elements merged with the heads into
+// dimension 0 are vectors too; a transposed read is not, and stays element by element.
+TEST_F(Nvrtc, ElementwiseLanesAreVectors) {
+  TensorOptions cpu{.device = "CPU"}, bf16{.dtype = DType::BFloat16, .device = "CPU"};
+  Tensor x = Tensor::empty({16, 1024, 3072}, bf16), bias = Tensor::empty({3072}, cpu);
+  auto gelu = render_cuda({((x.cast(DType::Float32) + bias).gelu()).cast(DType::BFloat16)});
+  ASSERT_EQ(gelu.size(), 1u);
+  const std::string& src = gelu[0].source;
+  EXPECT_EQ(gelu[0].kernel.global_size[0], 3072 / 8) << src;
+  EXPECT_EQ(count_of(src, "uint4 w; "), 4u) << src;  // x, the bias twice, the result
+  EXPECT_EQ(count_of(src, "*(const uint4*)(data1 + "), 1u) << src;
+  EXPECT_EQ(count_of(src, "*(const uint4*)(data2 + "), 2u) << src;
+  EXPECT_EQ(count_of(src, "*(uint4*)(data0 + "), 1u) << src;
+  EXPECT_EQ(count_of(src, "& 15ull) == 0"), 4u) << src;
+  EXPECT_EQ(cuda_compile(gelu[0].name, src, 90).image.substr(0, 4), "\x7f" "ELF");
+  Tensor qkv = Tensor::empty({16, 1024, 3, 12, 64}, bf16);
+  auto heads = render_cuda({qkv.permute({2, 0, 3, 1, 4}).contiguous()});  // [3, B, H, T, 64]
+  ASSERT_EQ(heads.size(), 1u);
+  EXPECT_EQ(count_of(heads[0].source, "*(const uint4*)(data1 + "), 1u) << heads[0].source;
+  EXPECT_EQ(count_of(heads[0].source, "*(uint4*)(data0 + "), 1u) << heads[0].source;
+  Tensor t = Tensor::empty({4096, 4096}, cpu);
+  auto transposed = render_cuda({t.permute({1, 0}) * 2});
+  ASSERT_EQ(transposed.size(), 1u);
+  EXPECT_EQ(count_of(transposed[0].source, "*(const uint4*)"), 0u) << transposed[0].source;
+  EXPECT_EQ(count_of(transposed[0].source, "*(uint4*)(data0 + "), 1u) << transposed[0].source;
+  EXPECT_EQ(cuda_compile(transposed[0].name, transposed[0].source, 90).image.substr(0, 4), "\x7f" "ELF");
+}
+
 // Note [merged inner loops]: an elementwise kernel over images of 20 x 20 takes the columns, rows
 // and channels into dimension 0, so lanes leave a warp's width or more of neighbouring threads;
 // each loop's index is recovered in 32 bits. Long rows keep dimension 0 to themselves.
@@ -482,6 +514,32 @@ TEST_F(Cuda, ElementwiseLoopsBecomeThreads) {
   Tensor img = rnd({128, 32, 20, 20}, 5), bias = rnd({1, 32, 1, 1}, 6);
   EXPECT_TRUE(match((img + bias).relu()));
   EXPECT_TRUE(match(img.pad({{0, 0}, {0, 0}, {4, 4}, {4, 4}})));
+}
+
+// Note [vector accesses]: the kernel's 16-byte path where its buffers are aligned, the element
+// by element one where they are not (a view 4 or 8 bytes into its base), with the same results.
+TEST_F(Cuda, VectorAccessesAtAnyAlignment) {
+  TensorOptions cpu{.device = "CPU"};
+  constexpr int64_t N = 1024 * 1024;
+  auto ks = render_cuda({Tensor::empty({1024, 1024}, cpu) * 2 + 1});
+  ASSERT_EQ(ks.size(), 1u);
+  ASSERT_NE(ks[0].source.find("*(const uint4*)(data1 + "), std::string::npos) << ks[0].source;
+  Device& d = get_device("CUDA");
+  Program& p = d.get_program(ks[0].name, ks[0].source);
+  std::vector<float> host(N), back(N);
+  for (int64_t i = 0; i < N; i++) host[static_cast<size_t>(i)] = static_cast<float>(i % 1000) * 0.5f;
+  const size_t bytes = (2 * N + 8) * sizeof(float);
+  auto* base = static_cast<float*>(d.pool().alloc(bytes));
+  for (int64_t shift : {0, 1, 2}) {
+    float *in = base + shift, *out = base + N + 4 + shift;
+    d.allocator().copy_in(in, host.data(), N * sizeof(float));
+    p.launch({out, in}, ks[0].kernel.global_size, ks[0].kernel.local_size, false);
+    d.allocator().copy_out(back.data(), out, N * sizeof(float));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < N; i++) wrong += back[static_cast<size_t>(i)] != host[static_cast<size_t>(i)] * 2 + 1;
+    EXPECT_EQ(wrong, 0) << "buffers " << shift * 4 << " bytes past 16-byte alignment";
+  }
+  d.pool().free(base, bytes);
 }
 
 TEST_F(Cuda, GroupedReductionUsesSharedMemory) {

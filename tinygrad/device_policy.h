@@ -41,6 +41,10 @@ struct GpuLimits {
   // elements, a work-group's width apart (Note [elementwise lanes]); 1 turns this off.
   int64_t lanes = 4;
   int64_t lanes_min_threads = int64_t{1} << 18;
+  // The widest load or store the renderer emits (CUDA: 16 bytes; 0: none). Where there is one,
+  // an elementwise kernel's lanes are neighbouring elements instead, a vector of its narrowest
+  // dtype (Note [contiguous lanes] in codegen/gpu_dims.cpp).
+  int64_t vector_bytes = 0;
   int max_dims = 3;
   // What a launch may hold (Note [launch limits] in codegen/gpu_dims.cpp): work-items per
   // work-group, per group dimension 2, and groups per dimension 0 and per dimension 1 or 2.

@@ -95,6 +95,11 @@ IntKnob ROWFUSE("ROWFUSE", 1,
                 "1: a reduce over short trailing rows joins the kernel that reads it back over the same rows "
                 "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel",
                 KnobKind::Codegen);
+IntKnob VECTORS("VECTORS", 1,
+                "1: large elementwise kernels on GPUs with vector accesses (CUDA) give each thread neighbouring "
+                "elements and load and store them up to 16 bytes at a time; 0: elements a work-group apart, one "
+                "access each",
+                KnobKind::Codegen);
 IntKnob SHARED_CHAINS("SHARED_CHAINS", 1,
                       "1: an elementwise chain that several kernels read is computed once into a buffer when "
                       "that moves less memory than recomputing it in each (a transformer's residual stream); 0: "

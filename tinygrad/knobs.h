@@ -69,6 +69,7 @@ extern IntKnob SPLIT_REDUCE;  // 1: long reductions with few outputs run in two 
 extern IntKnob SPLIT_PARTS;  // most partials per output of a long reduction with many outputs (GPU-style); 0:
                              // auto, 1: off
 extern IntKnob ROWFUSE;   // 1: a row's reductions and the work that reads them back are one kernel
+extern IntKnob VECTORS;   // 1: GPU elementwise kernels load and store neighbouring elements as vectors (CUDA)
 extern IntKnob SHARED_CHAINS;  // 1: elementwise chains that several kernels read are computed once where cheaper
 extern IntKnob FLASH_ATTENTION;  // 2 (default): attention on CUDA/OpenCL runs as fused kernels where they take it, on tensor cores where it can; 1: without tensor cores; 0: the composition
 extern IntKnob RING_ALLREDUCE;  // all-reduces between a process's devices of >= n elements go around a ring; 0: never

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tinygrad/codegen/linearize.h"
+#include "tinygrad/codegen/vector_access.h"
 #include "tinygrad/error.h"
 
 namespace tg {
@@ -69,6 +70,16 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
   int depth = 1;
   int counter = 0;
   std::unordered_map<std::string, std::string> mma_of;  // a WMMA's operands -> the product's name
+  VectorPlan vectors = max_vector_bytes() > 0 ? plan_vector_accesses(k.uops, max_vector_bytes()) : VectorPlan{};
+  auto vector_of = [&](const UOp* u) -> const VectorAccess* {
+    auto it = vectors.member_of.find(u);
+    return it == vectors.member_of.end() ? nullptr : &vectors.at.at(it->second);
+  };
+  auto indices = [&](const VectorAccess& a) {
+    std::vector<std::string> idx;
+    for (auto& m : a.members) idx.push_back(ref(m->src[1]));
+    return idx;
+  };
   for (size_t g = 0; g < k.group_reduces.size(); g++)
     os << "  " << local_array(k.group_reduces[g].acc->dtype, "tg_red" + std::to_string(g), group_slots(k.group_reduces[g].size)) << "\n";
   auto line = [&](const std::string& s) { os << std::string(2 * depth, ' ') << s << "\n"; };
@@ -112,6 +123,15 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
         line(s(0) + " = " + s(1) + ";");
         break;
       case Op::LOAD: {
+        if (const VectorAccess* a = vector_of(u.get())) {  // Note [vector accesses]
+          if (a->members.front() == u) {
+            std::vector<std::string> names;
+            for (size_t m = 0; m < a->members.size(); m++) names.push_back(name[a->members[m].get()] = v + "_" + std::to_string(m));
+            for (auto& l : vector_load(u->src[0]->dtype, u->dtype, s(0), a->bytes, indices(*a), names)) line(l);
+          }
+          v = name.at(u.get());
+          break;
+        }
         if (const int64_t* ahead = std::get_if<int64_t>(&u->arg); ahead && u->src.size() == 2)
           if (std::string pf = prefetch(s(0), s(1), *ahead); !pf.empty()) line(pf);
         std::string load = this->load(u->src[0]->dtype, s(0), s(1));
@@ -120,6 +140,14 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
         break;
       }
       case Op::STORE: {
+        if (const VectorAccess* a = vector_of(u.get())) {  // Note [vector accesses]
+          if (a->members.back() == u) {
+            std::vector<std::string> values;
+            for (auto& m : a->members) values.push_back(ref(m->src[2]));
+            line(vector_store(u->src[0]->dtype, s(0), a->bytes, indices(*a), values));
+          }
+          break;
+        }
         std::string st = is_accumulating_store(*u) ? accumulate(u->src[0]->dtype, s(0), s(1), s(2))
                                                    : store(u->src[0]->dtype, s(0), s(1), s(2));
         line(u->src.size() > 3 ? "if (" + s(3) + ") " + st : st);
@@ -174,6 +202,41 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
   }
   os << "}\n";
   return os.str();
+}
+
+// Note [vector accesses] in codegen/vector_access.cpp: the wide access where the buffer's address
+// is a multiple of its bytes, element by element where it is not (a view at another offset).
+std::vector<std::string> CStyleRenderer::vector_load(DType buffer, DType t, const std::string& buf, int64_t bytes,
+                                                     const std::vector<std::string>& idx,
+                                                     const std::vector<std::string>& names) const {
+  std::string VT = vector_type(bytes);
+  std::string decl = type_name(t);
+  for (size_t m = 0; m < names.size(); m++) decl += (m ? ", " : " ") + names[m];
+  std::string out = "if (" + aligned(buf, bytes) + ") { " + vector_union(buffer, VT, names.size()) + " u; u.w = *(const " + VT +
+                    "*)(" + buf + " + " + idx[0] + ");";
+  for (size_t m = 0; m < names.size(); m++) out += " " + names[m] + " = " + load(buffer, "u.e", std::to_string(m)) + ";";
+  out += " } else {";
+  for (size_t m = 0; m < names.size(); m++) out += " " + names[m] + " = " + load(buffer, buf, idx[m]) + ";";
+  return {decl + ";", out + " }"};
+}
+
+std::string CStyleRenderer::vector_store(DType buffer, const std::string& buf, int64_t bytes, const std::vector<std::string>& idx,
+                                         const std::vector<std::string>& values) const {
+  std::string VT = vector_type(bytes);
+  std::string out = "if (" + aligned(buf, bytes) + ") { " + vector_union(buffer, VT, values.size()) + " u;";
+  for (size_t m = 0; m < values.size(); m++) out += " " + store(buffer, "u.e", std::to_string(m), values[m]);
+  out += " *(" + VT + "*)(" + buf + " + " + idx[0] + ") = u.w; } else {";
+  for (size_t m = 0; m < values.size(); m++) out += " " + store(buffer, buf, idx[m], values[m]);
+  return out + " }";
+}
+
+// The vector and its elements as one union (reading the member not last written is defined in C
+// and in CUDA C++), and whether a buffer's address is a multiple of `bytes`.
+std::string CStyleRenderer::vector_union(DType buffer, const std::string& vector, size_t n) const {
+  return "union { " + vector + " w; " + storage_type(buffer) + " e[" + std::to_string(n) + "]; }";
+}
+std::string CStyleRenderer::aligned(const std::string& buf, int64_t bytes) {
+  return "(((unsigned long long)" + buf + ") & " + std::to_string(bytes - 1) + "ull) == 0";
 }
 
 std::string CStyleRenderer::cast(DType to, DType from, const std::string& x_in) const {

@@ -58,6 +58,23 @@ class CStyleRenderer : public Renderer {
   // A warp's tensor-core product (the WMMA op): a statement that declares out0..out3 from the
   // ten operands (four A values, two B values, four accumulators). Only CUDA has one.
   virtual std::string mma(const std::string& out, const std::vector<std::string>& operands) const;
+  // Vector accesses (Note [vector accesses] in codegen/vector_access.cpp): the widest in bytes
+  // (0: none), the type of one of `bytes` (4, 8 or 16), and a buffer's element type as the
+  // kernel declares it.
+  virtual int64_t max_vector_bytes() const { return 0; }
+  virtual std::string vector_type(int64_t /*bytes*/) const { return ""; }
+  virtual std::string storage_type(DType t) const { return type_name(t); }
+
+ private:
+  // The lines of one wide access of `buf` at the elements idx[0], idx[0] + 1, ...: loads into
+  // the variables `names` of type t, or stores of `values`, with an element-by-element path for
+  // a buffer whose address is not aligned to the access.
+  std::vector<std::string> vector_load(DType buffer, DType t, const std::string& buf, int64_t bytes, const std::vector<std::string>& idx,
+                                       const std::vector<std::string>& names) const;
+  std::string vector_store(DType buffer, const std::string& buf, int64_t bytes, const std::vector<std::string>& idx,
+                           const std::vector<std::string>& values) const;
+  std::string vector_union(DType buffer, const std::string& vector, size_t n) const;
+  static std::string aligned(const std::string& buf, int64_t bytes);
 };
 
 class CRenderer : public CStyleRenderer {

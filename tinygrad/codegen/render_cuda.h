@@ -13,6 +13,7 @@ class CUDARenderer : public CStyleRenderer {
  public:
   std::string loop_prefix(int64_t trips) const override;
   static constexpr int64_t WARP = 32;
+  static constexpr int64_t VECTOR_BYTES = 16;  // uint4: Note [vector accesses] in codegen/vector_access.cpp
 
  protected:
   std::string type_name(DType t) const override;
@@ -35,9 +36,9 @@ class CUDARenderer : public CStyleRenderer {
   std::string group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
                             const std::string& indent) const override;
   std::string mma(const std::string& out, const std::vector<std::string>& operands) const override;
-
- private:
-  std::string buffer_type(DType t) const;
+  int64_t max_vector_bytes() const override { return VECTOR_BYTES; }
+  std::string vector_type(int64_t bytes) const override;
+  std::string storage_type(DType t) const override;
 };
 
 }  // namespace tg

@@ -233,6 +233,7 @@ class CudaDevice : public Device {
     while (lim.max_local > max_threads) lim.max_local /= 2;
     while (lim.group_threads > max_threads) lim.group_threads /= 2;
     lim.group_threads_per_slot = CUDARenderer::WARP;  // Note [warp combine] in codegen/render_cuda.cpp
+    lim.vector_bytes = CUDARenderer::VECTOR_BYTES;
     lim.max_group_threads = max_threads;
     lim.max_group_z = attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
     lim.max_groups_x = attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
