@@ -18,6 +18,7 @@
 #include "tinygrad/codegen/attention_tensor_cores.h"
 
 #include <array>
+#include <functional>
 #include <vector>
 
 #include "tinygrad/codegen/attention_pieces.h"
@@ -64,6 +65,13 @@ static __device__ __forceinline__ void tg_cp4(unsigned short* dst, const unsigne
 static __device__ __forceinline__ void tg_cp4f(float* dst, const float* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
                :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 4 : 0));
+}
+// Note [whole blocks]: 2^x by the special-function unit alone (CUDA's exp2f adds a rescaling for
+// results below float32's normal range, where a weight is negligible anyway).
+static __device__ __forceinline__ float tg_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
 }
 static __device__ __forceinline__ void tg_cp_commit() { asm volatile("cp.async.commit_group;"); }
 static __device__ __forceinline__ void tg_cp_wait_all_but_last() { asm volatile("cp.async.wait_group 1;"); }
@@ -209,12 +217,14 @@ struct Walk {
   Staging staging;
   const char* pointers;  // the current stage's pointers, declared
   const char *col, *visible;
+  const char* whole;  // Note [whole blocks]: declares `whole`, true where every pair of the block is visible
 };
 constexpr Walk KEY_WALK{"  const int kend = CAUSAL ? min(SK, first + 64) : SK;\n", "k0", "0", "kend", KEYS, VALUES,
                         stage_keys,
                         "    const unsigned short* ks = ks_stages + stage * 64 * KS;\n"
                         "    const unsigned short* vs = vs_stages + stage * 64 * VS;\n",
-                        "        const int col = k0 + n * 8 + 2 * t + e;\n", "col < SK && (!CAUSAL || col <= r${h})"};
+                        "        const int col = k0 + n * 8 + 2 * t + e;\n", "col < SK && (!CAUSAL || col <= r${h})",
+                        "    const bool whole = k0 + 64 <= SK && (!CAUSAL || k0 + 63 <= first);\n"};
 constexpr Walk QUERY_WALK{"  const int qfrom = CAUSAL ? first : 0;\n", "q0", "qfrom", "LQ", QUERIES, OUTPUT_GRADS,
                           stage_queries,
                           "    const unsigned short* qs = qs_stages + stage * 64 * QS;\n"
@@ -222,7 +232,8 @@ constexpr Walk QUERY_WALK{"  const int qfrom = CAUSAL ? first : 0;\n", "q0", "qf
                           "    const float* lses = lse_stages + stage * 64;\n"
                           "    const float* deltas = delta_stages + stage * 64;\n",
                           "        const int col = n * 8 + 2 * t + e, qi = q0 + col;\n",
-                          "qi < LQ && (!CAUSAL || r${h} <= qi)"};
+                          "qi < LQ && (!CAUSAL || r${h} <= qi)",
+                          "    const bool whole = q0 + 64 <= LQ && (!CAUSAL || first + 63 <= q0);\n"};
 
 std::string staged_walk(const Walk& w) {
   std::string next = std::string(w.block) + " + 64";
@@ -302,12 +313,24 @@ constexpr const char* EACH_ELEMENT = R"(#pragma unroll
 
 // The backward kernels' weights P = exp2(S - L), zero where masked, and dS = P * (dP - D); `lse`
 // and `delta` may name the half (${h}).
-std::string weights(const Walk& w, const std::string& s, const std::string& lse) {
-  return halves("        const float p${h} = " + std::string(w.visible) + " ? exp2f(" + s +
+std::string weights(const std::string& visible, const std::string& s, const std::string& lse) {
+  return halves("        const float p${h} = " + visible + " ? tg_exp2(" + s +
                 "[n][${e}] * SCALE_LOG2 - " + lse + ") : 0.0f;\n");
 }
 std::string ds_lines(const std::string& ds, const std::string& dp, const std::string& delta) {
   return halves("        " + ds + "[n][${e}] = p${h} * (" + dp + "[n][${e}] - " + delta + ");\n");
+}
+
+// Note [whole blocks]: only the blocks on a causal mask's diagonal and the last one past the end
+// of the rows have pairs that the mask hides. A block wholly visible (`whole`, the same in every
+// thread) runs the element loop without the column arithmetic and the compare and select of the
+// mask, which cost about as many instructions per score as the rest of the softmax. `body`
+// is the loop's text for visibility ${visible}: true, or the walk's mask. With tg_exp2 beside
+// it, GPT-2's attention (16 x 12 heads x 1024 x 64, causal) on an H100: forward 0.204 -> 0.175
+// ms, dQ 0.220 -> 0.199 ms, dK/dV 0.352 -> 0.286 ms a layer.
+std::string element_loops(const Walk& w, const std::function<std::string(const std::string&)>& body) {
+  return std::string(w.whole) + "    if (whole) {\n" + EACH_ELEMENT + w.col + body("true") + "      }\n    } else {\n" +
+         EACH_ELEMENT + w.col + body(w.visible) + "      }\n    }\n";
 }
 
 // Note [tensor-core attention]: the forward pass.
@@ -318,22 +341,19 @@ ${ids}  unsigned qa[E / 16][4];
 ${q_fragments}  float o[EV / 8][4];
 ${zero_o}  float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.0f, l1 = 0.0f;
 ${walk}${scores}    float mx0 = m0, mx1 = m1;
-${each_element}${col}${mask}        mx0 = fmaxf(mx0, s[n][e]);
-        mx1 = fmaxf(mx1, s[n][2 + e]);
-      }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+${scaled_max}    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float a0 = exp2f(m0 - mx0), a1 = exp2f(m1 - mx1);
+    const float a0 = tg_exp2(m0 - mx0), a1 = tg_exp2(m1 - mx1);
     l0 *= a0;
     l1 *= a1;
 #pragma unroll
     for (int n = 0; n < EV / 8; n++) o[n][0] *= a0, o[n][1] *= a0, o[n][2] *= a1, o[n][3] *= a1;
 #pragma unroll
     for (int n = 0; n < 8; n++) {
-      s[n][0] = exp2f(s[n][0] - mx0), s[n][1] = exp2f(s[n][1] - mx0);
-      s[n][2] = exp2f(s[n][2] - mx1), s[n][3] = exp2f(s[n][3] - mx1);
+      s[n][0] = tg_exp2(s[n][0] - mx0), s[n][1] = tg_exp2(s[n][1] - mx0);
+      s[n][2] = tg_exp2(s[n][2] - mx1), s[n][3] = tg_exp2(s[n][3] - mx1);
       l0 += s[n][0] + s[n][1];
       l1 += s[n][2] + s[n][3];
     }
@@ -362,10 +382,13 @@ std::string forward() {
                         {"zero_o", zero_tiles("o", "EV / 8")},
                         {"walk", staged_walk(KEY_WALK)},
                         {"scores", block_products({{"s", "qa", "ks", "KS", "E"}})},
-                        {"each_element", EACH_ELEMENT},
-                        {"col", KEY_WALK.col},
-                        {"mask", halves("        s[n][${e}] = " + std::string(KEY_WALK.visible) +
-                                        " ? s[n][${e}] * SCALE_LOG2 : NEG_BIG;\n")},
+                        {"scaled_max", element_loops(KEY_WALK,
+                                                     [](const std::string& visible) {
+                                                       return halves("        s[n][${e}] = " + visible +
+                                                                     " ? s[n][${e}] * SCALE_LOG2 : NEG_BIG;\n") +
+                                                              "        mx0 = fmaxf(mx0, s[n][e]);\n"
+                                                              "        mx1 = fmaxf(mx1, s[n][2 + e]);\n";
+                                                     })},
                         {"pv", register_products({{"pa", "s", "vs", "VS", "EV", "o"}})},
                         {"out", halves(FORWARD_OUT)}});
 }
@@ -379,8 +402,7 @@ ${signature}  __shared__ __align__(16) unsigned short ks_stages[TG_STAGES * 64 *
 ${ids}  unsigned qa[E / 16][4], da[EV / 16][4];
 ${q_fragments}${d_fragments}${lses}  const float dd0 = r0 < LQ ? ${delta0} : 0.0f, dd1 = r1 < LQ ? ${delta1} : 0.0f;
   float acc[E / 8][4];
-${zero_acc}${walk}${products}${each_element}${col}${weights}${ds}      }
-${ds_k}  }
+${zero_acc}${walk}${products}${weights_ds}${ds_k}  }
 ${out}}
 )";
 
@@ -406,10 +428,10 @@ std::string backward_q() {
        {"walk", staged_walk(KEY_WALK)},
        {"products",
         block_products({{"s", "qa", "ks", "KS", "E"}, {"dp", "da", "vs", "VS", "EV"}})},
-       {"each_element", EACH_ELEMENT},
-       {"col", KEY_WALK.col},
-       {"weights", weights(KEY_WALK, "s", "lse${h}")},
-       {"ds", ds_lines("s", "dp", "dd${h}")},
+       {"weights_ds", element_loops(KEY_WALK,
+                                    [](const std::string& visible) {
+                                      return weights(visible, "s", "lse${h}") + ds_lines("s", "dp", "dd${h}");
+                                    })},
        {"ds_k", register_products({{"sa", "s", "ks", "KS", "E", "acc"}})},
        {"out", halves(BACKWARD_Q_OUT)}});
 }
@@ -427,10 +449,7 @@ ${signature}  __shared__ __align__(16) unsigned short qs_stages[TG_STAGES * 64 *
   __shared__ float delta_stages[TG_STAGES * 64];
 ${ids}  unsigned ka[E / 16][4], va[EV / 16][4];
 ${k_fragments}${v_fragments}  float dk[E / 8][4], dv[EV / 8][4];
-${zero_dk}${zero_dv}${walk}${products}${each_element}${col}${weights}        st[n][e] = p0;
-        st[n][2 + e] = p1;
-${ds}      }
-${dv_dk}  }
+${zero_dk}${zero_dv}${walk}${products}${weights_ds}${dv_dk}  }
 ${out}}
 )";
 
@@ -453,10 +472,12 @@ std::string backward_kv() {
                             {"walk", staged_walk(QUERY_WALK)},
                             {"products", block_products({{"st", "ka", "qs", "QS", "E"},
                                                          {"dpt", "va", "dos", "DS", "EV"}})},
-                            {"each_element", EACH_ELEMENT},
-                            {"col", QUERY_WALK.col},
-                            {"weights", weights(QUERY_WALK, "st", "lses[col] * LOG2E")},
-                            {"ds", ds_lines("dpt", "dpt", "deltas[col]")},
+                            {"weights_ds", element_loops(QUERY_WALK,
+                                                         [](const std::string& visible) {
+                                                           return weights(visible, "st", "lses[col] * LOG2E") +
+                                                                  "        st[n][e] = p0;\n        st[n][2 + e] = p1;\n" +
+                                                                  ds_lines("dpt", "dpt", "deltas[col]");
+                                                         })},
                             {"dv_dk", register_products({{"pa", "st", "dos", "DS", "EV", "dv"},
                                                          {"sa", "dpt", "qs", "QS", "E", "dk"}})},
                             {"out", halves(BACKWARD_KV_OUT)}});
