@@ -7,10 +7,10 @@
 // 16-byte accesses; GPT-2's bias-and-GELU kernel moved 1.5 TB/s on an H100 where PyTorch's moves
 // 2.9. This pass finds what one wide access can do instead: a run of LOADs (or STOREs) that
 // follow one another in the uops, read (or write) one buffer, and whose element indices are
-// e + c, e + c + 1, ... for one expression e (the same nodes: hash-consing makes every lane's
-// shared part one node) and constants. A run is cut into pieces of a power of two elements, at
-// most max_bytes, whose first index is provably a multiple of the piece's length: every term of
-// e is (known_pow2_factor) and so is the constant part. The buffer's own address must then be a
+// e + c, e + c + 1, ... for one expression e and constants (their linear forms, rewrite.h, have
+// the same terms: hash-consing makes every lane's shared part one node). A run is cut into pieces
+// of a power of two elements, at most max_bytes, whose first index is provably a multiple of the
+// piece's length: every term of e is (known_pow2_factor) and so is the constant part. The buffer's own address must then be a
 // multiple of the piece's bytes for the access to be aligned; that is only known at run time,
 // so the renderer emits a scalar path beside the vector one (render_c.cpp). Gated accesses,
 // accumulating stores and prefetching loads keep their single-element form.
@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "tinygrad/dtype.h"
+#include "tinygrad/rewrite.h"
 
 namespace tg {
 
@@ -26,28 +27,10 @@ namespace {
 
 constexpr int64_t MAX_FACTOR = 64;
 
-// An integer index as a sum of terms (in pointer order) and a constant.
-struct Affine {
-  std::vector<UOpPtr> terms;
-  int64_t constant = 0;
-};
-
-void add_terms(const UOpPtr& u, Affine& a) {
-  if (u->op == Op::ADD) {
-    add_terms(u->src[0], a);
-    add_terms(u->src[1], a);
-  } else if (u->op == Op::CONST) {
-    a.constant += static_cast<int64_t>(u->const_value());
-  } else {
-    a.terms.push_back(u);
-  }
-}
-
-Affine affine(const UOpPtr& index) {
-  Affine a;
-  add_terms(index, a);
-  std::sort(a.terms.begin(), a.terms.end(), [](const UOpPtr& x, const UOpPtr& y) { return x.get() < y.get(); });
-  return a;
+// Two linear forms whose terms are the same nodes with the same coefficients.
+bool same_terms(const LinearForm& a, const LinearForm& b) {
+  return std::equal(a.terms.begin(), a.terms.end(), b.terms.begin(), b.terms.end(),
+                    [](const auto& x, const auto& y) { return x.first == y.first && x.second == y.second; });
 }
 
 // An access that may join a run: ungated, not accumulating, not prefetching.
@@ -62,8 +45,7 @@ int64_t lowest_bit(int64_t v) {
   return std::min<int64_t>(MAX_FACTOR, static_cast<int64_t>(m & (~m + 1)));
 }
 
-}  // namespace
-
+// The largest power of two (at most MAX_FACTOR) that an integer expression is provably a multiple of.
 int64_t known_pow2_factor(const UOpPtr& u) {
   auto f = [](const UOpPtr& x) { return known_pow2_factor(x); };
   switch (u->op) {
@@ -80,6 +62,15 @@ int64_t known_pow2_factor(const UOpPtr& u) {
   }
 }
 
+// ... and of a linear form's terms (its constant aside).
+int64_t terms_pow2_factor(const LinearForm& l) {
+  int64_t f = MAX_FACTOR;
+  for (auto& [t, c] : l.terms) f = std::min(f, std::min(MAX_FACTOR, lowest_bit(c) * known_pow2_factor(t)));
+  return f;
+}
+
+}  // namespace
+
 // Note [vector accesses]
 VectorPlan plan_vector_accesses(const std::vector<UOpPtr>& uops, int64_t max_bytes) {
   VectorPlan plan;
@@ -90,18 +81,16 @@ VectorPlan plan_vector_accesses(const std::vector<UOpPtr>& uops, int64_t max_byt
       i++;
       continue;
     }
-    Affine a = affine(first.src[1]);
+    LinearForm a = linear_form(first.src[1]);
     size_t j = i + 1;
     for (; j < uops.size(); j++) {
       const UOp& u = *uops[j];
       if (!candidate(u) || u.op != first.op || u.src[0] != first.src[0]) break;
-      Affine b = affine(u.src[1]);
-      if (b.terms != a.terms ||  // the same nodes
-          b.constant != a.constant + static_cast<int64_t>(j - i)) break;
+      LinearForm b = linear_form(u.src[1]);
+      if (!same_terms(a, b) || b.constant != a.constant + static_cast<int64_t>(j - i)) break;
     }
     auto elem = static_cast<int64_t>(itemsize(first.src[0]->dtype));
-    int64_t factor = MAX_FACTOR;  // of the terms' sum
-    for (auto& t : a.terms) factor = std::min(factor, known_pow2_factor(t));
+    int64_t factor = terms_pow2_factor(a);
     for (size_t p = i; p < j;) {
       int64_t c = a.constant + static_cast<int64_t>(p - i), left = static_cast<int64_t>(j - p);
       int64_t n = 1;  // the piece's elements: the most that fit, divide the start and are within the run

@@ -28,7 +28,4 @@ struct VectorPlan {
 // each run's first member is provably a multiple of the run's length.
 VectorPlan plan_vector_accesses(const std::vector<UOpPtr>& uops, int64_t max_bytes);
 
-// The largest power of two (at most 64) that an integer expression is provably a multiple of.
-int64_t known_pow2_factor(const UOpPtr& u);
-
 }  // namespace tg
