@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh: builds the libFuzzer targets with clang and runs each for a while from its
-# checked-in seed corpus. CTest runs it for 30 s a target (test fuzz_parsers, label `fuzz`); run it
+# checked-in seed corpus. CTest runs it for 15 s a target (test fuzz_parsers, label `fuzz`); run it
 # by hand for longer.
 #
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]    SECONDS per target (default 60); TARGETs by

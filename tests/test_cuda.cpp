@@ -23,6 +23,7 @@
 #include "tinygrad/knobs.h"
 #include "tinygrad/runtime/cuda.h"
 #include "tinygrad/schedule/schedule.h"
+#include "tinygrad/schedule/split_reduce.h"
 
 namespace tg {
 namespace {
@@ -260,29 +261,32 @@ TEST(CudaRenderer, GridBeyondLimitsUsesDimensionZero) {
   EXPECT_EQ(ks2[0].kernel.global_size.size(), 3u);
 }
 
-// GPT-2's bias gradient, a column sum of [16384, 768], as the scheduler splits it on CUDA (Note
-// [split column sums] in schedule/split_reduce.cpp): 128 parts of 128 rows, then the 768 sums of
-// 128 partials. Each stage runs one thread per output with 8 partial sums of rows (Note [column
-// sums] in codegen/opt_gpu.cpp); the columns are dimension 0, so the 32 threads of a warp read 32
-// neighbouring floats of a row, and the first stage's 98304 threads fill 384 blocks of 256 for the
-// 132 SMs of an H100 or H200. NVRTC compiles both for sm_90.
+// GPT-2's bias gradient, a column sum of [16, 1024, 768], as the scheduler splits it on CUDA (Note
+// [split column sums] in schedule/split_reduce.cpp: 2^18 partials): 256 parts of 16 x 4 rows,
+// then the 768 sums of 256 partials. The first stage runs one thread per output with 8 partial
+// sums of rows (Note [column sums] in codegen/opt_gpu.cpp), its loops short enough to unroll
+// whole; the columns are dimension 0, so the 32 threads of a warp read 32 neighbouring elements
+// of a row, and its 196608 threads fill 768 blocks of 256 for the 132 SMs of an H100 or H200. The
+// second stage runs a group of 32 threads per column. NVRTC compiles both for sm_90.
 TEST(CudaRenderer, ColumnSumsReadRowsCoalesced) {
   TensorOptions cpu{.device = "CPU"};
-  auto parts = render_cuda({Tensor::empty({128, 128, 768}, cpu).sum(1)});
-  auto partials = render_cuda({Tensor::empty({128, 768}, cpu).sum(0)});
+  auto parts = render_cuda({Tensor::empty({16, 256, 4, 768}, cpu).sum({0, 2})});
+  auto partials = render_cuda({Tensor::empty({256, 768}, cpu).sum(0)});
   ASSERT_EQ(parts.size(), 1u);
   ASSERT_EQ(partials.size(), 1u);
   const LinearKernel& k = parts[0].kernel;
-  EXPECT_EQ(k.name, "r_128_768__16");  // 16 trips of 8 rows
+  EXPECT_EQ(k.name, "r_256_768__2_4");  // 2 trips of 8 batches by 4 rows
   EXPECT_TRUE(k.group_reduces.empty());
-  EXPECT_EQ(k.global_size, (std::vector<int64_t>{768, 128}));
+  EXPECT_EQ(k.global_size, (std::vector<int64_t>{768, 256}));
   EXPECT_EQ(k.local_size, (std::vector<int64_t>{256, 1}));
-  EXPECT_EQ(k.global_size[0] / k.local_size[0] * k.global_size[1], 384);
+  EXPECT_EQ(k.global_size[0] / k.local_size[0] * k.global_size[1], 768);
   EXPECT_NE(parts[0].source.find("threadIdx.x"), std::string::npos) << parts[0].source;
   for (int lane = 0; lane < 8; lane++)  // 8 accumulators
     EXPECT_NE(parts[0].source.find("acc" + std::to_string(lane) + " = "), std::string::npos) << parts[0].source;
-  EXPECT_EQ(partials[0].kernel.name, "r_768__16");
-  EXPECT_EQ(partials[0].kernel.global_size, (std::vector<int64_t>{768}));
+  EXPECT_EQ(count_of(parts[0].source, "#pragma unroll"), 2u) << parts[0].source;
+  EXPECT_EQ(partials[0].kernel.name, "r_768__256");
+  EXPECT_EQ(partials[0].kernel.local_size, (std::vector<int64_t>{32}));
+  EXPECT_EQ(partials[0].kernel.global_size, (std::vector<int64_t>{768 * 32}));
   if (nvrtc_description().rfind("NVRTC ", 0) != 0) return;
   for (auto* r : {&parts[0], &partials[0]}) {
     EXPECT_EQ(cuda_compile(r->name, r->source, 90).image.substr(0, 4), "\x7f" "ELF") << r->source;
@@ -405,6 +409,26 @@ TEST(CudaRenderer, RowsThatShareAVectorAreGrouped) {
   EXPECT_EQ(matvec[0].kernel.group_reduces.size(), 1u) << matvec[0].source;
 }
 
+// Note [short rows] in codegen/gpu_dims.cpp: attention's rowsum(dO * O) over rows of 64 (O's rows
+// 65 floats apart: the output and its logsumexp) runs 16 threads a row, not one, four rows to a
+// work-group (Note [packed groups]).
+TEST(CudaRenderer, ShortRowsAreGrouped) {
+  TensorOptions cpu{.device = "CPU"}, bf16{.dtype = DType::BFloat16, .device = "CPU"};
+  Tensor o = Tensor::empty({192, 1024, 65}, cpu), dout = Tensor::empty({192, 1024, 64}, bf16);
+  auto delta = render_cuda({(dout.cast(DType::Float32) * o.shrink({{0, 192}, {0, 1024}, {0, 64}})).sum(2)});
+  ASSERT_EQ(delta.size(), 1u);
+  EXPECT_EQ(delta[0].name, "r_192_1024__64");
+  EXPECT_EQ(delta[0].kernel.local_size, std::vector<int64_t>{64}) << delta[0].source;  // 4 rows a block
+  ASSERT_EQ(delta[0].kernel.group_reduces.size(), 1u) << delta[0].source;
+  EXPECT_EQ(delta[0].kernel.group_reduces[0].size, 16);
+  EXPECT_EQ(delta[0].kernel.group_reduces[0].per_block, 4);  // Note [packed groups]: a whole warp shuffles
+  EXPECT_NE(delta[0].source.find("for (int s = 8; s > 0; s >>= 1) { float o = __shfl_xor_sync(0xffffffffu,"),
+            std::string::npos) << delta[0].source;
+  auto shorter = render_cuda({Tensor::empty({4096, 32}, cpu).sum(1)});  // below row_min_length
+  ASSERT_EQ(shorter.size(), 1u);
+  EXPECT_TRUE(shorter[0].kernel.group_reduces.empty()) << shorter[0].source;
+}
+
 // Note [contiguous lanes] and Note [vector accesses]: a large bfloat16 elementwise kernel gives
 // each thread 8 neighbouring elements, loaded and stored as one 16-byte access each where the
 // buffer's address allows (an element-by-element path beside it); its float32 operand (a bias
@@ -434,6 +458,34 @@ TEST_F(Nvrtc, ElementwiseLanesAreVectors) {
   EXPECT_EQ(count_of(transposed[0].source, "*(const uint4*)"), 0u) << transposed[0].source;
   EXPECT_EQ(count_of(transposed[0].source, "*(uint4*)(data0 + "), 1u) << transposed[0].source;
   EXPECT_EQ(cuda_compile(transposed[0].name, transposed[0].source, 90).image.substr(0, 4), "\x7f" "ELF");
+}
+
+// Note [reduce lanes]: a grouped reduction's thread takes a vector of neighbouring elements a
+// trip: GPT-2's LayerNorm statistics (float32 rows of 768, 64 threads) one 16-byte load in each of
+// 3 trips, bfloat16 rows 8-byte loads (12 elements a thread: 4 lanes), lanes combined before the
+// one accumulator; a reduction over two loops adds the lanes to the inner one. A strided one
+// (a column sum) keeps one element a trip.
+TEST_F(Nvrtc, GroupedReductionLanesAreVectors) {
+  TensorOptions cpu{.device = "CPU"}, bf16{.dtype = DType::BFloat16, .device = "CPU"};
+  auto stats = render_cuda({(Tensor::empty({16, 1024, 768}, cpu) * Tensor::empty({16, 1024, 768}, cpu)).sum(-1)});
+  ASSERT_EQ(stats.size(), 1u);
+  const std::string& src = stats[0].source;
+  EXPECT_EQ(stats[0].kernel.local_size, std::vector<int64_t>{64}) << src;
+  EXPECT_NE(src.find("ridx2 < (3ll)"), std::string::npos) << src;
+  EXPECT_EQ(count_of(src, "*(const uint4*)(data1 + "), 1u) << src;
+  EXPECT_EQ(count_of(src, "*(const uint4*)(data2 + "), 1u) << src;
+  EXPECT_EQ(count_of(src, "= acc0 + v"), 1u) << src;  // one update of one accumulator
+  auto half_rows = render_cuda({Tensor::empty({4096, 768}, bf16).max(-1)});
+  ASSERT_EQ(half_rows.size(), 1u);
+  EXPECT_EQ(count_of(half_rows[0].source, "*(const uint2*)(data1 + "), 1u) << half_rows[0].source;
+  auto two_loops = render_cuda({Tensor::empty({64, 16, 512}, cpu).sum({1, 2})});
+  ASSERT_EQ(two_loops.size(), 1u);
+  EXPECT_EQ(count_of(two_loops[0].source, "*(const uint4*)(data1 + "), 1u) << two_loops[0].source;
+  auto columns = render_cuda({Tensor::empty({64, 4096}, cpu).sum(0)});
+  ASSERT_EQ(columns.size(), 1u);
+  EXPECT_EQ(count_of(columns[0].source, "uint4"), 0u) << columns[0].source;
+  for (auto* k : {&stats[0], &half_rows[0], &two_loops[0]})
+    EXPECT_EQ(cuda_compile(k->name, k->source, 90).image.substr(0, 4), "\x7f" "ELF") << k->source;
 }
 
 // Note [merged inner loops]: an elementwise kernel over images of 20 x 20 takes the columns, rows
@@ -539,6 +591,24 @@ TEST_F(Cuda, VectorAccessesAtAnyAlignment) {
     for (int64_t i = 0; i < N; i++) wrong += back[static_cast<size_t>(i)] != host[static_cast<size_t>(i)] * 2 + 1;
     EXPECT_EQ(wrong, 0) << "buffers " << shift * 4 << " bytes past 16-byte alignment";
   }
+  // a grouped row sum's lanes (Note [reduce lanes]): sums of halves below 2^23 are exact
+  auto rows = render_cuda({Tensor::empty({1024, 1024}, cpu).sum(1)});
+  ASSERT_EQ(rows.size(), 1u);
+  ASSERT_NE(rows[0].source.find("*(const uint4*)(data1 + "), std::string::npos) << rows[0].source;
+  Program& r = d.get_program(rows[0].name, rows[0].source);
+  for (int64_t shift : {0, 1, 2}) {
+    float *in = base + shift, *out = base + N + 4 + shift;
+    d.allocator().copy_in(in, host.data(), N * sizeof(float));
+    r.launch({out, in}, rows[0].kernel.global_size, rows[0].kernel.local_size, false);
+    d.allocator().copy_out(back.data(), out, 1024 * sizeof(float));
+    int64_t wrong = 0;
+    for (int64_t row = 0; row < 1024; row++) {
+      double sum = 0;
+      for (int64_t i = 0; i < 1024; i++) sum += host[static_cast<size_t>(row * 1024 + i)];
+      wrong += back[static_cast<size_t>(row)] != static_cast<float>(sum);
+    }
+    EXPECT_EQ(wrong, 0) << "row sums of a buffer " << shift * 4 << " bytes past 16-byte alignment";
+  }
   d.pool().free(base, bytes);
 }
 
@@ -574,9 +644,31 @@ TEST_F(Cuda, RowReductionsAndLanesMatch) {
   EXPECT_TRUE(match(testutil::rnd_int({2048, 512}, 9, -50, 50).sum(1)));
   EXPECT_TRUE(match(testutil::rnd_int({2048, 512}, 10, -50, 50).min(1)));
   EXPECT_TRUE(match(x.cast(DType::Float64).sum(1)));
+  // Note [reduce lanes]: bfloat16 rows in float32, a reduction over two loops, GPT-2's row length
+  EXPECT_TRUE(match(x.cast(DType::BFloat16).sum(1).cast(DType::Float32), testutil::Tol{1e-2, 1e-2}));
+  EXPECT_TRUE(match(rnd({64, 16, 512}, 14).sum({1, 2}), testutil::Tol{1e-4, 1e-4}));
+  EXPECT_TRUE(match(rnd({1024, 768}, 15).mean(-1), testutil::Tol{1e-5, 1e-4}));
+  // Note [short rows]: 16 threads a row of 64, at a stride of 65 and aligned
+  EXPECT_TRUE(match(rnd({4096, 65}, 16).shrink({{0, 4096}, {0, 64}}).sum(1), testutil::Tol{1e-4, 1e-4}));
+  EXPECT_TRUE(match(rnd({4096, 64}, 17).max(1)));
+  // Note [packed groups]: rows of 128 in groups of 16, four to a work-group, one kernel a row
+  EXPECT_TRUE(match(rnd({2048, 128}, 18).softmax(-1), testutil::Tol{1e-5, 1e-4}));
+  EXPECT_TRUE(match(rnd({2048, 128}, 19).layernorm(), testutil::Tol{1e-4, 1e-4}));
   Tensor a = rnd({1 << 20}, 11), b = rnd({1 << 20}, 12);
   EXPECT_TRUE(match((a * b + 1).relu()));
   EXPECT_TRUE(match(rnd({1024, 1024}, 13).permute({1, 0}).contiguous()));
+}
+
+// Note [split column sums] in schedule/split_reduce.cpp: on CUDA GPT-2's bias gradient is split
+// into 256 parts of 64 rows (2^18 partials), and the two stages sum as the CPU does.
+TEST_F(Cuda, ColumnSumsSplitInto256Parts) {
+  Tensor g = rnd({16, 1024, 768}, 20).realize();
+  auto no_input = [](const UOp* u) { return u->realized != nullptr; };
+  auto split = split_reduce(g.sum({0, 1}).uop(), no_input);
+  ASSERT_TRUE(split.has_value());
+  EXPECT_EQ(split->partial->shape, (Shape{1, 256, 1, 768}));
+  EXPECT_TRUE(match(g.sum({0, 1}), testutil::Tol{1e-4, 1e-4}));
+  EXPECT_TRUE(match(g.cast(DType::BFloat16).sum({0, 1}).cast(DType::Float32), testutil::Tol{1e-2, 1e-2}));
 }
 
 // Note [integer max through PTX] in render_cuda.cpp: min over a short axis is -max(-x), which

@@ -24,12 +24,15 @@ struct GpuLimits {
   // group_min_length elements (a single output: lone_min_length), or when it has at most
   // group_long_max_outputs outputs, at least group_long_length elements and loads that are
   // contiguous along its innermost loop (a convolution's weight gradient).
-  int64_t row_min_length = 128;
+  int64_t row_min_length = 64;  // Note [short rows] in codegen/gpu_dims.cpp
   int64_t group_max_outputs = 1024;
   int64_t group_min_length = 256;
   int64_t lone_min_length = 128;
   int64_t group_long_max_outputs = int64_t{1} << 16;
   int64_t group_long_length = 4096;
+  // The most partial sums a split column sum's first stage writes (Note [split column sums] in
+  // schedule/split_reduce.cpp).
+  int64_t column_partials = int64_t{1} << 17;
   // Local memory the combines of one group may take (all its accumulators), and how many threads
   // share one slot of it (CUDA: a warp, whose partials meet through shuffles first).
   int64_t group_local_bytes = 16384;

@@ -76,6 +76,22 @@
 // 2^31 elements, the flat index is cast to int32 for them (a multiply-high and a shift each),
 // and each loop's index back to the index type.
 //
+// Note [reduce lanes]: a grouped reduction's thread loads one element a trip, one 4-byte (or
+// 2-byte) load instruction per element. On a device with vector accesses a thread instead takes
+// V neighbouring elements a trip, a vector of the kernel's narrowest elements (as in Note
+// [contiguous lanes]): flat index f = (r*L + t)*V + c for lane c, lane 0's split into the reduce
+// loops' indices and c added to the innermost one's, which must hold whole vectors, as L*V must
+// divide the length (V is halved until both do). The lanes' values are combined by the reduce's
+// own op before the accumulator (in float32 for a half-type reduce), so a thread keeps one
+// accumulator per reduce and its group combine is unchanged; loads along the innermost loop are
+// then at consecutive indices from a multiple of V and become one wide access (Note [runs across
+// arithmetic] in codegen/vector_access.cpp). Only where every load that moves along the innermost
+// loop moves by one element; others would gain nothing from lanes. On an H100 GPT-2's LayerNorm
+// row kernels (16384 rows of 768, 64 threads a row, 12 elements a thread: now 3 trips of 16
+// bytes) stayed at 0.036 ms a launch: they read two or three [16384, 768] operands, near the
+// memory's speed already. Rows of 64 (Note [short rows]) take a whole row a thread-group in one
+// trip.
+//
 // Note [elementwise lanes]: with one element per thread, a copy has one 4-byte load in flight per
 // thread, too little to cover the memory latency (1.7 TB/s of the H200's 4.8 measured for a copy
 // of 2^24 floats). A large elementwise kernel instead gives each thread `lanes` elements of
@@ -117,6 +133,21 @@
 // elements (stores are gated to thread 0 only where their address is the same for the whole
 // group). The row's later passes re-read it from L1/L2 instead of memory. Loads that move along
 // the loops must move by one element (coalesced), others (a LayerNorm's weight) may not move.
+//
+// Note [short rows]: a row of 64 (attention's rowsum(dO * O) over a head's 64 elements, 192 x
+// 1024 rows) has too few elements for 16 threads of 8 each, the smallest group; one thread per
+// row, walking it alone, made each warp load touch 32 rows 260 bytes apart (0.081 ms on an H100
+// for 75 MB). Contiguous rows of at least row_min_length (64) therefore get groups of 16 threads
+// even when each then takes fewer than group_min_per_thread elements, several groups to a
+// work-group (Note [packed groups]): 0.038 ms for GPT-2's rows on an H100, the step 0.5 ms less.
+//
+// Note [packed groups]: a work-group of fewer than 32 threads leaves most of a warp idle, and a
+// multiprocessor holds at most 32 work-groups: rows of 64 in groups of 16 ran 512 threads a
+// multiprocessor, a quarter of what it can. Where the device combines a group's partials in
+// warp shuffles (group_threads_per_slot of a warp: CUDA), groups of L < 32 threads are packed P
+// to a work-group of P*L (PACKED_BLOCK threads, at least a warp; P divides the outputs): thread
+// g of the launch is thread g % L of group g / L, and each group's butterfly stays within its L
+// lanes of the warp (Note [warp combine] in codegen/render_cuda.cpp).
 //
 // Note [row tails]: a row whose length N has no power-of-two divisor of at least 16 (1000 = 8 x
 // 125) still gets a group: L is the largest power of two within the same limits, every loop runs
@@ -241,6 +272,8 @@ struct Grouping {
   int64_t length = 0;
   std::vector<UOpPtr> ranges;  // grouped rows (Note [grouped rows]): loops each split over the group
   int64_t threads = 0;         // 0: not grouped
+  int64_t lanes = 1;           // Note [reduce lanes]: neighbouring elements a thread takes a trip
+  int64_t per_block = 1;       // Note [packed groups]: groups sharing a work-group
   bool tail = false;  // threads does not divide the loops: the last trip is gated (Note [row tails])
 };
 
@@ -252,6 +285,36 @@ size_t sequential_loop_nests(const KernelInfo& k) {
   for (auto& r : k.loops.top_reduces)
     if (std::find(nests.begin(), nests.end(), loops_of(r)) == nests.end()) nests.push_back(loops_of(r));
   return nests.size() + (k.loops.row_elements.empty() ? 0 : 1);
+}
+
+// Note [contiguous lanes]: the lanes of one vector of the kernel's narrowest elements (at least
+// lim.lanes, at most MAX_VECTOR_LANES), or 0 where the device has no vector accesses or the
+// innermost output loop does not hold whole vectors.
+constexpr int64_t MAX_VECTOR_LANES = 8;
+int64_t lanes_of_a_vector(const KernelInfo& k, const GpuLimits& lim) {
+  if (lim.vector_bytes == 0 || !knobs::VECTORS) return 0;
+  return std::max(lim.lanes, std::min(MAX_VECTOR_LANES, lim.vector_bytes / k.narrowest));
+}
+int64_t vector_lanes(const KernelInfo& k, const GpuLimits& lim) {
+  int64_t lanes = lanes_of_a_vector(k, lim);
+  if (lanes == 0 || k.loops.outer.empty()) return 0;
+  return trip(k.loops.outer.back()) % lanes == 0 ? lanes : 0;
+}
+
+// Note [reduce lanes]: the lanes of a grouped reduction (g.loops, g.threads set), 1 for none.
+int64_t reduce_lanes(const KernelInfo& k, const Grouping& g, const GpuLimits& lim) {
+  int64_t lanes = lanes_of_a_vector(k, lim);
+  if (lanes < 2 || !contiguous_loads(k, g.loops.back())) return 1;
+  while (lanes > 1 && (g.length % (g.threads * lanes) != 0 || trip(g.loops.back()) % lanes != 0)) lanes /= 2;
+  return lanes;
+}
+
+// Note [packed groups]: groups of `threads` per work-group, 1 where they are not packed.
+constexpr int64_t PACKED_BLOCK = 64;
+int64_t packed_groups(const KernelInfo& k, int64_t threads, const GpuLimits& lim) {
+  if (threads >= SHORT_DIM || lim.group_threads_per_slot < SHORT_DIM) return 1;
+  int64_t p = pow2_divisor(k.outputs, PACKED_BLOCK / threads);
+  return p * threads >= SHORT_DIM ? p : 1;
 }
 
 // Note [grouped rows]: every loop of the row is one loop of N trips, none inside another.
@@ -274,10 +337,12 @@ Grouping find_row_grouping(const KernelInfo& k, const GpuLimits& lim) {
   g.threads = pow2_divisor(n, cap);
   if (g.threads < 16) g.threads = pow2_at_most(cap), g.tail = true;  // Note [row tails]
   if (g.threads < 16) return {};
+  g.per_block = packed_groups(k, g.threads, lim);
   return g;
 }
 
-// Note [grouped reduction]
+// Note [grouped reduction]; Note [short rows]
+constexpr int64_t MIN_GROUP = 16;
 Grouping find_grouping(const KernelInfo& k, const GpuLimits& lim) {
   if (sequential_loop_nests(k) > 1) return find_row_grouping(k, lim);
   if (k.reduces.empty()) return {};
@@ -299,21 +364,14 @@ Grouping find_grouping(const KernelInfo& k, const GpuLimits& lim) {
   bool row = n >= lim.row_min_length && row_loads(k, g.loops.back());
   if (!few_outputs && !long_reduce && !row) return {};
   int64_t cap = std::min(lim.group_threads, n / lim.group_min_per_thread);
+  if (row) cap = std::max(cap, MIN_GROUP);  // Note [short rows]
   cap = std::min(cap, lim.group_local_bytes * lim.group_threads_per_slot / slot_bytes);
   cap = std::min(cap, lim.group_accumulators / static_cast<int64_t>(k.reduces.size()));
   g.threads = pow2_divisor(n, cap);
-  if (g.threads < 16) return {};
+  if (g.threads < MIN_GROUP) return {};
+  g.lanes = reduce_lanes(k, g, lim);
+  g.per_block = packed_groups(k, g.threads, lim);
   return g;
-}
-
-// Note [contiguous lanes]: the lanes of one vector of the kernel's narrowest elements (at least
-// lim.lanes, at most MAX_VECTOR_LANES), or 0 where the device has no vector accesses or the
-// innermost output loop does not hold whole vectors.
-constexpr int64_t MAX_VECTOR_LANES = 8;
-int64_t vector_lanes(const KernelInfo& k, const GpuLimits& lim) {
-  if (lim.vector_bytes == 0 || !knobs::VECTORS || k.loops.outer.empty()) return 0;
-  int64_t lanes = std::max(lim.lanes, std::min(MAX_VECTOR_LANES, lim.vector_bytes / k.narrowest));
-  return trip(k.loops.outer.back()) % lanes == 0 ? lanes : 0;
 }
 
 // Note [elementwise lanes]: lanes per thread for a kernel without reduce loops whose dimension 0
@@ -398,9 +456,11 @@ OutputMapping map_output_loops(const KernelInfo& k, const Grouping& grp, const G
     int64_t size = dims[d].size;
     std::vector<UOpPtr> idx;  // the dimension's element index, per lane
     if (grouped) {
-      idx = {thread_index(SpecialKind::GroupId, 0, size)};
+      idx = {grp.per_block > 1  // Note [packed groups]
+                 ? kalu(Op::IDIV, thread_index(SpecialKind::GlobalId, 0, size * grp.threads), kint(grp.threads))
+                 : thread_index(SpecialKind::GroupId, 0, size)};
       m.global.push_back(size * grp.threads);
-      m.local.push_back(grp.threads);
+      m.local.push_back(grp.threads * grp.per_block);
     } else if (d == 0 && lanes > 1) {  // Note [elementwise lanes]
       int64_t l = pow2_divisor(size / lanes, budget);
       auto g = thread_index(SpecialKind::GroupId, 0, size / lanes / l), t = thread_index(SpecialKind::LocalId, 0, l);
@@ -432,19 +492,30 @@ OutputMapping map_output_loops(const KernelInfo& k, const Grouping& grp, const G
   return m;
 }
 
+class GroupRewrite;
+UOpPtr rewrite_kernel(const UOpPtr& ast, const std::unordered_map<const UOp*, UOpPtr>& sub, const GroupRewrite& group);
+
 // The graph of a grouped kernel's REDUCEs, loads and stores as the group's threads run them.
 class GroupRewrite {
  public:
   GroupRewrite(const Grouping& grp, std::unordered_map<const UOp*, UOpPtr>& sub) : grp_(grp) {
     if (grp.threads == 0) return;
-    lid_ = thread_index(SpecialKind::LocalId, 0, grp.threads);
+    lid_ = thread_index(SpecialKind::LocalId, 0, grp.threads * grp.per_block);
+    if (grp.per_block > 1) lid_ = kalu(Op::MOD, lid_, kint(grp.threads));  // Note [packed groups]
     if (!grp.loops.empty()) {
       // Note [grouped reduction]: the reduce loops become one loop of length/L trips over the flat
-      // index f = r*L + lid, from which each loop's index is recovered
-      flat_ = make_uop(Op::RANGE, dtypes::index, {kint(grp.length / grp.threads)}, grp.loops[0]->arg);
+      // index f = r*L + lid, from which each loop's index is recovered; with lanes (Note [reduce
+      // lanes]) length/(L*V) trips over f = (r*L + lid)*V + c
+      flat_ = make_uop(Op::RANGE, dtypes::index, {kint(grp.length / (grp.threads * grp.lanes))}, grp.loops[0]->arg);
       std::vector<UOpPtr> code;
-      split_flat_index(kalu(Op::ADD, kalu(Op::MUL, flat_, kint(grp.threads)), lid_), grp.loops, grp.length, code,
-                       sub);  // Note [flat index in 32 bits]
+      UOpPtr first = kalu(Op::ADD, kalu(Op::MUL, flat_, kint(grp.threads)), lid_);
+      if (grp.lanes > 1) first = kalu(Op::MUL, first, kint(grp.lanes));
+      split_flat_index(first, grp.loops, grp.length, code, sub);  // Note [flat index in 32 bits]
+      const UOp* inner = grp.loops.back().get();
+      for (int64_t c = 1; c < grp.lanes; c++) {
+        lane_sub_.push_back(sub);
+        lane_sub_.back()[inner] = kalu(Op::ADD, sub.at(inner), kint(c));
+      }
     }
     // Note [grouped rows]: each loop N/L trips (rounded up) of index r*L + lid
     for (auto& range : grp.ranges) {
@@ -473,14 +544,27 @@ class GroupRewrite {
   UOpPtr lid_, flat_;
   std::unordered_map<const UOp*, UOpPtr> loop_of_;  // a row's loop -> the loop its threads walk
   std::unordered_map<const UOp*, UOpPtr> valid_;    // Note [row tails]: a row's loop -> index < N
+  std::vector<std::unordered_map<const UOp*, UOpPtr>> lane_sub_;  // Note [reduce lanes]: lanes 1..V-1
 
   UOpPtr grouped_reduce(const UOpPtr& n, const std::vector<UOpPtr>& src) const {
-    if (flat_) return make_uop(Op::REDUCE, n->dtype, {src[0], flat_, lid_}, n->arg);
+    if (flat_ && lane_sub_.empty()) return make_uop(Op::REDUCE, n->dtype, {src[0], flat_, lid_}, n->arg);
+    if (flat_) return lanes_reduce(n, src[0]);
     const UOp* range = n->src[1].get();
     UOpPtr x = src[0];
     if (auto it = valid_.find(range); it != valid_.end())  // past the row: the update keeps the partial
       x = kwhere(it->second, x, kconst(n->dtype, reduce_identity(std::get<Op>(n->arg), n->dtype)));
     return make_uop(Op::REDUCE, n->dtype, {x, loop_of_.at(range), lid_}, n->arg);
+  }
+  // Note [reduce lanes]: every lane's value, combined by the reduce's op (in float32 for a half
+  // type) before the accumulator; lane 0's is `x`, the others are n's source under lane_sub_.
+  UOpPtr lanes_reduce(const UOpPtr& n, const UOpPtr& x) const {
+    Op op = std::get<Op>(n->arg);
+    DType acc = is_half(n->dtype) ? DType::Float32 : n->dtype;
+    auto widened = [&](const UOpPtr& v) { return v->dtype == acc ? v : kcast(v, acc); };
+    UOpPtr value = widened(x);
+    for (auto& sub : lane_sub_) value = kalu(op, value, widened(rewrite_kernel(n->src[0], sub, *this)));
+    UOpPtr r = make_uop(Op::REDUCE, acc, {value, flat_, lid_}, n->arg);
+    return acc == n->dtype ? r : kcast(r, n->dtype);
   }
   // the gate of a load or store whose address moves along a loop with a tail (Note [row tails])
   UOpPtr tail_gate(const UOpPtr& u) const {

@@ -100,9 +100,23 @@ double reduce_identity(Op op, DType dt) {
 }
 
 UOpPtr group_lid(const UOpPtr& reduce) {
-  if (reduce->op != Op::REDUCE || reduce->src.back()->op != Op::SPECIAL) return nullptr;
-  return reduce->src.back();
+  if (reduce->op != Op::REDUCE) return nullptr;
+  const UOpPtr& last = reduce->src.back();
+  bool packed = last->op == Op::MOD && last->src[0]->op == Op::SPECIAL;  // Note [packed groups] in gpu_dims.cpp
+  return last->op == Op::SPECIAL || packed ? last : nullptr;
 }
+
+namespace {
+
+// A grouped reduction's GroupReduce from its accumulator and thread index: threads lid's range
+// (a SPECIAL's size) or the modulus that packs several groups into a work-group.
+GroupReduce group_reduce(const UOpPtr& acc, const UOpPtr& lid, Op op) {
+  if (lid->op == Op::SPECIAL) return {acc, lid, static_cast<int64_t>(lid->src[0]->const_value()), op};
+  auto size = static_cast<int64_t>(lid->src[1]->const_value());
+  return {acc, lid, size, op, static_cast<int64_t>(lid->src[0]->src[0]->const_value()) / size};
+}
+
+}  // namespace
 
 namespace {
 
@@ -212,8 +226,7 @@ class Linearizer {
     for (size_t i = loops.outer.size(); i-- > 0;) close(loops.outer[i]);
     for (auto& u : k_.uops)
       if (auto it = group_lid_.find(u.get()); it != group_lid_.end())
-        k_.group_reduces.push_back({u, it->second, static_cast<int64_t>(it->second->src[0]->const_value()),
-                                    assign_of_.at(u.get())->src[1]->op});
+        k_.group_reduces.push_back(group_reduce(u, it->second, assign_of_.at(u.get())->src[1]->op));
     k_.name = kernel_name(ast_);
     return std::move(k_);
   }

@@ -75,9 +75,10 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
     auto it = vectors.member_of.find(u);
     return it == vectors.member_of.end() ? nullptr : &vectors.at.at(it->second);
   };
-  auto indices = [&](const VectorAccess& a) {
-    std::vector<std::string> idx;
-    for (auto& m : a.members) idx.push_back(ref(m->src[1]));
+  auto indices = [&](const VectorAccess& a) {  // from the first member's (Note [runs across arithmetic])
+    std::string first = ref(a.members.front()->src[1]);
+    std::vector<std::string> idx{first};
+    for (size_t m = 1; m < a.members.size(); m++) idx.push_back("(" + first + " + " + std::to_string(m) + ")");
     return idx;
   };
   for (size_t g = 0; g < k.group_reduces.size(); g++)
@@ -303,6 +304,7 @@ std::string CStyleRenderer::half_as_float_literal(double v) {
 
 std::string CStyleRenderer::group_combine(const GroupReduce& g, const std::string& acc, const std::string& lid, int id,
                                           const std::string& in) const {
+  TG_ASSERT(g.per_block == 1, "C renderer: groups packed into a work-group need a warp combine");
   std::string m = "tg_red" + std::to_string(id);
   std::string r = m + "[" + lid + "]";
   std::ostringstream os;

@@ -27,7 +27,8 @@
 // 32 partials with __shfl_xor_sync (after the butterfly every lane holds the warp's result);
 // with more than one warp, lane 0 of each writes it to shared memory, and after one barrier
 // every warp combines the L/32 warp results the same way. Every thread ends with the full value,
-// as the code after the reduce expects. A group smaller than a warp shuffles within its L lanes.
+// as the code after the reduce expects. A group smaller than a warp shuffles within its L lanes
+// (several such groups may share a warp: the butterfly stays within aligned runs of L lanes).
 //
 // Note [unrolled short loops]: a reduce loop of a constant few trips (a convolution's filter rows
 // and columns, 3 or 5) is unrolled whole (#pragma unroll, at most SHORT_LOOP trips). NVRTC left
@@ -201,15 +202,16 @@ std::string CUDARenderer::group_combine(const GroupReduce& g, const std::string&
   auto combine = [&](const std::string& a, const std::string& b) {
     return g.op == Op::MAX ? max_expr(t, a, b) : c_binary(g.op, a, b);
   };
-  // every thread of the group takes part: all 32 lanes of each warp, or the L < 32 of a small group
-  int64_t active = std::min<int64_t>(g.size, 32);
+  // every thread of the group takes part: all 32 lanes of each warp, or the L < 32 of a small
+  // group, or a whole warp of small groups (Note [packed groups] in codegen/gpu_dims.cpp)
+  int64_t active = std::min<int64_t>(g.size * g.per_block, 32);
   char mask[16];
   std::snprintf(mask, sizeof(mask), "0x%08xu", static_cast<unsigned>(active == 32 ? 0xffffffffull : (1ull << active) - 1));
   auto butterfly = [&](int64_t width) {  // combines within aligned runs of `width` lanes
     return in + "for (int s = " + std::to_string(width / 2) + "; s > 0; s >>= 1) { " + T + " o = __shfl_xor_sync(" + mask +
            ", " + acc + ", s); " + acc + " = " + combine(acc, "o") + "; }\n";
   };
-  std::string out = butterfly(active);
+  std::string out = butterfly(std::min<int64_t>(g.size, 32));
   if (g.size <= 32) return out;
   std::string m = "tg_red" + std::to_string(id);
   int64_t warps = g.size / 32;

@@ -17,9 +17,10 @@ struct KernelParam {
 // closes `acc`'s reduce range, the threads' partials meet in local memory and are combined.
 struct GroupReduce {
   UOpPtr acc;       // the DEFINE_ACC holding each thread's partial
-  UOpPtr lid;       // the thread's index in the group (a SPECIAL)
+  UOpPtr lid;       // the thread's index in the group (a SPECIAL, or one modulo the group's size)
   int64_t size;     // threads per group (a power of two)
   Op op;            // ADD, MUL or MAX
+  int64_t per_block = 1;  // groups sharing one work-group (Note [packed groups] in gpu_dims.cpp)
 };
 
 // Kernel uops in execution order. RANGE opens a loop and ENDRANGE closes it; DEFINE_ACC declares

@@ -5,18 +5,30 @@
 // the linearizer lays them out: with bfloat16, 2-byte accesses. A thread then has few bytes in
 // flight and the memory system sees four times the instructions of 8-byte, eight times those of
 // 16-byte accesses; GPT-2's bias-and-GELU kernel moved 1.5 TB/s on an H100 where PyTorch's moves
-// 2.9. This pass finds what one wide access can do instead: a run of LOADs (or STOREs) that
-// follow one another in the uops, read (or write) one buffer, and whose element indices are
+// 2.9. This pass finds what one wide access can do instead: a run of LOADs (or STOREs) of one
+// buffer, in address order within one stretch of straight-line code, whose element indices are
 // e + c, e + c + 1, ... for one expression e and constants (their linear forms, rewrite.h, have
-// the same terms: hash-consing makes every lane's shared part one node). A run is cut into pieces
+// the same terms: hash-consing makes every lane's shared part one node). The members need not
+// be adjacent (Note [runs across arithmetic]). A run is cut into pieces
 // of a power of two elements, at most max_bytes, whose first index is provably a multiple of the
 // piece's length: every term of e is (known_pow2_factor) and so is the constant part. The buffer's own address must then be a
 // multiple of the piece's bytes for the access to be aligned; that is only known at run time,
 // so the renderer emits a scalar path beside the vector one (render_c.cpp). Gated accesses,
 // accumulating stores and prefetching loads keep their single-element form.
+//
+// Note [runs across arithmetic]: a grouped reduction's lanes (Note [reduce lanes] in
+// codegen/gpu_dims.cpp) are one value per lane combined before the accumulator, and the
+// linearizer lays each lane's loads out with the arithmetic that uses them. A run therefore
+// continues past uops between its members, within limits that keep the wide access where the
+// renderer puts it (a load run at its first member, a store run at its last) equal to the
+// members one by one: no loop opens or closes in between (a group's combine, too, sits at a loop's
+// end), a load run meets no store, and a store run meets no other access to its buffer. The
+// element-by-element path indexes from the first member (index + m), whose index is defined
+// before the access; a later member's may not be.
 #include "tinygrad/codegen/vector_access.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "tinygrad/dtype.h"
 #include "tinygrad/rewrite.h"
@@ -69,44 +81,63 @@ int64_t terms_pow2_factor(const LinearForm& l) {
   return f;
 }
 
+// Note [runs across arithmetic]: the accesses after uops[i] (whose index has the linear form a)
+// that continue its run, uops[i] first, in address order.
+constexpr size_t RUN_WINDOW = 512;  // uops scanned past the last member
+std::vector<UOpPtr> run_from(const std::vector<UOpPtr>& uops, size_t i, const LinearForm& a) {
+  const UOp& first = *uops[i];
+  std::vector<UOpPtr> run{uops[i]};
+  for (size_t j = i + 1, last = i; j < uops.size() && j - last <= RUN_WINDOW; j++) {
+    const UOp& u = *uops[j];
+    if (u.op == Op::RANGE || u.op == Op::ENDRANGE) break;
+    bool access = u.op == Op::LOAD || u.op == Op::STORE;
+    if (!access) continue;
+    if (first.op == Op::LOAD && u.op == Op::STORE) break;
+    if (u.src[0] != first.src[0]) continue;
+    bool member = candidate(u) && u.op == first.op;
+    if (member) {
+      LinearForm b = linear_form(u.src[1]);
+      member = same_terms(a, b) && b.constant == a.constant + static_cast<int64_t>(run.size());
+    }
+    if (member) {
+      run.push_back(uops[j]);
+      last = j;
+    } else if (first.op == Op::STORE) {
+      break;
+    }
+  }
+  return run;
+}
+
 }  // namespace
 
 // Note [vector accesses]
 VectorPlan plan_vector_accesses(const std::vector<UOpPtr>& uops, int64_t max_bytes) {
   VectorPlan plan;
-  size_t i = 0;
-  while (i < uops.size()) {
+  std::unordered_set<const UOp*> taken;  // members of a run found earlier
+  for (size_t i = 0; i < uops.size(); i++) {
     const UOp& first = *uops[i];
-    if (!candidate(first)) {
-      i++;
-      continue;
-    }
+    if (!candidate(first) || taken.count(&first)) continue;
     LinearForm a = linear_form(first.src[1]);
-    size_t j = i + 1;
-    for (; j < uops.size(); j++) {
-      const UOp& u = *uops[j];
-      if (!candidate(u) || u.op != first.op || u.src[0] != first.src[0]) break;
-      LinearForm b = linear_form(u.src[1]);
-      if (!same_terms(a, b) || b.constant != a.constant + static_cast<int64_t>(j - i)) break;
-    }
+    std::vector<UOpPtr> run = run_from(uops, i, a);
+    for (auto& m : run) taken.insert(m.get());
     auto elem = static_cast<int64_t>(itemsize(first.src[0]->dtype));
     int64_t factor = terms_pow2_factor(a);
-    for (size_t p = i; p < j;) {
-      int64_t c = a.constant + static_cast<int64_t>(p - i), left = static_cast<int64_t>(j - p);
+    for (size_t p = 0; p < run.size();) {
+      int64_t c = a.constant + static_cast<int64_t>(p), left = static_cast<int64_t>(run.size() - p);
       int64_t n = 1;  // the piece's elements: the most that fit, divide the start and are within the run
       while (2 * n * elem <= max_bytes && 2 * n <= left && 2 * n <= factor && c % (2 * n) == 0) n *= 2;
       if (n < 2 || n * elem < 4) {
         p++;
         continue;
       }
-      VectorAccess v{{uops.begin() + static_cast<std::ptrdiff_t>(p), uops.begin() + static_cast<std::ptrdiff_t>(p) + n},
-                     n * elem};
+      auto begin = run.begin() + static_cast<std::ptrdiff_t>(p);
+      VectorAccess v{{begin, begin + n}, n * elem};
       const UOp* key = first.op == Op::LOAD ? v.members.front().get() : v.members.back().get();
       for (auto& m : v.members) plan.member_of[m.get()] = key;
       plan.at.emplace(key, std::move(v));
       p += static_cast<size_t>(n);
     }
-    i = j;
   }
   return plan;
 }

@@ -1,6 +1,6 @@
 // Vector loads and stores found in a laid-out kernel (Note [vector accesses] in vector_access.cpp):
-// runs of consecutive LOADs (or STOREs) of one buffer at neighbouring addresses, which a renderer
-// with vector types emits as one wide access each.
+// runs of LOADs (or STOREs) of one buffer at neighbouring addresses, which a renderer with vector
+// types emits as one wide access each.
 #pragma once
 #include <cstdint>
 #include <unordered_map>
@@ -11,8 +11,8 @@
 namespace tg {
 
 // One wide access: `count` consecutive elements from the address of members.front(), which is
-// a multiple of `count`. The members are the LOADs (or STOREs) in address order, consecutive in
-// the kernel's uops.
+// a multiple of `count`. The members are the LOADs (or STOREs) in address order, in one stretch of
+// the kernel's straight-line uops (Note [runs across arithmetic] in vector_access.cpp).
 struct VectorAccess {
   std::vector<UOpPtr> members;
   int64_t bytes = 0;  // count * the element size: 4, 8 or 16

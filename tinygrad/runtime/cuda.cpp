@@ -234,6 +234,7 @@ class CudaDevice : public Device {
     while (lim.group_threads > max_threads) lim.group_threads /= 2;
     lim.group_threads_per_slot = CUDARenderer::WARP;  // Note [warp combine] in codegen/render_cuda.cpp
     lim.vector_bytes = CUDARenderer::VECTOR_BYTES;
+    lim.column_partials = int64_t{1} << 18;  // Note [split column sums] in schedule/split_reduce.cpp
     lim.max_group_threads = max_threads;
     lim.max_group_z = attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
     lim.max_groups_x = attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
