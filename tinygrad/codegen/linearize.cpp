@@ -116,10 +116,6 @@ GroupReduce group_reduce(const UOpPtr& acc, const UOpPtr& lid, Op op) {
   return {acc, lid, size, op, static_cast<int64_t>(lid->src[0]->src[0]->const_value()) / size};
 }
 
-}  // namespace
-
-namespace {
-
 // The loops a reduce runs over (its sources after the value, less a work-group's thread index).
 std::vector<UOpPtr> reduce_loops(const UOpPtr& reduce) {
   size_t end = reduce->src.size() - (group_lid(reduce) ? 1 : 0);

@@ -56,15 +56,16 @@
 // multiprocessors nearly all of the chip would idle. So such a reduce (its innermost axis kept,
 // at least COLUMN_MIN_WIDTH wide and not moved by the kernel's views, COLUMN_MIN_ELEMENTS
 // elements or more in all) is split along a reduced axis into S parts, S*outputs up to
-// the device's GpuLimits::column_partials (COLUMN_PARTIALS where it has none) and each part at
+// the device's GpuLimits::column_partials (2^17 by default) and each part at
 // least COLUMN_MIN_PART rows: the first stage runs S*outputs threads (98304 for 768 columns in
 // 128 parts of 128 rows), each with several loads in flight, whose warps read 128 contiguous
 // bytes per row; the second sums S partials per column, one thread per column or, from 256
 // partials, a group per column (Note [grouped reduction]). CUDA takes 2^18 partials: GPT-2's
 // [16, 1024, 768] column sums in 256 parts of 16 x 4 rows, whose loops are short enough to be
 // unrolled whole (Note [unrolled short loops] in codegen/render_cuda.cpp), so all of a thread's
-// 64 loads are in flight at once; on an H100 the first stage went from 0.0383 to 0.0308 ms a
-// launch, the second from 0.0076 to 0.0090, GPT-2's step (74 such pairs) from 42.4 to 41.5 ms.
+// 64 loads are in flight at once; on an H100 the first stage went from 0.0383 to 0.029-0.031 ms
+// a launch, the second from 0.0076 to 0.007-0.009 (two leases), GPT-2's step (74 such pairs)
+// from 42.4 to 41.5 ms.
 // This rule comes before the two above: a column sum with few outputs would otherwise get a
 // strided grouped first stage, one with many at most SPLIT_PARTS parts.
 #include "tinygrad/schedule/split_reduce.h"
@@ -92,7 +93,6 @@ constexpr int64_t LONG_MAX_PARTIALS = int64_t{1} << 20;
 constexpr int64_t LONG_PARTS = 8, TENSOR_CORE_PARTS = 32;
 constexpr int64_t COLUMN_MIN_WIDTH = 8;  // a 32-byte sector of float32
 constexpr int64_t COLUMN_MIN_ELEMENTS = int64_t{1} << 20;
-constexpr int64_t COLUMN_PARTIALS = int64_t{1} << 17;
 constexpr int64_t COLUMN_MIN_PART = 64;
 
 // SPLIT_PARTS, or where it is 0 (the default) LONG_PARTS, or TENSOR_CORE_PARTS where the first
@@ -106,7 +106,7 @@ int64_t long_parts(const std::string& device) {
 // Note [split column sums]: the most partial sums of a column sum on `device`.
 int64_t column_partials(const std::string& device) {
   const auto& gpu = get_device(device).policy().gpu;
-  return gpu ? gpu->column_partials : COLUMN_PARTIALS;
+  return gpu ? gpu->column_partials : GpuLimits{}.column_partials;
 }
 
 // The largest divisor s of n with s <= max_parts and length / s >= min_part.
