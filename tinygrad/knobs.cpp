@@ -96,9 +96,9 @@ IntKnob ROWFUSE("ROWFUSE", 1,
                 "(softmax, layernorm: one kernel); 0: every such reduce is its own kernel",
                 KnobKind::Codegen);
 IntKnob VECTORS("VECTORS", 1,
-                "1: large elementwise kernels on GPUs with vector accesses (CUDA) give each thread neighbouring "
-                "elements and load and store them up to 16 bytes at a time; 0: elements a work-group apart, one "
-                "access each",
+                "1: large elementwise kernels and grouped reductions on GPUs with vector accesses (CUDA) give each "
+                "thread neighbouring elements and load and store them up to 16 bytes at a time; 0: elementwise "
+                "lanes a work-group apart, reductions one element a trip, one access each",
                 KnobKind::Codegen);
 IntKnob SHARED_CHAINS("SHARED_CHAINS", 1,
                       "1: an elementwise chain that several kernels read is computed once into a buffer when "

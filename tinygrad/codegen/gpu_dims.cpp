@@ -301,6 +301,15 @@ int64_t vector_lanes(const KernelInfo& k, const GpuLimits& lim) {
   return trip(k.loops.outer.back()) % lanes == 0 ? lanes : 0;
 }
 
+// Note [contiguous lanes], Note [reduce lanes]: lane c's loop indices, lane 0's with c added to
+// the innermost loop's.
+std::unordered_map<const UOp*, UOpPtr> lane_indices(const std::unordered_map<const UOp*, UOpPtr>& lane0, const UOp* inner,
+                                                    int64_t c) {
+  auto sub = lane0;
+  sub[inner] = kalu(Op::ADD, lane0.at(inner), kint(c));
+  return sub;
+}
+
 // Note [reduce lanes]: the lanes of a grouped reduction (g.loops, g.threads set), 1 for none.
 int64_t reduce_lanes(const KernelInfo& k, const Grouping& g, const GpuLimits& lim) {
   int64_t lanes = lanes_of_a_vector(k, lim);
@@ -337,7 +346,6 @@ Grouping find_row_grouping(const KernelInfo& k, const GpuLimits& lim) {
   g.threads = pow2_divisor(n, cap);
   if (g.threads < 16) g.threads = pow2_at_most(cap), g.tail = true;  // Note [row tails]
   if (g.threads < 16) return {};
-  g.per_block = packed_groups(k, g.threads, lim);
   return g;
 }
 
@@ -370,7 +378,6 @@ Grouping find_grouping(const KernelInfo& k, const GpuLimits& lim) {
   g.threads = pow2_divisor(n, cap);
   if (g.threads < MIN_GROUP) return {};
   g.lanes = reduce_lanes(k, g, lim);
-  g.per_block = packed_groups(k, g.threads, lim);
   return g;
 }
 
@@ -431,11 +438,7 @@ void contiguous_lanes(const UOpPtr& first, std::span<const UOpPtr> outer, const 
                       std::vector<std::unordered_map<const UOp*, UOpPtr>>& sub) {
   std::span<const UOpPtr> loops = outer.subspan(dim.lo, dim.hi - dim.lo);
   split_flat_index(first, loops, dim.size, code, sub[0]);
-  const UOp* inner = loops.back().get();
-  for (size_t c = 1; c < sub.size(); c++) {
-    for (auto& [loop, index] : sub[0]) sub[c].emplace(loop, index);
-    sub[c][inner] = kalu(Op::ADD, sub[0].at(inner), kint(static_cast<int64_t>(c)));
-  }
+  for (size_t c = 1; c < sub.size(); c++) sub[c] = lane_indices(sub[0], loops.back().get(), static_cast<int64_t>(c));
 }
 
 // The output loops as thread indices, per lane, and the launch.
@@ -511,11 +514,7 @@ class GroupRewrite {
       UOpPtr first = kalu(Op::ADD, kalu(Op::MUL, flat_, kint(grp.threads)), lid_);
       if (grp.lanes > 1) first = kalu(Op::MUL, first, kint(grp.lanes));
       split_flat_index(first, grp.loops, grp.length, code, sub);  // Note [flat index in 32 bits]
-      const UOp* inner = grp.loops.back().get();
-      for (int64_t c = 1; c < grp.lanes; c++) {
-        lane_sub_.push_back(sub);
-        lane_sub_.back()[inner] = kalu(Op::ADD, sub.at(inner), kint(c));
-      }
+      for (int64_t c = 1; c < grp.lanes; c++) lane_sub_.push_back(lane_indices(sub, grp.loops.back().get(), c));
     }
     // Note [grouped rows]: each loop N/L trips (rounded up) of index r*L + lid
     for (auto& range : grp.ranges) {
@@ -604,6 +603,7 @@ struct Mapped {
 Mapped gpu_dims(const UOpPtr& ast, const GpuLimits& lim) {
   KernelInfo info = kernel_info(ast);
   Grouping grp = find_grouping(info, lim);
+  if (grp.threads > 0) grp.per_block = packed_groups(info, grp.threads, lim);
   OutputMapping m = map_output_loops(info, grp, lim);
   GroupRewrite group(grp, m.sub[0]);
   UOpPtr out;

@@ -75,12 +75,6 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
     auto it = vectors.member_of.find(u);
     return it == vectors.member_of.end() ? nullptr : &vectors.at.at(it->second);
   };
-  auto indices = [&](const VectorAccess& a) {  // from the first member's (Note [runs across arithmetic])
-    std::string first = ref(a.members.front()->src[1]);
-    std::vector<std::string> idx{first};
-    for (size_t m = 1; m < a.members.size(); m++) idx.push_back("(" + first + " + " + std::to_string(m) + ")");
-    return idx;
-  };
   for (size_t g = 0; g < k.group_reduces.size(); g++)
     os << "  " << local_array(k.group_reduces[g].acc->dtype, "tg_red" + std::to_string(g), group_slots(k.group_reduces[g].size)) << "\n";
   auto line = [&](const std::string& s) { os << std::string(2 * depth, ' ') << s << "\n"; };
@@ -128,7 +122,7 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
           if (a->members.front() == u) {
             std::vector<std::string> names;
             for (size_t m = 0; m < a->members.size(); m++) names.push_back(name[a->members[m].get()] = v + "_" + std::to_string(m));
-            for (auto& l : vector_load(u->src[0]->dtype, u->dtype, s(0), a->bytes, indices(*a), names)) line(l);
+            for (auto& l : vector_load(u->src[0]->dtype, u->dtype, s(0), a->bytes, ref(a->members.front()->src[1]), names)) line(l);
           }
           v = name.at(u.get());
           break;
@@ -145,7 +139,7 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
           if (a->members.back() == u) {
             std::vector<std::string> values;
             for (auto& m : a->members) values.push_back(ref(m->src[2]));
-            line(vector_store(u->src[0]->dtype, s(0), a->bytes, indices(*a), values));
+            line(vector_store(u->src[0]->dtype, s(0), a->bytes, ref(a->members.front()->src[1]), values));
           }
           break;
         }
@@ -207,28 +201,33 @@ std::string CStyleRenderer::render(const LinearKernel& k) const {
 
 // Note [vector accesses] in codegen/vector_access.cpp: the wide access where the buffer's address
 // is a multiple of its bytes, element by element where it is not (a view at another offset).
+// The element-by-element path indexes every member from the first (Note [runs across arithmetic]).
 std::vector<std::string> CStyleRenderer::vector_load(DType buffer, DType t, const std::string& buf, int64_t bytes,
-                                                     const std::vector<std::string>& idx,
-                                                     const std::vector<std::string>& names) const {
+                                                     const std::string& first, const std::vector<std::string>& names) const {
   std::string VT = vector_type(bytes);
   std::string decl = type_name(t);
   for (size_t m = 0; m < names.size(); m++) decl += (m ? ", " : " ") + names[m];
   std::string out = "if (" + aligned(buf, bytes) + ") { " + vector_union(buffer, VT, names.size()) + " u; u.w = *(const " + VT +
-                    "*)(" + buf + " + " + idx[0] + ");";
+                    "*)(" + buf + " + " + first + ");";
   for (size_t m = 0; m < names.size(); m++) out += " " + names[m] + " = " + load(buffer, "u.e", std::to_string(m)) + ";";
   out += " } else {";
-  for (size_t m = 0; m < names.size(); m++) out += " " + names[m] + " = " + load(buffer, buf, idx[m]) + ";";
+  for (size_t m = 0; m < names.size(); m++) out += " " + names[m] + " = " + load(buffer, buf, element(first, m)) + ";";
   return {decl + ";", out + " }"};
 }
 
-std::string CStyleRenderer::vector_store(DType buffer, const std::string& buf, int64_t bytes, const std::vector<std::string>& idx,
+std::string CStyleRenderer::vector_store(DType buffer, const std::string& buf, int64_t bytes, const std::string& first,
                                          const std::vector<std::string>& values) const {
   std::string VT = vector_type(bytes);
   std::string out = "if (" + aligned(buf, bytes) + ") { " + vector_union(buffer, VT, values.size()) + " u;";
   for (size_t m = 0; m < values.size(); m++) out += " " + store(buffer, "u.e", std::to_string(m), values[m]);
-  out += " *(" + VT + "*)(" + buf + " + " + idx[0] + ") = u.w; } else {";
-  for (size_t m = 0; m < values.size(); m++) out += " " + store(buffer, buf, idx[m], values[m]);
+  out += " *(" + VT + "*)(" + buf + " + " + first + ") = u.w; } else {";
+  for (size_t m = 0; m < values.size(); m++) out += " " + store(buffer, buf, element(first, m), values[m]);
   return out + " }";
+}
+
+// Element m of a wide access whose first element is at index `first`.
+std::string CStyleRenderer::element(const std::string& first, size_t m) {
+  return m == 0 ? first : "(" + first + " + " + std::to_string(m) + ")";
 }
 
 // The vector and its elements as one union (reading the member not last written is defined in C

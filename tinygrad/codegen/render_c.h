@@ -66,13 +66,14 @@ class CStyleRenderer : public Renderer {
   virtual std::string storage_type(DType t) const { return type_name(t); }
 
  private:
-  // The lines of one wide access of `buf` at the elements idx[0], idx[0] + 1, ...: loads into
-  // the variables `names` of type t, or stores of `values`, with an element-by-element path for
-  // a buffer whose address is not aligned to the access.
-  std::vector<std::string> vector_load(DType buffer, DType t, const std::string& buf, int64_t bytes, const std::vector<std::string>& idx,
+  // The lines of one wide access of `buf` at the elements first, first + 1, ...: loads into the
+  // variables `names` of type t, or stores of `values`, with an element-by-element path for a
+  // buffer whose address is not aligned to the access.
+  std::vector<std::string> vector_load(DType buffer, DType t, const std::string& buf, int64_t bytes, const std::string& first,
                                        const std::vector<std::string>& names) const;
-  std::string vector_store(DType buffer, const std::string& buf, int64_t bytes, const std::vector<std::string>& idx,
+  std::string vector_store(DType buffer, const std::string& buf, int64_t bytes, const std::string& first,
                            const std::vector<std::string>& values) const;
+  static std::string element(const std::string& first, size_t m);
   std::string vector_union(DType buffer, const std::string& vector, size_t n) const;
   static std::string aligned(const std::string& buf, int64_t bytes);
 };
