@@ -2,7 +2,7 @@
 // the template kernels of codegen/attention_kernel.cpp against the composition on the CPU,
 // forward and gradients, causal and not, sequence lengths that are no multiple of a block, head
 // dims 32 and 64; the schedule (one forward kernel, two backward kernels, no [B*H, L, S]
-// buffer); and where the composition still runs.
+// buffer); operands read in place from GPT's layout; and where the composition still runs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,6 +129,44 @@ TEST_F(FusedAttention, ScheduleHasNoScores) {
     EXPECT_EQ(c2.templates, 0);
     EXPECT_GE(c2.largest, scores);
   }
+}
+
+// Note [strided operands]: q, k and v as GPT makes them (thirds of one [B, T, 3 * H * hd] buffer)
+// and the output read as [B, T, H, hd]: the kernels read that buffer, and dO's, through layouts
+// instead of copies, and match the composition on the CPU.
+TEST_F(FusedAttention, OperandsAreReadInPlace) {
+  const int64_t b = 2, t = 70, h = 3, hd = 32;
+  auto run_on = [&](const std::string& device) {
+    Tensor qkv = random_on({b, t, 3 * h * hd}, 7, device).realize().requires_grad_();
+    Tensors parts = qkv.reshape({b, t, 3, h, hd}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
+    auto head = [&](const Tensor& z) { return z.reshape({b, h, t, hd}); };
+    Tensor y = head(parts[0])
+                   .scaled_dot_product_attention(head(parts[1]), head(parts[2]), true)
+                   .permute({0, 2, 1, 3});
+    Tensor g = (y * random_on({b, t, h, hd}, 8, device)).sum().gradients({qkv})[0];
+    return std::make_pair(qkv, Tensors{y, g});
+  };
+  auto [qkv, fused] = run_on("CL");
+  int forward = 0, backward = 0;
+  for (auto& item : create_schedule({fused[0].uop(), fused[1].uop()})) {
+    if (item.kind != ScheduleItem::Kind::Kernel || item.ast->op != Op::TEMPLATE_KERNEL) continue;
+    AttentionSpec spec = AttentionSpec::decode(item.ast->arg_ints());
+    EXPECT_EQ(spec.heads, h);
+    for (size_t i = 1; i <= 3; i++) EXPECT_EQ(item.buffers[i], qkv.uop()->realized) << "operand " << i - 1;
+    OperandLayout k = spec.layout(AttentionOperand::K);
+    EXPECT_EQ(k, (OperandLayout{h * hd, t * 3 * h * hd, hd, 3 * h * hd}));
+    if (spec.kernel == TemplateKernel::AttentionForward) {
+      forward++;
+      continue;
+    }
+    backward++;
+    EXPECT_EQ(spec.layout(AttentionOperand::OutputGrad), (OperandLayout{0, t * h * hd, hd, h * hd}));
+  }
+  EXPECT_EQ(forward, 1);
+  EXPECT_EQ(backward, 2);
+  Tensors reference = run_on("CPU").second;
+  EXPECT_LT(max_abs_diff(fused[0], reference[0]), 2e-5) << "out";
+  EXPECT_LT(max_abs_diff(fused[1], reference[1]), 1e-4) << "dqkv";
 }
 
 // A captured step replays the template kernels with the new call's inputs: the same results

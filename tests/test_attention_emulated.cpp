@@ -157,12 +157,13 @@ std::string emulated_kernel(const AttentionSpec& spec) {
   EXPECT_NE(helpers, std::string::npos);
   EXPECT_NE(after, std::string::npos);
   src = "#undef TG_NAME\n" + src.substr(0, helpers) + src.substr(after);
-  std::string call = spec.kernel == TemplateKernel::AttentionForward
-                         ? "NAME((float*)args[0], (const unsigned short*)args[1], (const unsigned short*)args[2], "
-                           "(const unsigned short*)args[3])"
-                         : "NAME((float*)args[0], (const unsigned short*)args[1], (const unsigned short*)args[2], "
-                           "(const unsigned short*)args[3], (const float*)args[4], (const unsigned short*)args[5], "
-                           "(const float*)args[6])";
+  std::string call =
+      spec.kernel == TemplateKernel::AttentionForward
+          ? "NAME((float*)args[0], (const unsigned short*)args[1], (const unsigned short*)args[2], "
+            "(const unsigned short*)args[3])"
+          : "NAME((unsigned short*)args[0], (const unsigned short*)args[1], (const unsigned short*)args[2], "
+            "(const unsigned short*)args[3], (const float*)args[4], (const unsigned short*)args[5], "
+            "(const float*)args[6])";
   std::string launcher = replace_all(LAUNCHER, "CALL", call);
   return src + replace_all(launcher, "NAME", t.kernel.name);
 }
@@ -288,6 +289,20 @@ std::vector<uint16_t> bf16_values(int64_t n, uint32_t seed, std::vector<float>& 
   return h;
 }
 
+// Note [strided operands] in tensor_attention.cpp: a dense operand ([bh, rows, width]) placed in
+// a buffer by the spec's layout; elements it does not have are NaN, so a read of one shows.
+std::vector<uint16_t> place(const AttentionSpec& spec, AttentionOperand x,
+                            const std::vector<uint16_t>& dense) {
+  std::vector<uint16_t> buffer(size_t(spec.row_start(x, spec.bh - 1, spec.rows(x) - 1) + spec.width(x)),
+                               0x7fc0);
+  for (int64_t y = 0; y < spec.bh; y++)
+    for (int64_t r = 0; r < spec.rows(x); r++)
+      for (int64_t c = 0; c < spec.width(x); c++)
+        buffer[size_t(spec.row_start(x, y, r) + c)] =
+            dense[size_t((y * spec.rows(x) + r) * spec.width(x) + c)];
+  return buffer;
+}
+
 void check_case(const AttentionSpec& spec) {
   if (std::system("c++ --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no system C++ compiler (c++) to build the emulation";
   EmulatedKernels kernels(spec);
@@ -298,11 +313,14 @@ void check_case(const AttentionSpec& spec) {
   std::vector<float> dout;  // dO as the kernels take it: rounded to bfloat16 (Note [fused attention in the graph])
   auto dout_bf16 = bf16_values(spec.bh * spec.l * spec.ev, 4, dout);
   Direct want = direct(spec, qf, kf, vf, dout);
+  std::vector<uint16_t> qp = place(spec, AttentionOperand::Q, q), kp = place(spec, AttentionOperand::K, k),
+                        vp = place(spec, AttentionOperand::V, v),
+                        dp = place(spec, AttentionOperand::OutputGrad, dout_bf16);
 
   const int groups_y = static_cast<int>(spec.bh);
   auto blocks = [](int64_t rows) { return static_cast<int>((rows + 63) / 64); };
   std::vector<float> fwd(size_t(spec.bh * spec.l * (spec.ev + 1)));
-  void* fargs[] = {fwd.data(), q.data(), k.data(), v.data()};
+  void* fargs[] = {fwd.data(), qp.data(), kp.data(), vp.data()};
   kernels.launch(0)(blocks(spec.l), groups_y, fargs);
   std::vector<float> o, lse;
   for (int64_t r = 0; r < spec.bh * spec.l; r++) {
@@ -315,15 +333,19 @@ void check_case(const AttentionSpec& spec) {
   std::vector<float> dsum(size_t(spec.bh * spec.l));  // D = rowsum(dO * O), as the graph computes it
   for (int64_t r = 0; r < spec.bh * spec.l; r++)
     for (int64_t d = 0; d < spec.ev; d++) dsum[size_t(r)] += dout[size_t(r * spec.ev + d)] * o[size_t(r * spec.ev + d)];
-  std::vector<float> dq(size_t(spec.bh * spec.l * spec.e)), dkv(size_t(spec.bh * spec.s * (spec.e + spec.ev)));
-  void* qargs[] = {dq.data(), q.data(), k.data(), v.data(), fwd.data(), dout_bf16.data(), dsum.data()};
+  // dQ, dK and dV come in bfloat16 (AttentionSpec::output_dtype)
+  std::vector<uint16_t> dq16(size_t(spec.bh * spec.l * spec.e)),
+      dkv(size_t(spec.bh * spec.s * (spec.e + spec.ev)));
+  void* qargs[] = {dq16.data(), qp.data(), kp.data(), vp.data(), fwd.data(), dp.data(), dsum.data()};
   kernels.launch(1)(blocks(spec.l), groups_y, qargs);
-  void* kvargs[] = {dkv.data(), q.data(), k.data(), v.data(), fwd.data(), dout_bf16.data(), dsum.data()};
+  void* kvargs[] = {dkv.data(), qp.data(), kp.data(), vp.data(), fwd.data(), dp.data(), dsum.data()};
   kernels.launch(2)(blocks(spec.s), groups_y, kvargs);
-  std::vector<float> dk, dv;
+  std::vector<float> dq, dk, dv;
+  for (uint16_t x : dq16) dq.push_back(from_bf16(x));
   for (int64_t r = 0; r < spec.bh * spec.s; r++) {
-    for (int64_t d = 0; d < spec.e; d++) dk.push_back(dkv[size_t(r * (spec.e + spec.ev) + d)]);
-    for (int64_t d = 0; d < spec.ev; d++) dv.push_back(dkv[size_t(r * (spec.e + spec.ev) + spec.e + d)]);
+    for (int64_t d = 0; d < spec.e; d++) dk.push_back(from_bf16(dkv[size_t(r * (spec.e + spec.ev) + d)]));
+    for (int64_t d = 0; d < spec.ev; d++)
+      dv.push_back(from_bf16(dkv[size_t(r * (spec.e + spec.ev) + spec.e + d)]));
   }
   EXPECT_LT(relative_error(dq, want.dq), 3e-2) << "dQ";
   EXPECT_LT(relative_error(dk, want.dk), 3e-2) << "dK";
@@ -338,6 +360,28 @@ TEST(TensorCoreAttentionEmulated, CausalMatchesDirect) {
 
 TEST(TensorCoreAttentionEmulated, NotCausalLongerKeysMatchesDirect) {
   check_case(AttentionSpec{TemplateKernel::AttentionForward, 1, 70, 130, 16, 48, DType::BFloat16, false, 0.25, true});
+}
+
+// GPT's layout (Note [strided operands]): q, k and v the thirds of one [B, T, 3, H, hd] buffer,
+// dO a [B, T, H, hd] one; rows 16-byte aligned, so staged 16 bytes at a time.
+TEST(TensorCoreAttentionEmulated, OperandsInGptLayoutMatchDirect) {
+  const int64_t b = 2, t = 100, h = 3, hd = 32;
+  AttentionSpec spec{
+      TemplateKernel::AttentionForward, b * h, t, t, hd, hd, DType::BFloat16, true, 0.17, true, h};
+  for (int64_t part = 0; part < 3; part++)
+    spec.layouts[size_t(part)] = OperandLayout{part * h * hd, t * 3 * h * hd, hd, 3 * h * hd};
+  spec.layouts[size_t(AttentionOperand::OutputGrad)] = OperandLayout{0, t * h * hd, hd, h * hd};
+  check_case(spec);
+}
+
+// Rows 4 bytes apart from 16-byte alignment (an offset of 2 elements): the 4-byte copies.
+TEST(TensorCoreAttentionEmulated, OperandsAtUnalignedRowsMatchDirect) {
+  const int64_t h = 2, e = 16;
+  AttentionSpec spec{
+      TemplateKernel::AttentionForward, h, 70, 70, e, e, DType::BFloat16, false, 0.25, true, h};
+  for (int64_t part = 0; part < 3; part++)
+    spec.layouts[size_t(part)] = OperandLayout{2 + part * e, 0, 3 * 70 * e, 3 * e};
+  check_case(spec);
 }
 
 // Head dim 128: one stage of key blocks (Note [staged key blocks]: two would exceed 48 KB).

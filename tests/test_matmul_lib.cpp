@@ -262,6 +262,21 @@ TEST(LibraryOperands, MixedPrecisionProductsReadTwoBFloat16Buffers) {
   EXPECT_EQ(library_products({loss, loss.gradients({w})[0]}), 2);  // the forward product and dW
 }
 
+// Note [rounded products stay with the library] in schedule.cpp: a Linear under a bfloat16
+// compute dtype, its float32 bias added after the product's rounding and the sum rounded again
+// into a buffer of its own (fused attention reads GPT's q, k and v from one): the product is the
+// library's, stored rounded, and the bias a kernel of its own. Joined into that kernel, the
+// product was a generated one.
+TEST(LibraryOperands, RoundedProductUnderAFloat32BiasStaysTheLibrarys) {
+  const std::string& dev = library_device();
+  Tensor x = input({64, 80}, 1, DType::BFloat16).to(dev).realize();
+  Tensor w = input({48, 80}, 2, DType::BFloat16).to(dev).realize();
+  Tensor bias = input({48}, 3).to(dev).realize();
+  Tensor out = (x.linear(w).float_() + bias).cast(DType::BFloat16);
+  EXPECT_EQ(create_schedule({out.uop()}).size(), 2u);
+  EXPECT_EQ(library_products({out}), 1);
+}
+
 // A half product with its bias and relu is one kernel that the library runs (the epilogue
 // fused), its sum never stored by itself (Note [values stored rounded] leaves it there).
 TEST(LibraryOperands, HalfProductWithBiasAndReluStaysOneKernel) {

@@ -2,10 +2,13 @@
 // shrink, flip, squeeze, unsqueeze, flatten, slicing with positive and negative steps, cat,
 // stack, split, chunk, repeat, gather, index_select) and chains of non-contiguous views feeding
 // compute. Forward and backward, each against the float64 reference interpreter on the same
-// lazy graph, plus hand-checked values.
+// lazy graph, plus hand-checked values; and chains of views read as strides (strided_view.h).
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include "ops_util.h"
+#include "tinygrad/strided_view.h"
 
 using namespace tg;
 using namespace tg::testutil;
@@ -95,6 +98,47 @@ TEST_P(Movement, Float32) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, Movement, ::testing::ValuesIn(move_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Note [strided views]: where a case's views are strides over their input, reading the input
+// (its elements numbered 0, 1, ...) at offset + sum i_k * strides[k] gives each element of the
+// view. Pads and flips stop the walk (their base is the pad or flip), and a reshape that merges
+// permuted dims is no stride.
+TEST_P(Movement, StridedViewsReadTheirBase) {
+  auto& c = GetParam();
+  std::vector<float> numbers(static_cast<size_t>(prod(c.in)));
+  std::iota(numbers.begin(), numbers.end(), 0.0f);
+  Tensor base = Tensor::from_vector(numbers, c.in);
+  Tensor view = c.f(base);
+  std::optional<StridedView> v = strided_view(view.uop());
+  if (!v || v->base != base.uop()) return;
+  ASSERT_EQ(v->strides.size(), view.shape().size());
+  std::vector<float> want = view.contiguous().to_vector<float>();
+  std::vector<int64_t> index(view.shape().size(), 0);
+  for (size_t flat = 0; flat < want.size(); flat++) {
+    int64_t at = v->offset;
+    for (size_t d = 0; d < index.size(); d++) at += index[d] * v->strides[d];
+    ASSERT_EQ(static_cast<float>(at), want[flat]) << "element " << flat;
+    for (size_t d = index.size(); d-- > 0;)
+      if (++index[d] < view.shape()[d])
+        break;
+      else
+        index[d] = 0;
+  }
+}
+
+TEST(Ops, StridedViewsOfAttentionOperands) {
+  Tensor qkv = Tensor::zeros({2, 5, 3 * 4 * 8}).realize();  // [B, T, 3 * H * hd]
+  Tensors parts = qkv.reshape({2, 5, 3, 4, 8}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
+  std::optional<StridedView> k = strided_view(parts[1].reshape({2, 4, 5, 8}).uop());
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->base, qkv.uop());
+  EXPECT_EQ(k->offset, 32);
+  EXPECT_EQ(k->strides, (std::vector<int64_t>{5 * 96, 8, 96, 1}));
+  EXPECT_FALSE(strided_view(parts[1].reshape({8, 5, 8}).uop()));  // B and H are not one dim in qkv
+  std::optional<StridedView> wide = strided_view(qkv.reshape({2, 5, 1, 96}).expand({2, 5, 3, 96}).uop());
+  ASSERT_TRUE(wide);
+  EXPECT_EQ(wide->strides, (std::vector<int64_t>{480, 96, 0, 1}));
+}
 
 TEST(Ops, MovementOtherDtypes) {
   Tensor i = rnd_int({3, 4}, 72, -100, 100);

@@ -79,10 +79,10 @@ std::vector<UOpPtr> backward_rule(const UOpPtr& u, const UOpPtr& g) {
       switch (static_cast<CustomGrad>(u->arg_ints().at(0))) {
         case CustomGrad::CONV2D: return conv2d_gradient(u, g);
         case CustomGrad::PICK: return pick_gradient(u, g);
+        case CustomGrad::ATTENTION: return attention_gradient(u, g);
       }
       TG_ASSERT(false, "unknown CUSTOM_GRAD rule ", u->arg_ints().at(0));
       return {};
-    case Op::TEMPLATE_KERNEL: return template_kernel_gradient(u, g);
     case Op::COPY: return {copy_to(g, s[0]->device)};
     case Op::MULTI: return multi_gradient(u, g);
     // Note [gather and scatter-add] in lazy.cpp: each is the other's gradient

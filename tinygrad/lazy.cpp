@@ -1,5 +1,5 @@
 // Lazy-graph builders: shape inference and the trivial simplifications (identity movement ops,
-// merged reshapes) that keep graphs small.
+// merged reshapes, a shrink that undoes a pad) that keep graphs small.
 #include "tinygrad/lazy.h"
 
 #include <algorithm>
@@ -141,6 +141,14 @@ UOpPtr shrink(const UOpPtr& x, const Pads& bounds) {
     out.push_back(bounds[i].second - bounds[i].first);
   }
   if (full) return x;
+  if (x->op == Op::PAD && !x->realized) {  // the padded node itself (a shrink's gradient, shrunk again)
+    const UOpPtr& inner = x->src[0];
+    bool undoes = true;
+    for (size_t i = 0; i < bounds.size(); i++)
+      undoes &=
+          bounds[i].first == x->arg_ints()[2 * i] && bounds[i].second == bounds[i].first + inner->shape[i];
+    if (undoes) return inner;
+  }
   return make_uop(Op::SHRINK, x->dtype, {x}, Arg{flatten_pairs(bounds)}, out, x->device);
 }
 

@@ -16,26 +16,43 @@
 // Note [fused attention in the graph]: on a device with a template dialect (CUDA, OpenCL), with
 // FLASH_ATTENTION at 1 or 2 (the default), no mask and no dropout, q, k and v of one dtype the kernels
 // take and the same leading dims, attention is one TEMPLATE_KERNEL node (Note [template kernels]
-// in codegen/attention_kernel.cpp): q, k and v as contiguous [B*H, rows, dim] buffers in, one
-// float32 [B*H, L, Ev + 1] buffer out, each row the output followed by its logsumexp (one
-// buffer, so the node keeps the lazy graph's one output per node; the scheduler keeps it for the
-// backward pass like a convolution's output). FLASH_ATTENTION=2 runs the kernels of
-// bfloat16/float16 inputs on CUDA's tensor cores (FLASH_ATTENTION=1: the plain kernels) (Note [tensor-core attention] in
-// codegen/attention_tensor_cores.cpp). The result is a view of the first Ev columns cast back to
-// the inputs' dtype. Its gradient rule (template_kernel_gradient) computes D =
-// rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV kernels (Note [fused
-// attention] there), whose float32 results are cast back. The tensor-core kernels take dO rounded
-// to the input type (the value their products would round it to anyway), which halves what they
-// stage; D is then the sum over the rounded dO too, as in FlashAttention-2. Everything else runs
-// the composition, which stays the reference the fused kernels are tested against. A model opts
-// in by nothing: the GPT's attention calls this function, so on CUDA it is fused.
+// in codegen/attention_kernel.cpp): q, k and v in, read in place where they are views (Note
+// [strided operands]), one float32 [B*H, L, Ev + 1] buffer out, each row the output followed by
+// its logsumexp (one buffer, so the node keeps the lazy graph's one output per node; the
+// scheduler keeps it for the backward pass like a convolution's output). FLASH_ATTENTION=2 runs the kernels
+// of bfloat16/float16 inputs on CUDA's tensor cores (FLASH_ATTENTION=1: the plain kernels) (Note [tensor-core
+// attention] in codegen/attention_tensor_cores.cpp). The result is a view of the first Ev columns cast back
+// to the inputs' dtype. The node's sources need not be q, k and v themselves, so the gradient goes around it:
+// a CUSTOM_GRAD (CustomGrad::ATTENTION) holds the node as its value and q, k and v as its inputs, and its
+// rule (attention_gradient) computes D = rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV
+// kernels (Note [fused attention] there), whose results (float32, or the input type on the tensor cores:
+// AttentionSpec::output_dtype) are cast back. The tensor-core kernels take dO rounded to the input type (the
+// value their products would round it to anyway), which halves what they stage; D is then the sum over the
+// rounded dO too, as in FlashAttention-2. Everything else runs the composition, which stays the reference the
+// fused kernels are tested against. A model opts in by nothing: the GPT's attention calls this function, so
+// on CUDA it is fused.
+//
+// Note [strided operands]: q, k and v are usually views of one buffer (GPT's c_attn writes
+// [B, T, 3, H, hd]; q, k and v are its permuted thirds), and dO is the permuted view of c_proj's
+// input gradient [B, T, H, hd]. Copying each into a contiguous [B*H, T, hd] buffer took a kernel
+// that moved as many bytes as the attention kernel reads: four a layer, 1.1 ms of GPT-2 124M's
+// 41 ms step on an H100. Instead the kernels read an operand through its layout (OperandLayout
+// in codegen/attention_kernel.h: a row of problem (b, h) starts at offset + b * batch + h * head +
+// r * row, its columns one element apart), and the template node takes the node below the
+// operand's views (strided_view.h) as its source. The views of [batch, heads, rows, width] must
+// be strides with columns one apart, and the node below must hold no more elements than the
+// operands that read it hold (a few rows of a large tensor are copied rather than the whole
+// realized); else the operand is copied as before.
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 #include "tinygrad/codegen/attention_kernel.h"
 #include "tinygrad/device.h"
 #include "tinygrad/gradient.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/lazy.h"
+#include "tinygrad/strided_view.h"
 #include "tinygrad/tensor_internal.h"
 
 namespace tg {
@@ -84,6 +101,7 @@ std::optional<AttentionSpec> fused_attention_spec(const Tensor& q, const Tensor&
   Shape lead(q.shape().begin(), q.shape().end() - 2);
   AttentionSpec spec{TemplateKernel::AttentionForward, prod(lead), q.shape()[n - 2], k.shape()[n - 2],
                      q.shape()[n - 1], v.shape()[n - 1], q.dtype(), causal, scale};
+  spec.heads = lead.empty() ? 1 : lead.back();
   if (spec.bh == 0 || !attention_kernel_takes(spec, *dialect)) return std::nullopt;
   spec.tensor_cores = knobs::FLASH_ATTENTION.get() >= 2 && dev.supports(Feature::TensorCores) &&
                       attention_tensor_cores_take(spec, *dialect);
@@ -92,7 +110,8 @@ std::optional<AttentionSpec> fused_attention_spec(const Tensor& q, const Tensor&
 
 UOpPtr template_node(const AttentionSpec& spec, std::vector<UOpPtr> srcs) {
   std::string device = srcs[0]->device;
-  return make_uop(Op::TEMPLATE_KERNEL, DType::Float32, std::move(srcs), spec.encode(), spec.output_shape(), device);
+  return make_uop(Op::TEMPLATE_KERNEL, spec.output_dtype(), std::move(srcs), spec.encode(),
+                  spec.output_shape(), device);
 }
 
 // The first `cols` columns of a [bh, rows, *] node from column `from`.
@@ -100,34 +119,86 @@ UOpPtr columns(const UOpPtr& x, int64_t from, int64_t cols) {
   return lazy::shrink(x, {{0, x->shape[0]}, {0, x->shape[1]}, {from, from + cols}});
 }
 
-Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
-  Tensor q3 = q.reshape({spec.bh, spec.l, spec.e}).contiguous();
-  Tensor k3 = k.reshape({spec.bh, spec.s, spec.e}).contiguous();
-  Tensor v3 = v.reshape({spec.bh, spec.s, spec.ev}).contiguous();
-  Tensor fwd = result(template_node(spec, {q3.uop(), k3.uop(), v3.uop()}), {&q3, &k3, &v3});
-  Shape out = q.shape();
-  out.back() = spec.ev;
-  return fwd.shrink({{0, spec.bh}, {0, spec.l}, {0, spec.ev}}).cast(spec.dtype).reshape(out);
+// Note [strided operands]: operand x of spec ([..., rows, width] with the spec's leading dims) as
+// the node below its views and its layout there, or nullopt where its views are no such layout
+// (or one the spec's kernels do not take: rows at odd elements on the tensor cores).
+struct OperandView {
+  UOpPtr node;
+  OperandLayout layout;
+};
+std::optional<OperandView> operand_view(const AttentionSpec& spec, AttentionOperand operand,
+                                        const UOpPtr& x) {
+  int64_t rows = spec.rows(operand), width = spec.width(operand);
+  std::optional<StridedView> v =
+      strided_view(lazy::reshape(x, {spec.bh / spec.heads, spec.heads, rows, width}));
+  if (!v || (v->strides[3] != 1 && width != 1)) return std::nullopt;
+  OperandView view{v->base, OperandLayout{v->offset, v->strides[0], v->strides[1], v->strides[2]}};
+  AttentionSpec with = spec;
+  with.layouts[static_cast<size_t>(operand)] = view.layout;
+  if (!attention_kernel_takes(with, *kernel_dialect(get_device(x->device).renderer()))) return std::nullopt;
+  return view;
+}
+
+// The template node's sources for `operands` of spec, whose layouts it sets (Note [strided
+// operands]): the node below each operand's views where that pays, else a contiguous copy.
+std::vector<UOpPtr> operand_sources(AttentionSpec& spec,
+                                    const std::vector<std::pair<AttentionOperand, UOpPtr>>& operands) {
+  std::vector<std::optional<OperandView>> views;
+  std::unordered_map<const UOp*, int64_t> elements_read;
+  for (const auto& [operand, x] : operands) {
+    views.push_back(operand_view(spec, operand, x));
+    if (views.back()) elements_read[views.back()->node.get()] += prod(x->shape);
+  }
+  std::vector<UOpPtr> sources;
+  for (size_t i = 0; i < operands.size(); i++) {
+    const auto& [operand, x] = operands[i];
+    std::optional<OperandLayout>& layout = spec.layouts[static_cast<size_t>(operand)];
+    layout.reset();
+    const std::optional<OperandView>& v = views[i];
+    if (!v || prod(v->node->shape) > elements_read[v->node.get()]) {
+      sources.push_back(
+          lazy::contiguous(lazy::reshape(x, {spec.bh, spec.rows(operand), spec.width(operand)})));
+      continue;
+    }
+    if (v->layout != spec.layout(operand)) layout = v->layout;
+    sources.push_back(v->node);
+  }
+  return sources;
+}
+
+Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, AttentionSpec spec) {
+  std::vector<UOpPtr> sources = operand_sources(
+      spec, {{AttentionOperand::Q, q.uop()}, {AttentionOperand::K, k.uop()}, {AttentionOperand::V, v.uop()}});
+  UOpPtr fwd = template_node(spec, sources);
+  UOpPtr wrapped =
+      lazy::custom_grad(fwd, {q.uop(), k.uop(), v.uop()}, {static_cast<int64_t>(CustomGrad::ATTENTION)});
+  Tensor out = result(wrapped, {&q, &k, &v});
+  Shape shape = q.shape();
+  shape.back() = spec.ev;
+  return out.shrink({{0, spec.bh}, {0, spec.l}, {0, spec.ev}}).cast(spec.dtype).reshape(shape);
 }
 
 }  // namespace
 
-// Note [fused attention in the graph]: gradients of q, k and v from the forward node's output
-// gradient (the first Ev columns of each row; the logsumexp column is not a result).
-std::vector<UOpPtr> template_kernel_gradient(const UOpPtr& node, const UOpPtr& grad) {
+// Note [fused attention in the graph]: gradients of q, k and v (src[1..3] of the CUSTOM_GRAD
+// node) from the forward node's output gradient (the first Ev columns of each row; the
+// logsumexp column is not a result).
+std::vector<UOpPtr> attention_gradient(const UOpPtr& node, const UOpPtr& grad) {
   using namespace lazy;
-  AttentionSpec spec = AttentionSpec::decode(node->arg_ints());
-  TG_ASSERT(spec.kernel == TemplateKernel::AttentionForward, "no gradient rule for template kernel ",
-            node->arg_ints().at(0));
-  UOpPtr dout = contiguous(cast(columns(grad, 0, spec.ev), spec.output_grad_dtype()));
-  UOpPtr delta = contiguous(reduce(alu(Op::MUL, cast(dout, DType::Float32), columns(node, 0, spec.ev)), Op::ADD, {2}));
-  std::vector<UOpPtr> srcs{node->src[0], node->src[1], node->src[2], node, dout, delta};
+  const UOpPtr& fwd = node->src[0];
+  AttentionSpec spec = AttentionSpec::decode(fwd->arg_ints());
+  UOpPtr dout = cast(columns(grad, 0, spec.ev), spec.output_grad_dtype());
+  UOpPtr delta =
+      contiguous(reduce(alu(Op::MUL, cast(dout, DType::Float32), columns(fwd, 0, spec.ev)), Op::ADD, {2}));
+  UOpPtr dout_source = operand_sources(spec, {{AttentionOperand::OutputGrad, dout}})[0];
+  std::vector<UOpPtr> srcs{fwd->src[0], fwd->src[1], fwd->src[2], fwd, dout_source, delta};
   AttentionSpec dq_spec = spec, dkv_spec = spec;
   dq_spec.kernel = TemplateKernel::AttentionBackwardQ;
   dkv_spec.kernel = TemplateKernel::AttentionBackwardKV;
   UOpPtr dq = template_node(dq_spec, srcs), dkv = template_node(dkv_spec, srcs);
-  return {cast(dq, spec.dtype), cast(columns(dkv, 0, spec.e), spec.dtype),
-          cast(columns(dkv, spec.e, spec.ev), spec.dtype)};
+  const Shape &q = node->src[1]->shape, &k = node->src[2]->shape, &v = node->src[3]->shape;
+  return {nullptr, reshape(cast(dq, spec.dtype), q), reshape(cast(columns(dkv, 0, spec.e), spec.dtype), k),
+          reshape(cast(columns(dkv, spec.e, spec.ev), spec.dtype), v)};
 }
 
 // Note [attention as a composition]

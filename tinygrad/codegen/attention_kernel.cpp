@@ -12,8 +12,8 @@
 // in the next step and holds no tensor alive); the pipeline sends that item here instead of
 // through the passes (KernelChoice::Kind::Template), and the engine compiles and launches the
 // source like any generated kernel: the memory pool, JIT capture and replay, tracing and DEBUG
-// output see no difference. Its gradient is a rule of the template (gradient.cpp), which here
-// emits the backward kernels.
+// output see no difference. Its gradient is a rule of the template: a CUSTOM_GRAD around the
+// node (CustomGrad::ATTENTION in gradient.h) emits the backward kernels.
 //
 // Note [fused attention]: FlashAttention-2's algorithm, one work-item per row. Forward: a
 // work-group of BQ work-items takes BQ query rows of one (batch, head); it walks the keys in
@@ -90,12 +90,38 @@ std::string float_literal(double v) {
 std::string define(const char* name, const std::string& value) { return std::string("#define ") + name + " " + value + "\n"; }
 std::string define(const char* name, int64_t value) { return define(name, std::to_string(value)); }
 
-std::string size_macros(const AttentionSpec& s) {
-  return define("TG_THREADS", ROWS_PER_GROUP) + define("BLOCK", BLOCK) + define("LQ", s.l) + define("SK", s.s) +
-         define("E", s.e) + define("EV", s.ev) + define("CAUSAL", s.causal ? 1 : 0) +
-         define("SCALE", float_literal(s.scale)) + define("SCALE_LOG2", float_literal(s.scale / std::log(2.0))) +
+// Note [strided operands] (tensor_attention.cpp): Q_ROW(y, r), K_ROW, V_ROW and DO_ROW give the
+// element where row r of problem y starts in the operand's buffer; Q_A16 (and the others) is 1
+// where every such start is a multiple of 16 bytes, so that rows are copied 16 bytes at a time.
+std::string layout_macros(const AttentionSpec& s, KernelDialect d) {
+  const std::string i64 = d == KernelDialect::CUDA ? "(long long)" : "(long)";
+  const std::pair<AttentionOperand, std::string> names[] = {{AttentionOperand::Q, "Q"},
+                                                            {AttentionOperand::K, "K"},
+                                                            {AttentionOperand::V, "V"},
+                                                            {AttentionOperand::OutputGrad, "DO"}};
+  std::string out;
+  for (const auto& [x, name] : names) {
+    OperandLayout l = s.layout(x);
+    int64_t bytes = itemsize(x == AttentionOperand::OutputGrad ? s.output_grad_dtype() : s.dtype);
+    bool a16 = true;
+    for (int64_t v : {l.offset, l.batch, l.head, l.row}) a16 &= v * bytes % 16 == 0;
+    auto term = [&](const std::string& index, int64_t stride) {
+      return " + " + i64 + index + " * " + std::to_string(stride);
+    };
+    out += "#define " + name + "_ROW(y, r) (" + i64 + std::to_string(l.offset) +
+           term("((y) / HEADS)", l.batch) + term("((y) % HEADS)", l.head) + term("(r)", l.row) + ")\n" +
+           define((name + "_A16").c_str(), a16 ? 1 : 0);
+  }
+  return out;
+}
+
+std::string size_macros(const AttentionSpec& s, KernelDialect d) {
+  return define("TG_THREADS", ROWS_PER_GROUP) + define("BLOCK", BLOCK) + define("LQ", s.l) +
+         define("SK", s.s) + define("E", s.e) + define("EV", s.ev) + define("CAUSAL", s.causal ? 1 : 0) +
+         define("SCALE", float_literal(s.scale)) +
+         define("SCALE_LOG2", float_literal(s.scale / std::log(2.0))) +
          define("LOG2E", float_literal(1.0 / std::log(2.0))) + define("LN2", float_literal(std::log(2.0))) +
-         define("NEG_BIG", "(-3.0e38f)");
+         define("NEG_BIG", "(-3.0e38f)") + define("HEADS", s.heads) + layout_macros(s, d);
 }
 
 // Note [the two walks]: a work-group owns rows of one side and walks blocks of the other (Note
@@ -107,7 +133,7 @@ struct Walk {
   const char* own;        // the work-item's row: a query ("row") or a key ("key")
   const char* own_at;     // that row's global index, clamped into range
   const char* own_count;  // rows on the owned side
-  const char* base;       // the walked side's first global row of this head
+  const char* base;       // a line declaring the walked side's first global row of this head, where used
   const char* count;      // rows on the walked side
   const char* block;      // the first row of the current block
   const char* at;         // a row of the block while it loads
@@ -117,18 +143,35 @@ struct Walk {
   const char* rows;       // n, the rows of the block this work-item takes
 };
 
-constexpr Walk KEY_WALK{"row", "qrow", "LQ", "kbase", "SK", "k0", "j",
-                        "const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;", "0", "kend",
+constexpr Walk KEY_WALK{"row",
+                        "qrow",
+                        "LQ",
+                        "",
+                        "SK",
+                        "k0",
+                        "j",
+                        "const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;",
+                        "0",
+                        "kend",
                         "    int n = min(BLOCK, SK - k0);\n    if (CAUSAL) n = min(n, row - k0 + 1);\n"};
-constexpr Walk QUERY_WALK{"key", "krow", "SK", "qbase", "LQ", "q0", "r",
-                          "const int qstart = CAUSAL ? first / BLOCK * BLOCK : 0;", "qstart", "LQ",
+constexpr Walk QUERY_WALK{"key",
+                          "krow",
+                          "SK",
+                          "  const TG_I64 qbase = (TG_I64)head * LQ;\n",
+                          "LQ",
+                          "q0",
+                          "r",
+                          "const int qstart = CAUSAL ? first / BLOCK * BLOCK : 0;",
+                          "qstart",
+                          "LQ",
                           "    const int n = min(BLOCK, LQ - q0);\n"};
 
-// The work-item's ids and rows.
-constexpr const char* OWN_ROW = R"(  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, ${own} = first + tid;
-  const TG_I64 ${own_at} = (TG_I64)head * ${own_count} + (${own} < ${own_count} ? ${own} : ${own_count} - 1);
-  const TG_I64 ${base} = (TG_I64)head * ${count};
-)";
+// The work-item's ids and rows: ${own}c is its row clamped into range.
+constexpr const char* OWN_ROW =
+    R"(  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, ${own} = first + tid;
+  const int ${own}c = ${own} < ${own_count} ? ${own} : ${own_count} - 1;
+  const TG_I64 ${own_at} = (TG_I64)head * ${own_count} + ${own}c;
+${base})";
 
 // The walk over blocks: the group loads a block into local memory, then each work-item takes n
 // of its rows (the body follows, and closes the loop).
@@ -146,8 +189,7 @@ constexpr const char* LOAD_BLOCK = R"(    for (int i = tid; i < BLOCK * ${width}
 )";
 
 std::string own_row(const Walk& w) {
-  return fill(OWN_ROW, {{"own", w.own}, {"own_at", w.own_at}, {"own_count", w.own_count}, {"base", w.base},
-                        {"count", w.count}});
+  return fill(OWN_ROW, {{"own", w.own}, {"own_at", w.own_at}, {"own_count", w.own_count}, {"base", w.base}});
 }
 
 std::string walk(const Walk& w, const std::string& loads) {
@@ -155,17 +197,19 @@ std::string walk(const Walk& w, const std::string& loads) {
                      {"rows", w.rows}});
 }
 
-std::string load_block(const Walk& w, const char* into, const char* width, const char* read) {
+// `row` names the operand's row macro (Note [strided operands]).
+std::string load_block(const Walk& w, const char* into, const char* width, const char* row,
+                       const char* read) {
   std::string element =
-      fill("(${base} + ${at}) * ${width} + i % ${width}", {{"base", w.base}, {"at", w.at}, {"width", width}});
+      fill("${row}(head, ${at}) + i % ${width}", {{"row", row}, {"at", w.at}, {"width", width}});
   return fill(LOAD_BLOCK, {{"width", width}, {"at", w.at}, {"block", w.block}, {"into", into}, {"count", w.count},
                            {"read", fill(read, {{"i", element}})}});
 }
 
 // The forward's and dQ's walk: blocks of k and v.
 std::string key_walk() {
-  return walk(KEY_WALK,
-              load_block(KEY_WALK, "ks", "E", "TG_LOAD(k, ${i})") + load_block(KEY_WALK, "vs", "EV", "TG_LOAD(v, ${i})"));
+  return walk(KEY_WALK, load_block(KEY_WALK, "ks", "E", "K_ROW", "TG_LOAD(k, ${i})") +
+                            load_block(KEY_WALK, "vs", "EV", "V_ROW", "TG_LOAD(v, ${i})"));
 }
 
 // Note [fused attention]: the backward kernels recompute a pair's score x (q . k, scaled), dP =
@@ -188,7 +232,7 @@ TG_KERNEL(TG_NAME)(TG_GLOBAL float* out, TG_GLOBAL const TG_IN* q, TG_GLOBAL con
   TG_LOCAL float ks[BLOCK * E];
   TG_LOCAL float vs[BLOCK * EV];
 ${own_row}  float qr[E], acc[EV];
-  for (int d = 0; d < E; d++) qr[d] = TG_LOAD(q, qrow * E + d) * SCALE_LOG2;
+  for (int d = 0; d < E; d++) qr[d] = TG_LOAD(q, Q_ROW(head, rowc) + d) * SCALE_LOG2;
   for (int d = 0; d < EV; d++) acc[d] = 0.0f;
   float m = NEG_BIG, sum = 0.0f;
 ${walk}    float s[BLOCK];
@@ -227,8 +271,8 @@ TG_KERNEL(TG_NAME)(TG_GLOBAL float* ${out}, TG_GLOBAL const TG_IN* q, TG_GLOBAL 
 constexpr const char* BACKWARD_Q = R"(${signature}  TG_LOCAL float ks[BLOCK * E];
   TG_LOCAL float vs[BLOCK * EV];
 ${own_row}  float qr[E], dor[EV], acc[E];
-  for (int d = 0; d < E; d++) qr[d] = TG_LOAD(q, qrow * E + d) * SCALE_LOG2;
-  for (int d = 0; d < EV; d++) dor[d] = dout[qrow * EV + d];
+  for (int d = 0; d < E; d++) qr[d] = TG_LOAD(q, Q_ROW(head, rowc) + d) * SCALE_LOG2;
+  for (int d = 0; d < EV; d++) dor[d] = dout[DO_ROW(head, rowc) + d];
   for (int d = 0; d < E; d++) acc[d] = 0.0f;
   const float lse = ${lse}, delta = ${delta};
 ${walk}    for (int j = 0; j < n; j++) {
@@ -246,8 +290,8 @@ constexpr const char* BACKWARD_KV = R"(${signature}  TG_LOCAL float qs[BLOCK * E
   TG_LOCAL float lses[BLOCK];
   TG_LOCAL float deltas[BLOCK];
 ${own_row}  float kr[E], vr[EV], dk[E], dv[EV];
-  for (int d = 0; d < E; d++) kr[d] = TG_LOAD(k, krow * E + d) * SCALE_LOG2;
-  for (int d = 0; d < EV; d++) vr[d] = TG_LOAD(v, krow * EV + d);
+  for (int d = 0; d < E; d++) kr[d] = TG_LOAD(k, K_ROW(head, keyc) + d) * SCALE_LOG2;
+  for (int d = 0; d < EV; d++) vr[d] = TG_LOAD(v, V_ROW(head, keyc) + d);
   for (int d = 0; d < E; d++) dk[d] = 0.0f;
   for (int d = 0; d < EV; d++) dv[d] = 0.0f;
 ${walk}    for (int i = CAUSAL ? max(0, key - q0) : 0; i < n; i++) {
@@ -283,9 +327,10 @@ std::string template_of(TemplateKernel k) {
                                {"recompute",
                                 recompute("qr[d]", "ks[j * E + d]", "dor[d]", "vs[j * EV + d]", "lse", "delta", false)}});
     case TemplateKernel::AttentionBackwardKV: {
-      std::string loads = load_block(QUERY_WALK, "qs", "E", "TG_LOAD(q, ${i})") +
-                          load_block(QUERY_WALK, "dos", "EV", "dout[${i}]") +
-                          fill(LOAD_LSE_DELTA, {{"lse", lse_read("(qbase + r)")}, {"delta", delta_read("qbase + r")}});
+      std::string loads =
+          load_block(QUERY_WALK, "qs", "E", "Q_ROW", "TG_LOAD(q, ${i})") +
+          load_block(QUERY_WALK, "dos", "EV", "DO_ROW", "dout[${i}]") +
+          fill(LOAD_LSE_DELTA, {{"lse", lse_read("(qbase + r)")}, {"delta", delta_read("qbase + r")}});
       return fill(BACKWARD_KV, {{"signature", fill(BACKWARD_SIGNATURE, {{"out", "dkv"}})},
                                 {"own_row", own_row(QUERY_WALK)},
                                 {"walk", walk(QUERY_WALK, loads)},
@@ -305,17 +350,25 @@ const char* kernel_word(TemplateKernel k) {
   return "";
 }
 
-// "attention_8_256_256_64c": bh, L, S, the head dim, and c when causal.
+bool has_layouts(const AttentionSpec& s) {
+  for (const auto& l : s.layouts)
+    if (l) return true;
+  return false;
+}
+
+// "attention_8_256_256_64c": bh, L, S, the head dim, c when causal, _tc on the tensor cores and
+// _v where an operand is read through a layout (Note [strided operands]).
 std::string kernel_name(const AttentionSpec& s) {
   return std::string(kernel_word(s.kernel)) + "_" + std::to_string(s.bh) + "_" + std::to_string(s.l) + "_" +
-         std::to_string(s.s) + "_" + std::to_string(s.e) + (s.causal ? "c" : "") + (s.tensor_cores ? "_tc" : "");
+         std::to_string(s.s) + "_" + std::to_string(s.e) + (s.causal ? "c" : "") +
+         (s.tensor_cores ? "_tc" : "") + (has_layouts(s) ? "_v" : "");
 }
 
 // Rows each group takes: query rows (forward, dQ) or key rows (dK/dV).
 int64_t rows_of(const AttentionSpec& s) { return s.kernel == TemplateKernel::AttentionBackwardKV ? s.s : s.l; }
 
 std::vector<KernelParam> params_of(const AttentionSpec& s) {
-  std::vector<KernelParam> p{{DType::Float32, true}, {s.dtype, false}, {s.dtype, false}, {s.dtype, false}};
+  std::vector<KernelParam> p{{s.output_dtype(), true}, {s.dtype, false}, {s.dtype, false}, {s.dtype, false}};
   if (s.kernel != TemplateKernel::AttentionForward) {  // fwd, dO (Note [fused attention in the graph]), D
     p.push_back({DType::Float32, false});
     p.push_back({s.output_grad_dtype(), false});
@@ -326,15 +379,54 @@ std::vector<KernelParam> params_of(const AttentionSpec& s) {
 
 }  // namespace
 
+// The arg: the ten scalars, heads, then per operand a flag (1: it has a layout) and its layout.
 std::vector<int64_t> AttentionSpec::encode() const {
-  return {static_cast<int64_t>(kernel), bh, l, s, e, ev, static_cast<int64_t>(dtype), causal ? 1 : 0,
-          std::bit_cast<int64_t>(scale), tensor_cores ? 1 : 0};
+  std::vector<int64_t> a{static_cast<int64_t>(kernel),
+                         bh,
+                         l,
+                         s,
+                         e,
+                         ev,
+                         static_cast<int64_t>(dtype),
+                         causal ? 1 : 0,
+                         std::bit_cast<int64_t>(scale),
+                         tensor_cores ? 1 : 0,
+                         heads};
+  for (const auto& x : layouts) {
+    OperandLayout l = x.value_or(OperandLayout{});
+    a.insert(a.end(), {x ? 1 : 0, l.offset, l.batch, l.head, l.row});
+  }
+  return a;
 }
 
 AttentionSpec AttentionSpec::decode(const std::vector<int64_t>& a) {
-  TG_ASSERT(a.size() == 10, "attention kernel arg has ", a.size(), " entries");
-  return AttentionSpec{static_cast<TemplateKernel>(a[0]), a[1], a[2], a[3], a[4], a[5], static_cast<DType>(a[6]),
-                       a[7] != 0, std::bit_cast<double>(a[8]), a[9] != 0};
+  constexpr size_t SIZE = 11 + 5 * ATTENTION_OPERANDS;
+  TG_ASSERT(a.size() == SIZE, "attention kernel arg has ", a.size(), " entries");
+  AttentionSpec spec{static_cast<TemplateKernel>(a[0]),
+                     a[1],
+                     a[2],
+                     a[3],
+                     a[4],
+                     a[5],
+                     static_cast<DType>(a[6]),
+                     a[7] != 0,
+                     std::bit_cast<double>(a[8]),
+                     a[9] != 0,
+                     a[10]};
+  for (size_t i = 0, at = 11; i < ATTENTION_OPERANDS; i++, at += 5)
+    if (a[at]) spec.layouts[i] = OperandLayout{a[at + 1], a[at + 2], a[at + 3], a[at + 4]};
+  return spec;
+}
+
+OperandLayout AttentionSpec::layout(AttentionOperand x) const {
+  if (const auto& given = layouts[static_cast<size_t>(x)]) return *given;
+  int64_t row = width(x), head = rows(x) * row;
+  return OperandLayout{0, heads * head, head, row};
+}
+
+int64_t AttentionSpec::row_start(AttentionOperand x, int64_t y, int64_t r) const {
+  OperandLayout l = layout(x);
+  return l.offset + y / heads * l.batch + y % heads * l.head + r * l.row;
 }
 
 Shape AttentionSpec::output_shape() const {
@@ -355,11 +447,16 @@ std::optional<KernelDialect> kernel_dialect(const Renderer& renderer) {
 bool attention_kernel_takes(const AttentionSpec& s, KernelDialect d) {
   bool dtype_ok = s.dtype == DType::Float32 || s.dtype == DType::BFloat16 ||
                   (s.dtype == DType::Float16 && d == KernelDialect::CUDA);
-  bool tensor_cores_ok =
-      !s.tensor_cores || (d == KernelDialect::CUDA && is_half(s.dtype) && s.e % 16 == 0 && s.ev % 16 == 0);
-  return dtype_ok && tensor_cores_ok && s.e >= 1 && s.e <= MAX_HEAD_DIM && s.ev >= 1 && s.ev <= MAX_HEAD_DIM &&
-         s.l >= 1 && s.s >= 1 && s.bh >= 1 && s.bh <= MAX_GROUPS_Y && s.l < (int64_t{1} << 30) &&
-         s.s < (int64_t{1} << 30);
+  bool even_rows = true;  // the tensor-core kernels read pairs of 16-bit elements as one 32-bit word
+  for (size_t x = 0; x < ATTENTION_OPERANDS; x++) {
+    OperandLayout l = s.layout(static_cast<AttentionOperand>(x));
+    even_rows &= l.offset % 2 == 0 && l.batch % 2 == 0 && l.head % 2 == 0 && l.row % 2 == 0;
+  }
+  bool tensor_cores_ok = !s.tensor_cores || (d == KernelDialect::CUDA && is_half(s.dtype) && s.e % 16 == 0 &&
+                                             s.ev % 16 == 0 && even_rows);
+  return dtype_ok && tensor_cores_ok && s.e >= 1 && s.e <= MAX_HEAD_DIM && s.ev >= 1 &&
+         s.ev <= MAX_HEAD_DIM && s.l >= 1 && s.s >= 1 && s.bh >= 1 && s.bh <= MAX_GROUPS_Y && s.heads >= 1 &&
+         s.bh % s.heads == 0 && s.l < (int64_t{1} << 30) && s.s < (int64_t{1} << 30);
 }
 
 bool attention_tensor_cores_take(const AttentionSpec& s, KernelDialect d) {
@@ -377,7 +474,7 @@ TemplateSource render_attention(const AttentionSpec& s, KernelDialect d) {
   if (s.tensor_cores) {  // Note [tensor-core attention] in attention_tensor_cores.cpp
     k.global_size = {(rows_of(s) + TENSOR_CORE_ROWS - 1) / TENSOR_CORE_ROWS * TENSOR_CORE_THREADS, s.bh};
     k.local_size = {TENSOR_CORE_THREADS, 1};
-    out.source = size_macros(s) + define("TG_NAME", k.name) +
+    out.source = size_macros(s, d) + define("TG_NAME", k.name) +
                  define("TG_MMA_T", s.dtype == DType::BFloat16 ? "\"bf16\"" : "\"f16\"") +
                  tensor_core_attention_source(s.kernel);
     return out;
@@ -385,7 +482,7 @@ TemplateSource render_attention(const AttentionSpec& s, KernelDialect d) {
   int64_t groups = (rows_of(s) + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP;
   k.global_size = {groups * ROWS_PER_GROUP, s.bh};
   k.local_size = {ROWS_PER_GROUP, 1};
-  out.source = dialect_macros(d) + input_macros(s.dtype, d) + size_macros(s) + define("TG_NAME", k.name) +
+  out.source = dialect_macros(d) + input_macros(s.dtype, d) + size_macros(s, d) + define("TG_NAME", k.name) +
                template_of(s.kernel);
   return out;
 }

@@ -3,6 +3,7 @@
 // the two backward kernels of FlashAttention-2, none of which writes the [B*H, L, S] scores.
 // tensor_attention.cpp puts them into the lazy graph; the pipeline renders them.
 #pragma once
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,8 +17,19 @@ namespace tg {
 // The templates a TEMPLATE_KERNEL node names (the first entry of its arg).
 enum class TemplateKernel : int64_t { AttentionForward = 0, AttentionBackwardQ = 1, AttentionBackwardKV = 2 };
 
+// The operands the kernels read through a layout (Note [strided operands] in tensor_attention.cpp).
+enum class AttentionOperand : size_t { Q, K, V, OutputGrad };
+inline constexpr size_t ATTENTION_OPERANDS = 4;
+
+// Where row r of problem (batch b, head h) of an operand starts in the buffer a kernel reads:
+// offset + b * batch + h * head + r * row; the row's columns follow one element apart.
+struct OperandLayout {
+  int64_t offset = 0, batch = 0, head = 0, row = 0;
+  bool operator==(const OperandLayout&) const = default;
+};
+
 // One attention kernel over bh = batch * heads independent (L x E query, S x E key, S x Ev value)
-// problems, each stored contiguously (Note [fused attention] in attention_kernel.cpp).
+// problems (Note [fused attention] in attention_kernel.cpp).
 struct AttentionSpec {
   TemplateKernel kernel = TemplateKernel::AttentionForward;
   int64_t bh = 1, l = 1, s = 1, e = 1, ev = 1;
@@ -25,24 +37,44 @@ struct AttentionSpec {
   bool causal = false;
   double scale = 1.0;
   bool tensor_cores = false;  // Note [tensor-core attention] (attention_tensor_cores.cpp): the products on mma.sync (CUDA, half inputs)
+  int64_t heads = 1;          // problem y is batch y / heads, head y % heads
+  // q, k, v and dO (the backward kernels' output gradient); nullopt: a contiguous [bh, rows, width]
+  // buffer of its own
+  std::array<std::optional<OperandLayout>, ATTENTION_OPERANDS> layouts{};
 
   // The TEMPLATE_KERNEL arg, and back.
   std::vector<int64_t> encode() const;
   static AttentionSpec decode(const std::vector<int64_t>& arg);
-  // The kernel's one float32 output: forward [bh, l, ev + 1] (O, then the row's logsumexp),
-  // backward Q [bh, l, e] (dQ), backward KV [bh, s, e + ev] (dK, then dV).
+  // The kernel's one output: forward [bh, l, ev + 1] (O, then the row's logsumexp), backward Q
+  // [bh, l, e] (dQ), backward KV [bh, s, e + ev] (dK, then dV); of output_dtype().
   Shape output_shape() const;
-  // The dtype the backward kernels take dO in: the input type on the tensor cores (their products
-  // round it to that anyway; Note [fused attention in the graph]), else float32.
+  // The dtype the backward kernels take dO in and give dQ, dK and dV in: the input type on the
+  // tensor cores (their products round dO to that anyway, and the gradients are rounded to it
+  // next; Note [fused attention in the graph]), else float32.
   DType output_grad_dtype() const { return tensor_cores ? dtype : DType::Float32; }
+  // The forward output's dtype (float32: O and L) or the backward results' (output_grad_dtype).
+  DType output_dtype() const {
+    return kernel == TemplateKernel::AttentionForward ? DType::Float32 : output_grad_dtype();
+  }
+  // An operand's rows, its width, and its layout (the contiguous one where it has none).
+  int64_t rows(AttentionOperand x) const {
+    return x == AttentionOperand::K || x == AttentionOperand::V ? s : l;
+  }
+  int64_t width(AttentionOperand x) const {
+    return x == AttentionOperand::Q || x == AttentionOperand::K ? e : ev;
+  }
+  OperandLayout layout(AttentionOperand x) const;
+  // The element where row r of problem y of operand x starts.
+  int64_t row_start(AttentionOperand x, int64_t y, int64_t r) const;
 };
 
 // The source languages the templates are written for.
 enum class KernelDialect { CUDA, OpenCL };
 std::optional<KernelDialect> kernel_dialect(const Renderer& renderer);
 
-// Whether the templates take these sizes and dtype in `dialect` (head dims up to 128, float32
-// and bfloat16 everywhere, float16 on CUDA).
+// Whether the templates take these sizes, dtype and layouts in `dialect` (head dims up to 128,
+// float32 and bfloat16 everywhere, float16 on CUDA; on the tensor cores, rows that start at an
+// even element).
 bool attention_kernel_takes(const AttentionSpec& spec, KernelDialect dialect);
 // Whether the tensor-core form takes spec (Note [tensor-core attention]): CUDA, bfloat16/float16
 // inputs, head dims that are multiples of 16.

@@ -11,6 +11,11 @@ namespace tg {
 
 namespace {
 
+// Column c of row r of problem h of operand x (Note [strided operands] in tensor_attention.cpp).
+size_t element(const AttentionSpec& s, AttentionOperand x, int64_t h, int64_t r, int64_t c) {
+  return static_cast<size_t>(s.row_start(x, h, r) + c);
+}
+
 // Row i's scaled scores over the keys of head h; -inf where masked.
 std::vector<double> scores(const AttentionSpec& s, const std::vector<double>& q, const std::vector<double>& k, int64_t h,
                            int64_t i) {
@@ -19,7 +24,7 @@ std::vector<double> scores(const AttentionSpec& s, const std::vector<double>& q,
     if (s.causal && j > i) continue;
     double dot = 0;
     for (int64_t d = 0; d < s.e; d++)
-      dot += q[static_cast<size_t>((h * s.l + i) * s.e + d)] * k[static_cast<size_t>((h * s.s + j) * s.e + d)];
+      dot += q[element(s, AttentionOperand::Q, h, i, d)] * k[element(s, AttentionOperand::K, h, j, d)];
     x[static_cast<size_t>(j)] = dot * s.scale;
   }
   return x;
@@ -55,7 +60,9 @@ std::vector<double> template_kernel_reference(const std::vector<int64_t>& arg,
         double lse = logsumexp(x);
         std::vector<double> p = weights(x, lse);
         for (int64_t d = 0; d < s.ev; d++)
-          for (int64_t j = 0; j < s.s; j++) out[at(row, s.ev + 1, d)] += p[static_cast<size_t>(j)] * v[at(h * s.s + j, s.ev, d)];
+          for (int64_t j = 0; j < s.s; j++)
+            out[at(row, s.ev + 1, d)] +=
+                p[static_cast<size_t>(j)] * v[element(s, AttentionOperand::V, h, j, d)];
         out[at(row, s.ev + 1, s.ev)] = lse;
         continue;
       }
@@ -63,15 +70,20 @@ std::vector<double> template_kernel_reference(const std::vector<int64_t>& arg,
       std::vector<double> p = weights(scores(s, q, k, h, i), fwd[at(row, s.ev + 1, s.ev)]);
       for (int64_t j = 0; j < s.s; j++) {
         double dp = 0, pj = p[static_cast<size_t>(j)];
-        for (int64_t d = 0; d < s.ev; d++) dp += dout[at(row, s.ev, d)] * v[at(h * s.s + j, s.ev, d)];
+        for (int64_t d = 0; d < s.ev; d++)
+          dp += dout[element(s, AttentionOperand::OutputGrad, h, i, d)] *
+                v[element(s, AttentionOperand::V, h, j, d)];
         double ds = pj * (dp - dsum[static_cast<size_t>(row)]) * s.scale;
         if (s.kernel == TemplateKernel::AttentionBackwardQ) {
-          for (int64_t d = 0; d < s.e; d++) out[at(row, s.e, d)] += ds * k[at(h * s.s + j, s.e, d)];
+          for (int64_t d = 0; d < s.e; d++)
+            out[at(row, s.e, d)] += ds * k[element(s, AttentionOperand::K, h, j, d)];
           continue;
         }
         const int64_t key = h * s.s + j;
-        for (int64_t d = 0; d < s.e; d++) out[at(key, s.e + s.ev, d)] += ds * q[at(row, s.e, d)];
-        for (int64_t d = 0; d < s.ev; d++) out[at(key, s.e + s.ev, s.e + d)] += pj * dout[at(row, s.ev, d)];
+        for (int64_t d = 0; d < s.e; d++)
+          out[at(key, s.e + s.ev, d)] += ds * q[element(s, AttentionOperand::Q, h, i, d)];
+        for (int64_t d = 0; d < s.ev; d++)
+          out[at(key, s.e + s.ev, s.e + d)] += pj * dout[element(s, AttentionOperand::OutputGrad, h, i, d)];
       }
     }
   return out;

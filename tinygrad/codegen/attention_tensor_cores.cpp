@@ -14,7 +14,9 @@
 // rescaling and logsumexp are those of Note [fused attention]. The backward kernels work the
 // same way over 64 rows a block (dQ: query rows walking key blocks; dK/dV: key rows walking query
 // blocks), dO rounded from float32 to the input type where it enters a product; each product's
-// accumulators become the next product's A fragments (P and dS) in registers.
+// accumulators become the next product's A fragments (P and dS) in registers. dQ, dK and dV are
+// written in the input type (pairs of columns packed into one 32-bit store), which is what the
+// gradient rule would round them to next.
 #include "tinygrad/codegen/attention_tensor_cores.h"
 
 #include <array>
@@ -93,7 +95,8 @@ std::string halves(const std::string& text) {
   return out;
 }
 
-constexpr const char* SIGNATURE = R"(extern "C" __global__ void __launch_bounds__(128) TG_NAME(float* ${out}, const unsigned short* q, const unsigned short* k,
+constexpr const char* SIGNATURE =
+    R"(extern "C" __global__ void __launch_bounds__(128) TG_NAME(${out_type}* ${out}, const unsigned short* q, const unsigned short* k,
                                                           const unsigned short* v${backward}) {
 )";
 constexpr const char* BACKWARD_PARAMS = R"(, const float* fwd, const unsigned short* dout,
@@ -105,24 +108,28 @@ constexpr const char* IDS = R"(  const int lane = threadIdx.x & 31, warp = threa
   const long long qb = (long long)head * LQ, kb = (long long)head * SK;
 )";
 
-// A side of the problem in global memory: its tensor, its first row of this head, its rows.
-struct Side { const char *src, *base, *count; };
-constexpr Side QUERIES{"q", "qb", "LQ"}, KEYS{"k", "kb", "SK"}, VALUES{"v", "kb", "SK"}, OUTPUT_GRADS{"dout", "qb", "LQ"};
+// A side of the problem in global memory: its tensor, the macros of its rows' starts and their
+// alignment (Note [strided operands] in tensor_attention.cpp), its rows.
+struct Side {
+  const char *src, *row, *aligned, *count;
+};
+constexpr Side QUERIES{"q", "Q_ROW", "Q_A16", "LQ"}, KEYS{"k", "K_ROW", "K_A16", "SK"},
+    VALUES{"v", "V_ROW", "V_A16", "SK"}, OUTPUT_GRADS{"dout", "DO_ROW", "DO_A16", "LQ"};
 
 // The A fragments `a` of the warp's own rows of `side` (width E or EV), kept in registers.
 constexpr const char* ROW_FRAGMENTS = R"(#pragma unroll
   for (int kk = 0; kk < ${width} / 16; kk++) {
     const int c = kk * 16 + 2 * t;
-    ${a}[kk][0] = r0 < ${count} ? *(const unsigned*)(${src} + (${base} + r0) * ${width} + c) : 0u;
-    ${a}[kk][1] = r1 < ${count} ? *(const unsigned*)(${src} + (${base} + r1) * ${width} + c) : 0u;
-    ${a}[kk][2] = r0 < ${count} ? *(const unsigned*)(${src} + (${base} + r0) * ${width} + c + 8) : 0u;
-    ${a}[kk][3] = r1 < ${count} ? *(const unsigned*)(${src} + (${base} + r1) * ${width} + c + 8) : 0u;
+    ${a}[kk][0] = r0 < ${count} ? *(const unsigned*)(${src} + ${row}(head, r0) + c) : 0u;
+    ${a}[kk][1] = r1 < ${count} ? *(const unsigned*)(${src} + ${row}(head, r1) + c) : 0u;
+    ${a}[kk][2] = r0 < ${count} ? *(const unsigned*)(${src} + ${row}(head, r0) + c + 8) : 0u;
+    ${a}[kk][3] = r1 < ${count} ? *(const unsigned*)(${src} + ${row}(head, r1) + c + 8) : 0u;
   }
 )";
 
 std::string row_fragments(const char* a, const Side& side, const char* width) {
   return fill(ROW_FRAGMENTS,
-              {{"a", a}, {"src", side.src}, {"base", side.base}, {"count", side.count}, {"width", width}});
+              {{"a", a}, {"src", side.src}, {"row", side.row}, {"count", side.count}, {"width", width}});
 }
 
 std::string zero_tile(const std::string& acc, const char* tile = "n") {
@@ -141,13 +148,14 @@ std::string zero_tiles(const char* acc, const char* tiles) {
 // then the products, left the tensor cores idle while each block arrived). Two stages of head dim
 // 128 (68 KB) exceed the 48 KB of static shared memory a block may declare; those kernels keep
 // one stage (TG_STAGES). The walk's pointers (ks and vs, or qs, dos, lses and deltas) name the
-// current stage; 16-byte copies where both tensors are 16-byte aligned (rows of E 16-bit elements,
-// E a multiple of 16), 4-byte ones otherwise. dO arrives in the input type (the gradient rule
+// current stage; 16-byte copies where both tensors are 16-byte aligned and so is every row's
+// start in them (Q_A16 and the others: Note [strided operands] in tensor_attention.cpp), 4-byte
+// ones otherwise. dO arrives in the input type (the gradient rule
 // rounds it: Note [fused attention in the graph] in tensor_attention.cpp).
 constexpr const char* STAGE_BLOCK = R"(    for (int i = threadIdx.x; i < 64 * (${width} / ${per}); i += 128) {
       const int j = i / (${width} / ${per}), c = i % (${width} / ${per}) * ${per};
       const bool in = ${block} + j < ${count};
-      tg_cp${bytes}(${into} + j * ${pitch} + c, in ? ${src} + (${base} + ${block} + j) * ${width} + c : ${src}, in);
+      tg_cp${bytes}(${into} + j * ${pitch} + c, in ? ${src} + ${row}(head, ${block} + j) + c : ${src}, in);
     }
 )";
 
@@ -155,8 +163,14 @@ constexpr const char* STAGE_BLOCK = R"(    for (int i = threadIdx.x; i < 64 * ($
 std::string stage_block(const Side& side, const char* block, const std::string& into, const char* pitch,
                         const char* width) {
   auto copies = [&](const char* per, const char* bytes) {
-    return fill(STAGE_BLOCK, {{"per", per}, {"bytes", bytes}, {"block", block}, {"count", side.count},
-                              {"src", side.src}, {"base", side.base}, {"into", into}, {"pitch", pitch},
+    return fill(STAGE_BLOCK, {{"per", per},
+                              {"bytes", bytes},
+                              {"block", block},
+                              {"count", side.count},
+                              {"src", side.src},
+                              {"row", side.row},
+                              {"into", into},
+                              {"pitch", pitch},
                               {"width", width}});
   };
   return "    if (aligned) {\n" + copies("8", "16") + "    } else {\n" + copies("2", "4") + "    }\n";
@@ -189,7 +203,8 @@ std::string stage_queries(const char* block, const char* stage) {
 }
 
 // The walk over blocks of 64 rows from ${from} to ${to}, staged (the body follows and closes it).
-constexpr const char* STAGED_WALK = R"(${bound}  const bool aligned = (((unsigned long long)${first_src} | (unsigned long long)${second_src}) & 15) == 0;
+constexpr const char* STAGED_WALK = R"(${bound}  const bool aligned = ${first_aligned} && ${second_aligned} &&
+                       (((unsigned long long)${first_src} | (unsigned long long)${second_src}) & 15) == 0;
 #if TG_STAGES == 2
   if (${from} < ${to}) {
 ${stage_first}  }
@@ -237,11 +252,18 @@ constexpr Walk QUERY_WALK{"  const int qfrom = CAUSAL ? first : 0;\n", "q0", "qf
 
 std::string staged_walk(const Walk& w) {
   std::string next = std::string(w.block) + " + 64";
-  return fill(STAGED_WALK, {{"bound", w.bound}, {"first_src", w.first.src}, {"second_src", w.second.src},
-                            {"from", w.from}, {"to", w.to}, {"block", w.block},
+  return fill(STAGED_WALK, {{"bound", w.bound},
+                            {"first_src", w.first.src},
+                            {"second_src", w.second.src},
+                            {"first_aligned", w.first.aligned},
+                            {"second_aligned", w.second.aligned},
+                            {"from", w.from},
+                            {"to", w.to},
+                            {"block", w.block},
                             {"stage_first", w.staging(w.from, "0")},
                             {"stage_next", w.staging(next.c_str(), "(stage ^ 1)")},
-                            {"stage_this", w.staging(w.block, "0")}, {"pointers", w.pointers}});
+                            {"stage_this", w.staging(w.block, "0")},
+                            {"pointers", w.pointers}});
 }
 
 // A product of the warp's A fragments `a` with a staged block's rows (in `smem`), into the 8
@@ -376,7 +398,8 @@ constexpr const char* FORWARD_OUT = R"(  if (r${h} < LQ) {
 )";
 
 std::string forward() {
-  return fill(FORWARD, {{"signature", fill(SIGNATURE, {{"out", "out"}, {"backward", ""}})},
+  return fill(FORWARD, {{"signature",
+                         fill(SIGNATURE, {{"out_type", "float"}, {"out", "out"}, {"backward", ""}})},
                         {"ids", IDS},
                         {"q_fragments", row_fragments("qa", QUERIES, "E")},
                         {"zero_o", zero_tiles("o", "EV / 8")},
@@ -409,15 +432,15 @@ ${out}}
 constexpr const char* BACKWARD_Q_OUT = R"(  if (r${h} < LQ)
 #pragma unroll
     for (int n = 0; n < E / 8; n++) {
-      dq[(qb + r${h}) * E + n * 8 + 2 * t] = acc[n][${c0}] * SCALE;
-      dq[(qb + r${h}) * E + n * 8 + 2 * t + 1] = acc[n][${c1}] * SCALE;
+      *(unsigned*)(dq + (qb + r${h}) * E + n * 8 + 2 * t) = tg_pack(acc[n][${c0}] * SCALE, acc[n][${c1}] * SCALE);
     }
 )";
 
 std::string backward_q() {
   return fill(
       BACKWARD_Q,
-      {{"signature", fill(SIGNATURE, {{"out", "dq"}, {"backward", BACKWARD_PARAMS}})},
+      {{"signature",
+        fill(SIGNATURE, {{"out_type", "unsigned short"}, {"out", "dq"}, {"backward", BACKWARD_PARAMS}})},
        {"ids", IDS},
        {"q_fragments", row_fragments("qa", QUERIES, "E")},
        {"d_fragments", row_fragments("da", OUTPUT_GRADS, "EV")},
@@ -426,8 +449,7 @@ std::string backward_q() {
        {"delta1", delta_read("qb + r1")},
        {"zero_acc", zero_tiles("acc", "E / 8")},
        {"walk", staged_walk(KEY_WALK)},
-       {"products",
-        block_products({{"s", "qa", "ks", "KS", "E"}, {"dp", "da", "vs", "VS", "EV"}})},
+       {"products", block_products({{"s", "qa", "ks", "KS", "E"}, {"dp", "da", "vs", "VS", "EV"}})},
        {"weights_ds", element_loops(KEY_WALK,
                                     [](const std::string& visible) {
                                       return weights(visible, "s", "lse${h}") + ds_lines("s", "dp", "dd${h}");
@@ -454,33 +476,35 @@ ${out}}
 )";
 
 constexpr const char* BACKWARD_KV_OUT = R"(  if (r${h} < SK) {
-    float* row = dkv + (kb + r${h}) * (E + EV);
+    unsigned short* row = dkv + (kb + r${h}) * (E + EV);
 #pragma unroll
-    for (int n = 0; n < E / 8; n++) row[n * 8 + 2 * t] = dk[n][${c0}] * SCALE, row[n * 8 + 2 * t + 1] = dk[n][${c1}] * SCALE;
+    for (int n = 0; n < E / 8; n++) *(unsigned*)(row + n * 8 + 2 * t) = tg_pack(dk[n][${c0}] * SCALE, dk[n][${c1}] * SCALE);
 #pragma unroll
-    for (int n = 0; n < EV / 8; n++) row[E + n * 8 + 2 * t] = dv[n][${c0}], row[E + n * 8 + 2 * t + 1] = dv[n][${c1}];
+    for (int n = 0; n < EV / 8; n++) *(unsigned*)(row + E + n * 8 + 2 * t) = tg_pack(dv[n][${c0}], dv[n][${c1}]);
   }
 )";
 
 std::string backward_kv() {
-  return fill(BACKWARD_KV, {{"signature", fill(SIGNATURE, {{"out", "dkv"}, {"backward", BACKWARD_PARAMS}})},
-                            {"ids", IDS},
-                            {"k_fragments", row_fragments("ka", KEYS, "E")},
-                            {"v_fragments", row_fragments("va", VALUES, "EV")},
-                            {"zero_dk", zero_tiles("dk", "E / 8")},
-                            {"zero_dv", zero_tiles("dv", "EV / 8")},
-                            {"walk", staged_walk(QUERY_WALK)},
-                            {"products", block_products({{"st", "ka", "qs", "QS", "E"},
-                                                         {"dpt", "va", "dos", "DS", "EV"}})},
-                            {"weights_ds", element_loops(QUERY_WALK,
-                                                         [](const std::string& visible) {
-                                                           return weights(visible, "st", "lses[col] * LOG2E") +
-                                                                  "        st[n][e] = p0;\n        st[n][2 + e] = p1;\n" +
-                                                                  ds_lines("dpt", "dpt", "deltas[col]");
-                                                         })},
-                            {"dv_dk", register_products({{"pa", "st", "dos", "DS", "EV", "dv"},
-                                                         {"sa", "dpt", "qs", "QS", "E", "dk"}})},
-                            {"out", halves(BACKWARD_KV_OUT)}});
+  return fill(
+      BACKWARD_KV,
+      {{"signature",
+        fill(SIGNATURE, {{"out_type", "unsigned short"}, {"out", "dkv"}, {"backward", BACKWARD_PARAMS}})},
+       {"ids", IDS},
+       {"k_fragments", row_fragments("ka", KEYS, "E")},
+       {"v_fragments", row_fragments("va", VALUES, "EV")},
+       {"zero_dk", zero_tiles("dk", "E / 8")},
+       {"zero_dv", zero_tiles("dv", "EV / 8")},
+       {"walk", staged_walk(QUERY_WALK)},
+       {"products", block_products({{"st", "ka", "qs", "QS", "E"}, {"dpt", "va", "dos", "DS", "EV"}})},
+       {"weights_ds", element_loops(QUERY_WALK,
+                                    [](const std::string& visible) {
+                                      return weights(visible, "st", "lses[col] * LOG2E") +
+                                             "        st[n][e] = p0;\n        st[n][2 + e] = p1;\n" +
+                                             ds_lines("dpt", "dpt", "deltas[col]");
+                                    })},
+       {"dv_dk",
+        register_products({{"pa", "st", "dos", "DS", "EV", "dv"}, {"sa", "dpt", "qs", "QS", "E", "dk"}})},
+       {"out", halves(BACKWARD_KV_OUT)}});
 }
 
 std::string template_of(TemplateKernel k) {
