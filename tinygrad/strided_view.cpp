@@ -22,9 +22,14 @@ std::vector<int64_t> row_major(const Shape& shape) {
   return strides;
 }
 
-// The strides of `to` for elements laid out as `from` with `strides` (Note [strided views]):
-// runs of dims of equal size on both sides are matched from the outside in, and each run of
-// `from` must be laid out as one.
+bool is_movement(Op op) {
+  return op == Op::RESHAPE || op == Op::PERMUTE || op == Op::SHRINK || op == Op::EXPAND;
+}
+
+}  // namespace
+
+// Note [strided views]: runs of dims of equal size on both sides are matched from the outside
+// in, and each run of `from` must be laid out as one.
 std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const std::vector<int64_t>& strides,
                                                      const Shape& to) {
   if (prod(from) == 0) return std::nullopt;
@@ -54,12 +59,6 @@ std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const st
   }
   return out;
 }
-
-bool is_movement(Op op) {
-  return op == Op::RESHAPE || op == Op::PERMUTE || op == Op::SHRINK || op == Op::EXPAND;
-}
-
-}  // namespace
 
 std::optional<StridedView> strided_view(const UOpPtr& x) {
   if (x->realized || !is_movement(x->op)) return StridedView{x, 0, row_major(x->shape)};

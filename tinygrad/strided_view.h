@@ -17,6 +17,11 @@ struct StridedView {
   std::vector<int64_t> strides;
 };
 
+// The strides of a reshape to `to` of elements laid out as `from` with `strides`, or nullopt where
+// it merges dims that are not laid out as one block (Note [strided views]).
+std::optional<std::vector<int64_t>> reshaped_strides(const Shape& from, const std::vector<int64_t>& strides,
+                                                     const Shape& to);
+
 // x as strides over the first node below its reshapes, permutes, shrinks and expands (a node
 // that is not one of those, or one already realized, is its own base with row-major strides);
 // nullopt where a reshape in the chain merges dims that are not laid out as one.

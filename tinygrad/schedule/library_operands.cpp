@@ -27,6 +27,7 @@
 
 #include "tinygrad/device.h"
 #include "tinygrad/knobs.h"
+#include "tinygrad/strided_view.h"
 
 namespace tg {
 
@@ -47,36 +48,6 @@ Strides contiguous_strides(const Shape& shape) {
   return st;
 }
 
-// The strides of `out` viewing a tensor of shape `in` with strides `st`, or nullopt where a group
-// of `in`'s dims that becomes one or several dims of `out` is not one block in memory.
-std::optional<Strides> reshaped(const Shape& in, const Strides& st, const Shape& out) {
-  std::vector<size_t> ins, outs;  // the dims other than 1
-  for (size_t i = 0; i < in.size(); i++)
-    if (in[i] != 1) ins.push_back(i);
-  for (size_t o = 0; o < out.size(); o++)
-    if (out[o] != 1) outs.push_back(o);
-  Strides res(out.size(), 0);
-  size_t i = 0, o = 0;
-  while (i < ins.size() && o < outs.size()) {
-    size_t i0 = i, o0 = o;
-    int64_t in_size = in[ins[i++]], out_size = out[outs[o++]];
-    while (in_size != out_size) {
-      if (in_size < out_size && i < ins.size()) in_size *= in[ins[i++]];
-      else if (out_size < in_size && o < outs.size()) out_size *= out[outs[o++]];
-      else return std::nullopt;
-    }
-    for (size_t k = i0; k + 1 < i; k++)  // the group's input dims must form one block
-      if (st[ins[k]] != st[ins[k + 1]] * in[ins[k + 1]]) return std::nullopt;
-    int64_t s = st[ins[i - 1]];
-    for (size_t k = o; k-- > o0;) {
-      res[outs[k]] = s;
-      s *= out[outs[k]];
-    }
-  }
-  if (i != ins.size() || o != outs.size()) return std::nullopt;
-  return res;
-}
-
 // The strides of view `v` from those of its source.
 std::optional<Strides> strides_above(const UOp& v, const Strides& below) {
   switch (v.op) {
@@ -95,7 +66,7 @@ std::optional<Strides> strides_above(const UOp& v, const Strides& below) {
       return st;
     }
     case Op::RESHAPE:
-      return reshaped(v.src[0]->shape, below, v.shape);
+      return reshaped_strides(v.src[0]->shape, below, v.shape);  // Note [strided views] in strided_view.cpp
     default:
       return std::nullopt;
   }
