@@ -44,8 +44,9 @@ TEST(AttentionNvrtc, TemplateKernelsCompileForSm90) {
   EXPECT_FALSE(attention_kernel_takes(wide, KernelDialect::CUDA));
 }
 
-// The tensor-core kernels (Note [tensor-core attention]): 4 warps a block of 64 rows, mma.sync
-// m16n8k16 on the input type; they compile for bfloat16 and float16, and take neither float32,
+// The tensor-core kernels (Note [tensor-core attention]): 4 warps a block of 64 rows (128 in the
+// forward pass with two row tiles a warp: Note [m-tiles a warp]), mma.sync m16n8k16 on the input
+// type; they compile for bfloat16 and float16, and take neither float32,
 // nor OpenCL, nor a head dim of 40.
 TEST(AttentionNvrtc, TensorCoreKernelsCompileForSm90) {
   if (nvrtc_description().rfind("NVRTC ", 0) != 0) GTEST_SKIP() << "NVRTC is not available: " << nvrtc_description();
@@ -63,6 +64,16 @@ TEST(AttentionNvrtc, TensorCoreKernelsCompileForSm90) {
         CudaBinary b = cuda_compile(t.kernel.name, t.source, 90);
         EXPECT_EQ(b.image.substr(0, 4), "\x7f" "ELF") << t.kernel.name;
       }
+  {
+    testutil::KnobScope tiles(knobs::ATTENTION_FORWARD_TILES, 2);
+    AttentionSpec two{
+        TemplateKernel::AttentionForward, 24, 1000, 1000, 64, 64, DType::BFloat16, true, 0.125, true};
+    TemplateSource t = render_attention(two, KernelDialect::CUDA);
+    EXPECT_EQ(t.kernel.global_size, (std::vector<int64_t>{8 * 128, 24}));  // 8 blocks of 128 rows
+    EXPECT_EQ(cuda_compile(t.kernel.name, t.source, 90).image.substr(0, 4),
+              "\x7f"
+              "ELF");
+  }
   AttentionSpec f32{TemplateKernel::AttentionForward, 24, 1000, 1000, 64, 64, DType::Float32, true, 0.125};
   EXPECT_FALSE(attention_tensor_cores_take(f32, KernelDialect::CUDA));
   f32.dtype = DType::BFloat16;

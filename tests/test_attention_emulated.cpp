@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "ops_util.h"
+#include "test_util.h"
 #include "tinygrad/codegen/attention_kernel.h"
+#include "tinygrad/knobs.h"
 
 namespace tg {
 namespace {
@@ -179,7 +181,9 @@ class EmulatedKernels {
       AttentionSpec s = spec;
       s.kernel = k;
       src += emulated_kernel(s);
-      names_.push_back(render_attention(s, KernelDialect::CUDA).kernel.name);
+      LinearKernel rendered = render_attention(s, KernelDialect::CUDA).kernel;
+      names_.push_back(rendered.name);
+      blocks_.push_back(static_cast<int>(rendered.global_size[0] / rendered.local_size[0]));
     }
     static int built = 0;  // a path of its own: a library with thread_locals stays loaded after dlclose
     auto dir = std::filesystem::temp_directory_path() /
@@ -204,9 +208,12 @@ class EmulatedKernels {
   Launch launch(int kernel) const {
     return reinterpret_cast<Launch>(dlsym(lib_, ("tg_launch_" + names_[static_cast<size_t>(kernel)]).c_str()));
   }
+  // The blocks along x that the kernel is launched with (its rendered global size).
+  int blocks(int kernel) const { return blocks_[static_cast<size_t>(kernel)]; }
 
  private:
   std::vector<std::string> names_;
+  std::vector<int> blocks_;
   bool ok_ = false;
   void* lib_ = nullptr;
   std::string log_;
@@ -318,10 +325,9 @@ void check_case(const AttentionSpec& spec) {
                         dp = place(spec, AttentionOperand::OutputGrad, dout_bf16);
 
   const int groups_y = static_cast<int>(spec.bh);
-  auto blocks = [](int64_t rows) { return static_cast<int>((rows + 63) / 64); };
   std::vector<float> fwd(size_t(spec.bh * spec.l * (spec.ev + 1)));
   void* fargs[] = {fwd.data(), qp.data(), kp.data(), vp.data()};
-  kernels.launch(0)(blocks(spec.l), groups_y, fargs);
+  kernels.launch(0)(kernels.blocks(0), groups_y, fargs);
   std::vector<float> o, lse;
   for (int64_t r = 0; r < spec.bh * spec.l; r++) {
     for (int64_t d = 0; d < spec.ev; d++) o.push_back(fwd[size_t(r * (spec.ev + 1) + d)]);
@@ -337,9 +343,9 @@ void check_case(const AttentionSpec& spec) {
   std::vector<uint16_t> dq16(size_t(spec.bh * spec.l * spec.e)),
       dkv(size_t(spec.bh * spec.s * (spec.e + spec.ev)));
   void* qargs[] = {dq16.data(), qp.data(), kp.data(), vp.data(), fwd.data(), dp.data(), dsum.data()};
-  kernels.launch(1)(blocks(spec.l), groups_y, qargs);
+  kernels.launch(1)(kernels.blocks(1), groups_y, qargs);
   void* kvargs[] = {dkv.data(), qp.data(), kp.data(), vp.data(), fwd.data(), dp.data(), dsum.data()};
-  kernels.launch(2)(blocks(spec.s), groups_y, kvargs);
+  kernels.launch(2)(kernels.blocks(2), groups_y, kvargs);
   std::vector<float> dq, dk, dv;
   for (uint16_t x : dq16) dq.push_back(from_bf16(x));
   for (int64_t r = 0; r < spec.bh * spec.s; r++) {
@@ -382,6 +388,17 @@ TEST(TensorCoreAttentionEmulated, OperandsAtUnalignedRowsMatchDirect) {
   for (int64_t part = 0; part < 3; part++)
     spec.layouts[size_t(part)] = OperandLayout{2 + part * e, 0, 3 * 70 * e, 3 * e};
   check_case(spec);
+}
+
+// Two row tiles a warp in the forward pass (Note [m-tiles a warp]): blocks of 128 query rows. At
+// 160 causal rows the first block's first tile sees nothing of its second key block, and the
+// second block's rows end inside its first tile.
+TEST(TensorCoreAttentionEmulated, ForwardWithTwoRowTilesAWarpMatchesDirect) {
+  testutil::KnobScope tiles(knobs::ATTENTION_FORWARD_TILES, 2);
+  check_case(AttentionSpec{TemplateKernel::AttentionForward, 2, 160, 160, 32, 32, DType::BFloat16, true, 0.17,
+                           true});
+  check_case(AttentionSpec{TemplateKernel::AttentionForward, 1, 70, 130, 16, 48, DType::BFloat16, false, 0.25,
+                           true});
 }
 
 // Head dim 128: one stage of key blocks (Note [staged key blocks]: two would exceed 48 KB).

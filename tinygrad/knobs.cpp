@@ -110,6 +110,12 @@ IntKnob FLASH_ATTENTION("FLASH_ATTENTION", 2,
                         "the scores, where they take its shapes and dtype, those of bfloat16/float16 on CUDA's tensor "
                         "cores; 1: the same kernels without tensor cores; 0: always the composition of primitives",
                         KnobKind::Runtime);
+IntKnob ATTENTION_FORWARD_TILES(
+    "ATTENTION_FORWARD_TILES", 1,
+    "the tiles of 16 query rows each warp owns in the tensor-core forward attention "
+    "kernel (Note [m-tiles a warp]): 1, 64 rows a block of 4 warps; 2, 128 rows, each "
+    "key block read from shared memory once for both tiles",
+    KnobKind::Codegen);
 IntKnob SPLIT_REDUCE("SPLIT_REDUCE", 1,
                      "1: on GPU-style devices a long reduction with few outputs (BatchNorm's statistics) runs as "
                      "partial results in many work-groups, then a short reduce of those; 0: one stage",

@@ -72,6 +72,8 @@ extern IntKnob ROWFUSE;   // 1: a row's reductions and the work that reads them 
 extern IntKnob VECTORS;   // 1: GPU elementwise kernels load and store neighbouring elements as vectors (CUDA)
 extern IntKnob SHARED_CHAINS;  // 1: elementwise chains that several kernels read are computed once where cheaper
 extern IntKnob FLASH_ATTENTION;  // 2 (default): attention on CUDA/OpenCL runs as fused kernels where they take it, on tensor cores where it can; 1: without tensor cores; 0: the composition
+extern IntKnob ATTENTION_FORWARD_TILES;  // row tiles of 16 a warp owns in the tensor-core forward attention
+                                         // kernel: 1 (default) or 2
 extern IntKnob RING_ALLREDUCE;  // all-reduces between a process's devices of >= n elements go around a ring; 0: never
 extern IntKnob MULTI_LIBRARY;   // 1: collectives between a process's devices through their library (NCCL) where all have it
 extern IntKnob PEER_COPY;   // 1: copies between GPUs of a process run peer to peer; 0: through host memory

@@ -131,7 +131,6 @@ std::string size_macros(const AttentionSpec& s, KernelDialect d) {
 // causal bound and the rows a work-item takes of a block are where the walks differ.
 struct Walk {
   const char* own;        // the work-item's row: a query ("row") or a key ("key")
-  const char* own_at;     // that row's global index, clamped into range
   const char* own_count;  // rows on the owned side
   const char* base;       // a line declaring the walked side's first global row of this head, where used
   const char* count;      // rows on the walked side
@@ -144,7 +143,6 @@ struct Walk {
 };
 
 constexpr Walk KEY_WALK{"row",
-                        "qrow",
                         "LQ",
                         "",
                         "SK",
@@ -155,7 +153,6 @@ constexpr Walk KEY_WALK{"row",
                         "kend",
                         "    int n = min(BLOCK, SK - k0);\n    if (CAUSAL) n = min(n, row - k0 + 1);\n"};
 constexpr Walk QUERY_WALK{"key",
-                          "krow",
                           "SK",
                           "  const TG_I64 qbase = (TG_I64)head * LQ;\n",
                           "LQ",
@@ -170,7 +167,6 @@ constexpr Walk QUERY_WALK{"key",
 constexpr const char* OWN_ROW =
     R"(  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, ${own} = first + tid;
   const int ${own}c = ${own} < ${own_count} ? ${own} : ${own_count} - 1;
-  const TG_I64 ${own_at} = (TG_I64)head * ${own_count} + ${own}c;
 ${base})";
 
 // The walk over blocks: the group loads a block into local memory, then each work-item takes n
@@ -189,7 +185,7 @@ constexpr const char* LOAD_BLOCK = R"(    for (int i = tid; i < BLOCK * ${width}
 )";
 
 std::string own_row(const Walk& w) {
-  return fill(OWN_ROW, {{"own", w.own}, {"own_at", w.own_at}, {"own_count", w.own_count}, {"base", w.base}});
+  return fill(OWN_ROW, {{"own", w.own}, {"own_count", w.own_count}, {"base", w.base}});
 }
 
 std::string walk(const Walk& w, const std::string& loads) {
@@ -321,11 +317,11 @@ std::string template_of(TemplateKernel k) {
     case TemplateKernel::AttentionBackwardQ:
       return fill(BACKWARD_Q, {{"signature", fill(BACKWARD_SIGNATURE, {{"out", "dq"}})},
                                {"own_row", own_row(KEY_WALK)},
-                               {"lse", lse_read("qrow")},
-                               {"delta", delta_read("qrow")},
+                               {"lse", lse_read("((TG_I64)head * LQ + rowc)")},
+                               {"delta", delta_read("(TG_I64)head * LQ + rowc")},
                                {"walk", key_walk()},
-                               {"recompute",
-                                recompute("qr[d]", "ks[j * E + d]", "dor[d]", "vs[j * EV + d]", "lse", "delta", false)}});
+                               {"recompute", recompute("qr[d]", "ks[j * E + d]", "dor[d]", "vs[j * EV + d]",
+                                                       "lse", "delta", false)}});
     case TemplateKernel::AttentionBackwardKV: {
       std::string loads =
           load_block(QUERY_WALK, "qs", "E", "Q_ROW", "TG_LOAD(q, ${i})") +
@@ -472,7 +468,8 @@ TemplateSource render_attention(const AttentionSpec& s, KernelDialect d) {
   k.name = kernel_name(s);
   k.params = params_of(s);
   if (s.tensor_cores) {  // Note [tensor-core attention] in attention_tensor_cores.cpp
-    k.global_size = {(rows_of(s) + TENSOR_CORE_ROWS - 1) / TENSOR_CORE_ROWS * TENSOR_CORE_THREADS, s.bh};
+    int64_t rows = tensor_core_block_rows(s.kernel);
+    k.global_size = {(rows_of(s) + rows - 1) / rows * TENSOR_CORE_THREADS, s.bh};
     k.local_size = {TENSOR_CORE_THREADS, 1};
     out.source = size_macros(s, d) + define("TG_NAME", k.name) +
                  define("TG_MMA_T", s.dtype == DType::BFloat16 ? "\"bf16\"" : "\"f16\"") +

@@ -4,19 +4,19 @@
 // Note [tensor-core attention]: on CUDA, for bfloat16/float16 inputs and head dims that are
 // multiples of 16 (AttentionSpec::tensor_cores, FLASH_ATTENTION=2), the three kernels run their
 // products on the tensor cores with mma.sync.m16n8k16 (float32 accumulators). A block of 4 warps
-// takes 64 query rows, 16 a warp, whose q fragments stay in registers; blocks of 64 keys and
-// values are staged in shared memory (rows padded by 8 elements, so the fragment loads of a warp
-// hit 32 different banks). S = q k^T is 8 m16n8 tiles a warp; each thread holds 2 of each
-// tile's 16 rows (g = lane / 4 and g + 8) and 2 columns of each, so a row's max and sum meet
-// over the 4 threads of a quad by two shuffles. The weights P, rounded to the input type, are
-// already laid out as the A fragments of P v (the C fragment of an m16n8 tile pairs with the
-// next tile's into one m16n8k16 A fragment), so they never leave registers. The running max,
-// rescaling and logsumexp are those of Note [fused attention]. The backward kernels work the
-// same way over 64 rows a block (dQ: query rows walking key blocks; dK/dV: key rows walking query
-// blocks), dO rounded from float32 to the input type where it enters a product; each product's
-// accumulators become the next product's A fragments (P and dS) in registers. dQ, dK and dV are
-// written in the input type (pairs of columns packed into one 32-bit store), which is what the
-// gradient rule would round them to next.
+// takes 64 query rows, 16 a warp (or twice that: Note [m-tiles a warp]), whose q fragments stay in
+// registers; blocks of 64 keys and values are staged in shared memory (rows padded by 8 elements,
+// so the fragment loads of a warp hit 32 different banks). S = q k^T is 8 m16n8 tiles a warp (a row
+// tile); each thread holds 2 of each tile's 16 rows (g = lane / 4 and g + 8) and 2 columns of each,
+// so a row's max and sum meet over the 4 threads of a quad by two shuffles. The weights P, rounded
+// to the input type, are already laid out as the A fragments of P v (the C fragment of an m16n8
+// tile pairs with the next tile's into one m16n8k16 A fragment), so they never leave registers. The
+// running max, rescaling and logsumexp are those of Note [fused attention]. The backward kernels
+// work the same way over 64 rows a block (dQ: query rows walking key blocks; dK/dV: key rows
+// walking query blocks), dO rounded from float32 to the input type where it enters a product; each
+// product's accumulators become the next product's A fragments (P and dS) in registers. dQ, dK and
+// dV are written in the input type (pairs of columns packed into one 32-bit store), which is what
+// the gradient rule would round them to next.
 #include "tinygrad/codegen/attention_tensor_cores.h"
 
 #include <array>
@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "tinygrad/codegen/attention_pieces.h"
+#include "tinygrad/error.h"
+#include "tinygrad/knobs.h"
 
 namespace tg {
 
@@ -84,9 +86,20 @@ static __device__ __forceinline__ void tg_cp_wait_all() { asm volatile("cp.async
 #define TG_STAGES (2 * 64 * (KS + VS) * 2 <= 48 * 1024 ? 2 : 1)
 )";
 
+// Note [m-tiles a warp]: a warp may own MT tiles of 16 rows, tile mt of warp w being rows
+// first + 64 mt + 16 w to + 15 of a block of 64 MT; every fragment array, accumulator and row
+// statistic has an [MT] index, and each B fragment loaded from shared memory (ldmatrix) feeds MT
+// mma instructions instead of one. With two tiles the forward pass reads K and V from shared
+// memory half as often per product and copies each key block into it once for 128 query rows, as
+// FlashAttention-2's forward kernel does; its registers go from 140 to 242 (nvcc -Xptxas -v,
+// sm_90, GPT-2's head dim 64), no spills, so 2 blocks of 4 warps fit a multiprocessor instead of
+// 3. dQ at two tiles spills (276 bytes) and dK/dV more (1772), so they keep one. Whether the
+// forward gains has not been measured on a GPU yet: ATTENTION_FORWARD_TILES chooses (1 by default).
+//
 // Note [tensor-core attention]: the pieces of the three kernels, written once (Note [template
-// pieces] in attention_pieces.h). A warp's two fragment rows are r0 and r1 = r0 + 8: the
-// first and second halves (columns 0, 1 and 2, 3) of each accumulator tile; a piece with ${h},
+// pieces] in attention_pieces.h). A thread's two fragment rows of m-tile mt are r[mt][0] and
+// r[mt][1] = r[mt][0] + 8: the first and second halves (columns 0, 1 and 2, 3) of each accumulator tile; a
+// piece with ${h},
 // ${e}, ${c0} and ${c1} holes is written for one half and filled for both (halves()).
 std::string halves(const std::string& text) {
   std::string out;
@@ -102,9 +115,18 @@ constexpr const char* SIGNATURE =
 constexpr const char* BACKWARD_PARAMS = R"(, const float* fwd, const unsigned short* dout,
                                                           const float* dsum)";
 
-constexpr const char* IDS = R"(  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int head = blockIdx.y, first = blockIdx.x * 64;
-  const int r0 = first + warp * 16 + g, r1 = r0 + 8;
+// A backward kernel's signature: its output `out` in the input type, then q, k, v, the forward's
+// output, dO and D.
+std::string backward_signature(const char* out) {
+  return fill(SIGNATURE, {{"out_type", "unsigned short"}, {"out", out}, {"backward", BACKWARD_PARAMS}});
+}
+
+constexpr const char* IDS =
+    R"(  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int head = blockIdx.y, first = blockIdx.x * 64 * MT;
+  int r[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) r[mt][0] = first + mt * 64 + warp * 16 + g, r[mt][1] = r[mt][0] + 8;
   const long long qb = (long long)head * LQ, kb = (long long)head * SK;
 )";
 
@@ -118,13 +140,15 @@ constexpr Side QUERIES{"q", "Q_ROW", "Q_A16", "LQ"}, KEYS{"k", "K_ROW", "K_A16",
 
 // The A fragments `a` of the warp's own rows of `side` (width E or EV), kept in registers.
 constexpr const char* ROW_FRAGMENTS = R"(#pragma unroll
-  for (int kk = 0; kk < ${width} / 16; kk++) {
-    const int c = kk * 16 + 2 * t;
-    ${a}[kk][0] = r0 < ${count} ? *(const unsigned*)(${src} + ${row}(head, r0) + c) : 0u;
-    ${a}[kk][1] = r1 < ${count} ? *(const unsigned*)(${src} + ${row}(head, r1) + c) : 0u;
-    ${a}[kk][2] = r0 < ${count} ? *(const unsigned*)(${src} + ${row}(head, r0) + c + 8) : 0u;
-    ${a}[kk][3] = r1 < ${count} ? *(const unsigned*)(${src} + ${row}(head, r1) + c + 8) : 0u;
-  }
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int kk = 0; kk < ${width} / 16; kk++) {
+      const int c = kk * 16 + 2 * t;
+      ${a}[mt][kk][0] = r[mt][0] < ${count} ? *(const unsigned*)(${src} + ${row}(head, r[mt][0]) + c) : 0u;
+      ${a}[mt][kk][1] = r[mt][1] < ${count} ? *(const unsigned*)(${src} + ${row}(head, r[mt][1]) + c) : 0u;
+      ${a}[mt][kk][2] = r[mt][0] < ${count} ? *(const unsigned*)(${src} + ${row}(head, r[mt][0]) + c + 8) : 0u;
+      ${a}[mt][kk][3] = r[mt][1] < ${count} ? *(const unsigned*)(${src} + ${row}(head, r[mt][1]) + c + 8) : 0u;
+    }
 )";
 
 std::string row_fragments(const char* a, const Side& side, const char* width) {
@@ -133,13 +157,18 @@ std::string row_fragments(const char* a, const Side& side, const char* width) {
 }
 
 std::string zero_tile(const std::string& acc, const char* tile = "n") {
-  return fill("${acc}[${n}][0] = ${acc}[${n}][1] = ${acc}[${n}][2] = ${acc}[${n}][3] = 0.0f;", {{"acc", acc}, {"n", tile}});
+  return fill("${acc}[mt][${n}][0] = ${acc}[mt][${n}][1] = ${acc}[mt][${n}][2] = ${acc}[mt][${n}][3] = 0.0f;",
+              {{"acc", acc}, {"n", tile}});
 }
 
-// Accumulator tiles `acc`, `tiles` of them, set to zero.
+// Accumulator tiles `acc`, `tiles` of them a row tile, set to zero.
+constexpr const char* ZERO_TILES = R"(#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int n = 0; n < ${tiles}; n++) ${zero}
+)";
 std::string zero_tiles(const char* acc, const char* tiles) {
-  return fill("#pragma unroll\n  for (int n = 0; n < ${tiles}; n++) ${zero}\n",
-              {{"tiles", tiles}, {"zero", zero_tile(acc)}});
+  return fill(ZERO_TILES, {{"tiles", tiles}, {"zero", zero_tile(acc)}});
 }
 
 // Note [staged key blocks]: the blocks every kernel walks (k and v for the forward and dQ; q, dO
@@ -234,21 +263,33 @@ struct Walk {
   const char *col, *visible;
   const char* whole;  // Note [whole blocks]: declares `whole`, true where every pair of the block is visible
 };
-constexpr Walk KEY_WALK{"  const int kend = CAUSAL ? min(SK, first + 64) : SK;\n", "k0", "0", "kend", KEYS, VALUES,
+constexpr Walk KEY_WALK{"  const int kend = CAUSAL ? min(SK, first + 64 * MT) : SK;\n",
+                        "k0",
+                        "0",
+                        "kend",
+                        KEYS,
+                        VALUES,
                         stage_keys,
                         "    const unsigned short* ks = ks_stages + stage * 64 * KS;\n"
                         "    const unsigned short* vs = vs_stages + stage * 64 * VS;\n",
-                        "        const int col = k0 + n * 8 + 2 * t + e;\n", "col < SK && (!CAUSAL || col <= r${h})",
+                        "        const int col = k0 + n * 8 + 2 * t + e;\n",
+                        "col < SK && (!CAUSAL || col <= r[mt][${h}])",
                         "    const bool whole = k0 + 64 <= SK && (!CAUSAL || k0 + 63 <= first);\n"};
-constexpr Walk QUERY_WALK{"  const int qfrom = CAUSAL ? first : 0;\n", "q0", "qfrom", "LQ", QUERIES, OUTPUT_GRADS,
-                          stage_queries,
-                          "    const unsigned short* qs = qs_stages + stage * 64 * QS;\n"
-                          "    const unsigned short* dos = dos_stages + stage * 64 * DS;\n"
-                          "    const float* lses = lse_stages + stage * 64;\n"
-                          "    const float* deltas = delta_stages + stage * 64;\n",
-                          "        const int col = n * 8 + 2 * t + e, qi = q0 + col;\n",
-                          "qi < LQ && (!CAUSAL || r${h} <= qi)",
-                          "    const bool whole = q0 + 64 <= LQ && (!CAUSAL || first + 63 <= q0);\n"};
+constexpr Walk QUERY_WALK{
+    "  const int qfrom = CAUSAL ? first : 0;\n",
+    "q0",
+    "qfrom",
+    "LQ",
+    QUERIES,
+    OUTPUT_GRADS,
+    stage_queries,
+    "    const unsigned short* qs = qs_stages + stage * 64 * QS;\n"
+    "    const unsigned short* dos = dos_stages + stage * 64 * DS;\n"
+    "    const float* lses = lse_stages + stage * 64;\n"
+    "    const float* deltas = delta_stages + stage * 64;\n",
+    "        const int col = n * 8 + 2 * t + e, qi = q0 + col;\n",
+    "qi < LQ && (!CAUSAL || r[mt][${h}] <= qi)",
+    "    const bool whole = q0 + 64 <= LQ && (!CAUSAL || first + 64 * MT - 1 <= q0);\n"};
 
 std::string staged_walk(const Walk& w) {
   std::string next = std::string(w.block) + " + 64";
@@ -281,20 +322,32 @@ constexpr const char* BLOCK_PRODUCT = R"(#pragma unroll
       for (int kk = 0; kk < ${width} / 16; kk++) {
         unsigned b[4];
         tg_ldsm4(b, ${smem} + ((n + (lane >> 4)) * 8 + (lane & 7)) * ${pitch} + kk * 16 + (lane & 8));
-        tg_mma(${acc}[n], ${a}[kk], b[0], b[1]);
-        tg_mma(${acc}[n + 1], ${a}[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          tg_mma(${acc}[mt][n], ${a}[mt][kk], b[0], b[1]);
+          tg_mma(${acc}[mt][n + 1], ${a}[mt][kk], b[2], b[3]);
+        }
       }
+)";
+
+constexpr const char* BLOCK_PRODUCTS = R"(    float ${tiles};
+#pragma unroll
+    for (int n = 0; n < 8; n += 2) {
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+${zero}      }
+${products}    }
 )";
 
 std::string block_products(const std::vector<BlockProduct>& ps) {
   std::string tiles, zero, products;
   for (const auto& p : ps) {
     TemplateValues v{{"acc", p.acc}, {"a", p.a}, {"smem", p.smem}, {"pitch", p.pitch}, {"width", p.width}};
-    tiles += (tiles.empty() ? "" : ", ") + std::string(p.acc) + "[8][4]";
-    zero += "      " + zero_tile(p.acc) + "\n      " + zero_tile(p.acc, "n + 1") + "\n";
+    tiles += (tiles.empty() ? "" : ", ") + std::string(p.acc) + "[MT][8][4]";
+    zero += "        " + zero_tile(p.acc) + "\n        " + zero_tile(p.acc, "n + 1") + "\n";
     products += fill(BLOCK_PRODUCT, v);
   }
-  return "    float " + tiles + ";\n#pragma unroll\n    for (int n = 0; n < 8; n += 2) {\n" + zero + products + "    }\n";
+  return fill(BLOCK_PRODUCTS, {{"tiles", tiles}, {"zero", zero}, {"products", products}});
 }
 
 // A product of accumulator tiles `from`, packed into A fragments `a` in registers, with a staged
@@ -304,15 +357,24 @@ std::string block_products(const std::vector<BlockProduct>& ps) {
 // (lanes 0-15 address rows kk * 16 to kk * 16 + 15 at tile n's columns, lanes 16-31 at n + 1's).
 struct RegisterProduct { const char *a, *from, *smem, *pitch, *width, *acc; };
 
-constexpr const char* PACK = R"(      const unsigned ${a}[4] = {tg_pack(${s}[2 * kk][0], ${s}[2 * kk][1]), tg_pack(${s}[2 * kk][2], ${s}[2 * kk][3]),
-                              tg_pack(${s}[2 * kk + 1][0], ${s}[2 * kk + 1][1]), tg_pack(${s}[2 * kk + 1][2], ${s}[2 * kk + 1][3])};
+constexpr const char* PACK = R"(      unsigned ${a}[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        ${a}[mt][0] = tg_pack(${s}[mt][2 * kk][0], ${s}[mt][2 * kk][1]);
+        ${a}[mt][1] = tg_pack(${s}[mt][2 * kk][2], ${s}[mt][2 * kk][3]);
+        ${a}[mt][2] = tg_pack(${s}[mt][2 * kk + 1][0], ${s}[mt][2 * kk + 1][1]);
+        ${a}[mt][3] = tg_pack(${s}[mt][2 * kk + 1][2], ${s}[mt][2 * kk + 1][3]);
+      }
 )";
 constexpr const char* REGISTER_PRODUCT = R"(#pragma unroll
       for (int n = 0; n < ${width} / 8; n += 2) {
         unsigned b[4];
         tg_ldsm4_t(b, ${smem} + (kk * 16 + (lane & 15)) * ${pitch} + (n + (lane >> 4)) * 8);
-        tg_mma(${acc}[n], ${a}, b[0], b[1]);
-        tg_mma(${acc}[n + 1], ${a}, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          tg_mma(${acc}[mt][n], ${a}[mt], b[0], b[1]);
+          tg_mma(${acc}[mt][n + 1], ${a}[mt], b[2], b[3]);
+        }
       }
 )";
 
@@ -328,6 +390,8 @@ std::string register_products(const std::vector<RegisterProduct>& ps) {
 
 // Each element of the 8 tiles a thread holds: tile n, column pair element e (both halves inside).
 constexpr const char* EACH_ELEMENT = R"(#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
     for (int n = 0; n < 8; n++)
 #pragma unroll
       for (int e = 0; e < 2; e++) {
@@ -337,10 +401,10 @@ constexpr const char* EACH_ELEMENT = R"(#pragma unroll
 // and `delta` may name the half (${h}).
 std::string weights(const std::string& visible, const std::string& s, const std::string& lse) {
   return halves("        const float p${h} = " + visible + " ? tg_exp2(" + s +
-                "[n][${e}] * SCALE_LOG2 - " + lse + ") : 0.0f;\n");
+                "[mt][n][${e}] * SCALE_LOG2 - " + lse + ") : 0.0f;\n");
 }
 std::string ds_lines(const std::string& ds, const std::string& dp, const std::string& delta) {
-  return halves("        " + ds + "[n][${e}] = p${h} * (" + dp + "[n][${e}] - " + delta + ");\n");
+  return halves("        " + ds + "[mt][n][${e}] = p${h} * (" + dp + "[mt][n][${e}] - " + delta + ");\n");
 }
 
 // Note [whole blocks]: only the blocks on a causal mask's diagonal and the last one past the end
@@ -359,61 +423,77 @@ std::string element_loops(const Walk& w, const std::function<std::string(const s
 constexpr const char* FORWARD = R"(
 ${signature}  __shared__ __align__(16) unsigned short ks_stages[TG_STAGES * 64 * KS];
   __shared__ __align__(16) unsigned short vs_stages[TG_STAGES * 64 * VS];
-${ids}  unsigned qa[E / 16][4];
-${q_fragments}  float o[EV / 8][4];
-${zero_o}  float m0 = NEG_BIG, m1 = NEG_BIG, l0 = 0.0f, l1 = 0.0f;
-${walk}${scores}    float mx0 = m0, mx1 = m1;
-${scaled_max}    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float a0 = tg_exp2(m0 - mx0), a1 = tg_exp2(m1 - mx1);
-    l0 *= a0;
-    l1 *= a1;
+${ids}  unsigned qa[MT][E / 16][4];
+${q_fragments}  float o[MT][EV / 8][4];
+${zero_o}  float m[MT][2], l[MT][2];
 #pragma unroll
-    for (int n = 0; n < EV / 8; n++) o[n][0] *= a0, o[n][1] *= a0, o[n][2] *= a1, o[n][3] *= a1;
+  for (int mt = 0; mt < MT; mt++) m[mt][0] = m[mt][1] = NEG_BIG, l[mt][0] = l[mt][1] = 0.0f;
+${walk}${scores}    float mx[MT][2];
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
-      s[n][0] = tg_exp2(s[n][0] - mx0), s[n][1] = tg_exp2(s[n][1] - mx0);
-      s[n][2] = tg_exp2(s[n][2] - mx1), s[n][3] = tg_exp2(s[n][3] - mx1);
-      l0 += s[n][0] + s[n][1];
-      l1 += s[n][2] + s[n][3];
+    for (int mt = 0; mt < MT; mt++) mx[mt][0] = m[mt][0], mx[mt][1] = m[mt][1];
+${scaled_max}#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 1));
+        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
+      }
+      const float a0 = tg_exp2(m[mt][0] - mx[mt][0]), a1 = tg_exp2(m[mt][1] - mx[mt][1]);
+      l[mt][0] *= a0;
+      l[mt][1] *= a1;
+#pragma unroll
+      for (int n = 0; n < EV / 8; n++) o[mt][n][0] *= a0, o[mt][n][1] *= a0, o[mt][n][2] *= a1, o[mt][n][3] *= a1;
+#pragma unroll
+      for (int n = 0; n < 8; n++) {
+        s[mt][n][0] = tg_exp2(s[mt][n][0] - mx[mt][0]), s[mt][n][1] = tg_exp2(s[mt][n][1] - mx[mt][0]);
+        s[mt][n][2] = tg_exp2(s[mt][n][2] - mx[mt][1]), s[mt][n][3] = tg_exp2(s[mt][n][3] - mx[mt][1]);
+        l[mt][0] += s[mt][n][0] + s[mt][n][1];
+        l[mt][1] += s[mt][n][2] + s[mt][n][3];
+      }
+      m[mt][0] = mx[mt][0];
+      m[mt][1] = mx[mt][1];
     }
-${pv}    m0 = mx0;
-    m1 = mx1;
-  }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-${out}}
+${pv}  }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 1);
+      l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 2);
+    }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+${out}  }
+}
 )";
 
-constexpr const char* FORWARD_OUT = R"(  if (r${h} < LQ) {
-    float* row = out + (qb + r${h}) * (EV + 1);
+constexpr const char* FORWARD_OUT = R"(    if (r[mt][${h}] < LQ) {
+      float* row = out + (qb + r[mt][${h}]) * (EV + 1);
 #pragma unroll
-    for (int n = 0; n < EV / 8; n++) row[n * 8 + 2 * t] = o[n][${c0}] / l${h}, row[n * 8 + 2 * t + 1] = o[n][${c1}] / l${h};
-    if (t == 0) row[EV] = (m${h} + log2f(l${h})) * LN2;
-  }
+      for (int n = 0; n < EV / 8; n++)
+        row[n * 8 + 2 * t] = o[mt][n][${c0}] / l[mt][${h}], row[n * 8 + 2 * t + 1] = o[mt][n][${c1}] / l[mt][${h}];
+      if (t == 0) row[EV] = (m[mt][${h}] + log2f(l[mt][${h}])) * LN2;
+    }
 )";
 
 std::string forward() {
-  return fill(FORWARD, {{"signature",
-                         fill(SIGNATURE, {{"out_type", "float"}, {"out", "out"}, {"backward", ""}})},
-                        {"ids", IDS},
-                        {"q_fragments", row_fragments("qa", QUERIES, "E")},
-                        {"zero_o", zero_tiles("o", "EV / 8")},
-                        {"walk", staged_walk(KEY_WALK)},
-                        {"scores", block_products({{"s", "qa", "ks", "KS", "E"}})},
-                        {"scaled_max", element_loops(KEY_WALK,
-                                                     [](const std::string& visible) {
-                                                       return halves("        s[n][${e}] = " + visible +
-                                                                     " ? s[n][${e}] * SCALE_LOG2 : NEG_BIG;\n") +
-                                                              "        mx0 = fmaxf(mx0, s[n][e]);\n"
-                                                              "        mx1 = fmaxf(mx1, s[n][2 + e]);\n";
-                                                     })},
-                        {"pv", register_products({{"pa", "s", "vs", "VS", "EV", "o"}})},
-                        {"out", halves(FORWARD_OUT)}});
+  return fill(
+      FORWARD,
+      {{"signature", fill(SIGNATURE, {{"out_type", "float"}, {"out", "out"}, {"backward", ""}})},
+       {"ids", IDS},
+       {"q_fragments", row_fragments("qa", QUERIES, "E")},
+       {"zero_o", zero_tiles("o", "EV / 8")},
+       {"walk", staged_walk(KEY_WALK)},
+       {"scores", block_products({{"s", "qa", "ks", "KS", "E"}})},
+       {"scaled_max", element_loops(KEY_WALK,
+                                    [](const std::string& visible) {
+                                      return halves("        s[mt][n][${e}] = " + visible +
+                                                    " ? s[mt][n][${e}] * SCALE_LOG2 : NEG_BIG;\n") +
+                                             "        mx[mt][0] = fmaxf(mx[mt][0], s[mt][n][e]);\n"
+                                             "        mx[mt][1] = fmaxf(mx[mt][1], s[mt][n][2 + e]);\n";
+                                    })},
+       {"pv", register_products({{"pa", "s", "vs", "VS", "EV", "o"}})},
+       {"out", halves(FORWARD_OUT)}});
 }
 
 // Note [tensor-core attention]: dQ. As the forward pass, with dO's fragments (rounded from
@@ -422,40 +502,48 @@ std::string forward() {
 constexpr const char* BACKWARD_Q = R"(
 ${signature}  __shared__ __align__(16) unsigned short ks_stages[TG_STAGES * 64 * KS];
   __shared__ __align__(16) unsigned short vs_stages[TG_STAGES * 64 * VS];
-${ids}  unsigned qa[E / 16][4], da[EV / 16][4];
-${q_fragments}${d_fragments}${lses}  const float dd0 = r0 < LQ ? ${delta0} : 0.0f, dd1 = r1 < LQ ? ${delta1} : 0.0f;
-  float acc[E / 8][4];
+${ids}  unsigned qa[MT][E / 16][4], da[MT][EV / 16][4];
+${q_fragments}${d_fragments}  float lse[MT][2], dd[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      lse[mt][h] = r[mt][h] < LQ ? ${lse} : 0.0f;
+      dd[mt][h] = r[mt][h] < LQ ? ${delta} : 0.0f;
+    }
+  float acc[MT][E / 8][4];
 ${zero_acc}${walk}${products}${weights_ds}${ds_k}  }
-${out}}
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+${out}  }
+}
 )";
 
-constexpr const char* BACKWARD_Q_OUT = R"(  if (r${h} < LQ)
+constexpr const char* BACKWARD_Q_OUT = R"(    if (r[mt][${h}] < LQ)
 #pragma unroll
-    for (int n = 0; n < E / 8; n++) {
-      *(unsigned*)(dq + (qb + r${h}) * E + n * 8 + 2 * t) = tg_pack(acc[n][${c0}] * SCALE, acc[n][${c1}] * SCALE);
-    }
+      for (int n = 0; n < E / 8; n++)
+        *(unsigned*)(dq + (qb + r[mt][${h}]) * E + n * 8 + 2 * t) =
+            tg_pack(acc[mt][n][${c0}] * SCALE, acc[mt][n][${c1}] * SCALE);
 )";
 
 std::string backward_q() {
-  return fill(
-      BACKWARD_Q,
-      {{"signature",
-        fill(SIGNATURE, {{"out_type", "unsigned short"}, {"out", "dq"}, {"backward", BACKWARD_PARAMS}})},
-       {"ids", IDS},
-       {"q_fragments", row_fragments("qa", QUERIES, "E")},
-       {"d_fragments", row_fragments("da", OUTPUT_GRADS, "EV")},
-       {"lses", halves("  const float lse${h} = r${h} < LQ ? " + lse_read("(qb + r${h})") + " : 0.0f;\n")},
-       {"delta0", delta_read("qb + r0")},
-       {"delta1", delta_read("qb + r1")},
-       {"zero_acc", zero_tiles("acc", "E / 8")},
-       {"walk", staged_walk(KEY_WALK)},
-       {"products", block_products({{"s", "qa", "ks", "KS", "E"}, {"dp", "da", "vs", "VS", "EV"}})},
-       {"weights_ds", element_loops(KEY_WALK,
-                                    [](const std::string& visible) {
-                                      return weights(visible, "s", "lse${h}") + ds_lines("s", "dp", "dd${h}");
-                                    })},
-       {"ds_k", register_products({{"sa", "s", "ks", "KS", "E", "acc"}})},
-       {"out", halves(BACKWARD_Q_OUT)}});
+  return fill(BACKWARD_Q,
+              {{"signature", backward_signature("dq")},
+               {"ids", IDS},
+               {"q_fragments", row_fragments("qa", QUERIES, "E")},
+               {"d_fragments", row_fragments("da", OUTPUT_GRADS, "EV")},
+               {"lse", lse_read("(qb + r[mt][h])")},
+               {"delta", delta_read("qb + r[mt][h]")},
+               {"zero_acc", zero_tiles("acc", "E / 8")},
+               {"walk", staged_walk(KEY_WALK)},
+               {"products", block_products({{"s", "qa", "ks", "KS", "E"}, {"dp", "da", "vs", "VS", "EV"}})},
+               {"weights_ds", element_loops(KEY_WALK,
+                                            [](const std::string& visible) {
+                                              return weights(visible, "s", "lse[mt][${h}]") +
+                                                     ds_lines("s", "dp", "dd[mt][${h}]");
+                                            })},
+               {"ds_k", register_products({{"sa", "s", "ks", "KS", "E", "acc"}})},
+               {"out", halves(BACKWARD_Q_OUT)}});
 }
 
 // Note [tensor-core attention]: dK and dV. 16 key rows a warp, their k and v fragments in
@@ -469,26 +557,29 @@ ${signature}  __shared__ __align__(16) unsigned short qs_stages[TG_STAGES * 64 *
   __shared__ __align__(16) unsigned short dos_stages[TG_STAGES * 64 * DS];
   __shared__ float lse_stages[TG_STAGES * 64];
   __shared__ float delta_stages[TG_STAGES * 64];
-${ids}  unsigned ka[E / 16][4], va[EV / 16][4];
-${k_fragments}${v_fragments}  float dk[E / 8][4], dv[EV / 8][4];
+${ids}  unsigned ka[MT][E / 16][4], va[MT][EV / 16][4];
+${k_fragments}${v_fragments}  float dk[MT][E / 8][4], dv[MT][EV / 8][4];
 ${zero_dk}${zero_dv}${walk}${products}${weights_ds}${dv_dk}  }
-${out}}
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+${out}  }
+}
 )";
 
-constexpr const char* BACKWARD_KV_OUT = R"(  if (r${h} < SK) {
-    unsigned short* row = dkv + (kb + r${h}) * (E + EV);
+constexpr const char* BACKWARD_KV_OUT = R"(    if (r[mt][${h}] < SK) {
+      unsigned short* row = dkv + (kb + r[mt][${h}]) * (E + EV);
 #pragma unroll
-    for (int n = 0; n < E / 8; n++) *(unsigned*)(row + n * 8 + 2 * t) = tg_pack(dk[n][${c0}] * SCALE, dk[n][${c1}] * SCALE);
+      for (int n = 0; n < E / 8; n++)
+        *(unsigned*)(row + n * 8 + 2 * t) = tg_pack(dk[mt][n][${c0}] * SCALE, dk[mt][n][${c1}] * SCALE);
 #pragma unroll
-    for (int n = 0; n < EV / 8; n++) *(unsigned*)(row + E + n * 8 + 2 * t) = tg_pack(dv[n][${c0}], dv[n][${c1}]);
-  }
+      for (int n = 0; n < EV / 8; n++) *(unsigned*)(row + E + n * 8 + 2 * t) = tg_pack(dv[mt][n][${c0}], dv[mt][n][${c1}]);
+    }
 )";
 
 std::string backward_kv() {
   return fill(
       BACKWARD_KV,
-      {{"signature",
-        fill(SIGNATURE, {{"out_type", "unsigned short"}, {"out", "dkv"}, {"backward", BACKWARD_PARAMS}})},
+      {{"signature", backward_signature("dkv")},
        {"ids", IDS},
        {"k_fragments", row_fragments("ka", KEYS, "E")},
        {"v_fragments", row_fragments("va", VALUES, "EV")},
@@ -499,7 +590,7 @@ std::string backward_kv() {
        {"weights_ds", element_loops(QUERY_WALK,
                                     [](const std::string& visible) {
                                       return weights(visible, "st", "lses[col] * LOG2E") +
-                                             "        st[n][e] = p0;\n        st[n][2 + e] = p1;\n" +
+                                             "        st[mt][n][e] = p0;\n        st[mt][n][2 + e] = p1;\n" +
                                              ds_lines("dpt", "dpt", "deltas[col]");
                                     })},
        {"dv_dk",
@@ -521,6 +612,15 @@ std::string template_of(TemplateKernel k) {
 
 }  // namespace
 
-std::string tensor_core_attention_source(TemplateKernel k) { return TENSOR_CORE_HELPERS + template_of(k); }
+int64_t tensor_core_m_tiles(TemplateKernel k) {
+  if (k != TemplateKernel::AttentionForward) return 1;  // Note [m-tiles a warp]: two would spill
+  const int tiles = knobs::ATTENTION_FORWARD_TILES;
+  TG_CHECK(tiles == 1 || tiles == 2, "ATTENTION_FORWARD_TILES must be 1 or 2, got ", tiles);
+  return tiles;
+}
+
+std::string tensor_core_attention_source(TemplateKernel k) {
+  return "#define MT " + std::to_string(tensor_core_m_tiles(k)) + "\n" + TENSOR_CORE_HELPERS + template_of(k);
+}
 
 }  // namespace tg

@@ -8,11 +8,15 @@
 
 namespace tg {
 
-inline constexpr int64_t TENSOR_CORE_ROWS = 64;      // query rows (forward, dQ) or key rows (dK/dV) a block
-inline constexpr int64_t TENSOR_CORE_THREADS = 128;  // 4 warps, 16 rows each
+inline constexpr int64_t TENSOR_CORE_THREADS = 128;  // 4 warps
 
-// The shared device helpers and the kernel's template; the caller prepends the size macros,
-// TG_NAME and TG_MMA_T ("bf16" or "f16").
+// The m16 tiles of rows each warp owns (MT in the template): query rows for the forward and dQ,
+// key rows for dK/dV; a block takes 64 * MT rows (Note [m-tiles a warp]).
+int64_t tensor_core_m_tiles(TemplateKernel k);
+inline int64_t tensor_core_block_rows(TemplateKernel k) { return 64 * tensor_core_m_tiles(k); }
+
+// The shared device helpers and the kernel's template with its MT; the caller prepends the size
+// macros, TG_NAME and TG_MMA_T ("bf16" or "f16").
 std::string tensor_core_attention_source(TemplateKernel k);
 
 }  // namespace tg
