@@ -7,9 +7,12 @@
 #include <cmath>
 #include <numeric>
 
+#include "library_device.h"
+#include "test_util.h"
 #include "tinygrad/nn/layers.h"
 #include "tinygrad/nn/optim.h"
-#include "test_util.h"
+#include "tinygrad/schedule/match_matmul.h"
+#include "tinygrad/schedule/schedule.h"
 
 using namespace tg;
 using namespace tg::nn;
@@ -213,6 +216,44 @@ TEST(Layers, LinearForwardAndGrad) {
   y.sum().backward();
   expect_near(l.weight.grad()->to_vector<float>(), {4, 6});
   expect_near(l.bias->grad()->to_vector<float>(), {2});
+}
+
+// Note [bias in the compute dtype]: forward_rounded gives y in the compute dtype, the bias rounded
+// to it and added to the float32 sums before their rounding; on a device whose products run
+// through its library that is one library product with the bias in its epilogue (beside the
+// bias's rounding, a kernel of its own), with no pass over the output after it. Without a compute
+// dtype it is forward().
+TEST(Layers, LinearForwardRoundedAddsTheRoundedBiasInTheProduct) {
+  auto bf = [](float v) { return bfloat_to_float(float_to_bfloat(v)); };
+  Tensor::manual_seed(4);
+  Linear l(40, 8);
+  Tensor x = Tensor::uniform({16, 40}, -1, 1).realize();
+  EXPECT_EQ(l.forward_rounded(x).to_vector<float>(), l(x).to_vector<float>());
+  auto xs = x.to_vector<float>(), ws = l.weight.to_vector<float>(), bs = l.bias->to_vector<float>();
+  l.set_compute_dtype(DType::BFloat16);
+  Tensor y = l.forward_rounded(x);
+  EXPECT_EQ(y.dtype(), DType::BFloat16);
+  auto got = y.to_vector<float>();
+  for (int n = 0; n < 16; n++)
+    for (int o = 0; o < 8; o++) {
+      float acc = 0;
+      for (int k = 0; k < 40; k++) acc += bf(xs[n * 40 + k]) * bf(ws[o * 40 + k]);
+      // within a bfloat16 ulp of the terms: the generated kernel rounds the sum before adding the
+      // rounded bias, the library's epilogue after
+      float want = bf(acc + bf(bs[o]));
+      EXPECT_NEAR(got[n * 8 + o], want, (std::fabs(acc) + std::fabs(bs[o])) / 128 + 1e-6) << n << "," << o;
+    }
+
+  const std::string& dev = testutil::library_device();
+  for (Tensor* p : l.parameters()) *p = p->to(dev).realize();
+  std::vector<ScheduleItem> items = create_schedule({l.forward_rounded(x.to(dev).realize()).uop()});
+  ASSERT_EQ(items.size(), 2u);  // the bias rounded, the product
+  std::vector<DType> dtypes;
+  for (auto& b : items[1].buffers) dtypes.push_back(b->dtype());
+  std::optional<MatmulSpec> product = match_matmul(items[1].ast, dtypes);
+  ASSERT_TRUE(product);
+  EXPECT_TRUE(product->bias);
+  EXPECT_EQ(product->name(), "matmul_bfloat16_16x8x40_bias");
 }
 
 // Note [compute dtype]: Linear and Conv2d multiply bfloat16-rounded operands (products and sums

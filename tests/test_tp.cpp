@@ -139,6 +139,7 @@ std::unique_ptr<nn::Sequential> make_mlp() {
 struct Trained {
   std::vector<std::vector<float>> params;
   MultiStats last_step;
+  std::vector<float> losses;
 };
 
 // `steps` AdamW steps on one batch; with devices, the model is tensor parallel over them and the
@@ -188,9 +189,11 @@ nn::GPTConfig tiny_gpt() { return {.vocab_size = 16, .block_size = 8, .n_layer =
 // about 1e-12, which differs between the split and the whole computation. AdamW divides by the
 // noise's own magnitude plus eps, so at eps 1e-8 it moves the bias by a noisy 1e-5 of lr; at eps
 // 1e-6 the noise stays below 1e-7 and the comparison holds every parameter to 1e-5.
-Trained train_gpt(const std::vector<std::string>& devices, int steps) {
+Trained train_gpt(const std::vector<std::string>& devices, int steps,
+                  std::optional<DType> compute = std::nullopt) {
   Tensor::manual_seed(11);
   nn::GPT gpt(tiny_gpt());
+  gpt.set_compute_dtype(compute);
   gpt.tensor_parallel(devices);
   std::vector<int32_t> tokens(4 * 9);
   for (size_t i = 0; i < tokens.size(); i++) tokens[i] = static_cast<int32_t>((i * 5 + i / 3) % 16);
@@ -206,6 +209,7 @@ Trained train_gpt(const std::vector<std::string>& devices, int steps) {
     loss.backward();
     opt.step({loss});
     out.last_step = stats_since(before);
+    out.losses.push_back(loss.item<float>());
   }
   for (Tensor* p : gpt.parameters()) out.params.push_back(p->to_vector<float>());
   return out;
@@ -245,6 +249,19 @@ TEST(TensorParallel, GptOnFourDevicesMatchesOneDevice) {
   // gradients of the LayerNorms' outputs through c_attn and c_fc); nothing gathered
   EXPECT_EQ(tp.last_step.allreduces, 4u);
   EXPECT_EQ(tp.last_step.allgathers, 0u);
+}
+
+// Under a bfloat16 compute dtype c_attn's bias is rounded and added in its product (Note [bias in
+// the compute dtype] in nn/layers.cpp), its parts on the devices of their heads: the losses follow
+// the one-device run's, within the rounding of the row-parallel sums' bfloat16 parts.
+TEST(TensorParallel, GptInBFloat16OnFourDevicesMatchesOneDevice) {
+  auto single = train_gpt({}, 3, DType::BFloat16);
+  auto tp = train_gpt(kFour, 3, DType::BFloat16);
+  ASSERT_EQ(tp.losses.size(), 3u);
+  for (size_t s = 0; s < tp.losses.size(); s++)
+    EXPECT_NEAR(tp.losses[s], single.losses[s], 2e-2) << "step " << s;
+  EXPECT_LT(single.losses[2], single.losses[0]);  // it trains
+  EXPECT_EQ(tp.last_step.allreduces, 4u);
 }
 
 // A state dict (a checkpoint, one device's values) loads into a tensor parallel model in place:

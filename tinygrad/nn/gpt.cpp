@@ -67,13 +67,11 @@ Tensor CausalSelfAttention::attend(const Tensor& x, KVCache* cache) {
   TG_CHECK(x.ndim() == 3, "CausalSelfAttention: input must be [B, T, D], got ", x.describe());
   int64_t b = x.shape(0), t = x.shape(1), d = x.shape(2), hd = d / n_head;
   // with a compute dtype the attention's products run in it too (Note [compute dtype] in layers.h;
-  // its softmax stays float32: Note [attention as a composition]). q, k and v are rounded before
-  // they are split, so the gradient of c_attn's output is assembled from theirs in the compute
-  // dtype (the values it would be rounded to for c_attn's products anyway), not in float32 and
-  // then rounded again.
-  std::optional<DType> cd = compute_dtype();
-  Tensor projected = c_attn(x);
-  if (cd) projected = projected.cast(*cd);
+  // its softmax stays float32: Note [attention as a composition]). q, k and v come from c_attn in
+  // the compute dtype, its bias added in the product (Note [bias in the compute dtype]), so the
+  // gradient of c_attn's output is assembled from theirs in the compute dtype (the values it would
+  // be rounded to for c_attn's products anyway), not in float32 and then rounded again.
+  Tensor projected = c_attn.forward_rounded(x);
   // [B, T, 3D] -> three [B, H, T, hd]
   Tensors qkv = projected.reshape({b, t, 3, n_head, hd}).permute({2, 0, 3, 1, 4}).chunk(3, 0);
   auto head = [&](const Tensor& z) { return z.reshape({b, n_head, t, hd}); };

@@ -67,11 +67,36 @@ Linear& Linear::shard_rows(const std::vector<std::string>& devices, const std::s
   return *this;
 }
 
-Tensor Linear::forward(const Tensor& x) {
+void Linear::check_input(const Tensor& x) const {
   TG_CHECK(x.ndim() >= 1 && x.shape().back() == in_features, "Linear: input ", x.describe(),
            " must end in in_features=", in_features);
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  check_input(x);
   Tensor y = at_compute_dtype(compute_dtype(), x, weight, [](const Tensor& a, const Tensor& w) { return a.linear(w); });
   return bias ? y + *bias : y;
+}
+
+// Note [bias in the compute dtype]: PyTorch's autocast runs a linear layer as one bfloat16 addmm:
+// the bias is rounded to bfloat16 and cuBLASLt's epilogue adds it to the product. forward() adds
+// the float32 bias to the rounded product instead, in whatever reads the output next (a GELU, a
+// residual add), where it costs nothing. Where the output is wanted in the compute dtype itself
+// (GPT's c_attn: attention reads q, k and v as stored), that add and a second rounding were a
+// pass of their own over the output (GPT-2's [16384, 2304]): cuBLASLt takes no float32 bias with
+// a bfloat16 output (Note [rounded products stay with the library] in schedule.cpp).
+// forward_rounded() rounds the bias into a buffer of its own (an [out] kernel) and adds it to the
+// product in the compute dtype, which a library device runs as its bias epilogue (Note [matching
+// a matmul kernel] in match_matmul.cpp), as PyTorch does. (The epilogue adds before rounding the
+// sum, the generated kernel after: they differ by a rounding, as PyTorch's and ours did before.)
+Tensor Linear::forward_rounded(const Tensor& x) {
+  std::optional<DType> cd = compute_dtype();
+  if (!cd) return forward(x);
+  check_input(x);
+  // Note [bias in the compute dtype]
+  std::optional<Tensor> rounded_bias;
+  if (bias) rounded_bias = bias->cast(*cd).contiguous();
+  return x.cast(*cd).linear(weight.cast(*cd), rounded_bias);
 }
 
 // ---- Conv2d ----

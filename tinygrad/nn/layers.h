@@ -34,6 +34,9 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& x) override;
+  // With a compute dtype, y in it: the bias rounded to the compute dtype and added to the product
+  // in it (Note [bias in the compute dtype]); without one, forward(x).
+  Tensor forward_rounded(const Tensor& x);
   std::string type_name() const override { return "Linear"; }
   // Tensor parallel halves (Note [tensor parallel] in module.cpp). Column-parallel: weight and
   // bias split along the outputs (in `groups`: Note [grouped splits] in multi.cpp); row-parallel:
@@ -44,6 +47,9 @@ class Linear : public Module {
   int64_t in_features, out_features;
   Tensor weight;
   std::optional<Tensor> bias;
+
+ private:
+  void check_input(const Tensor& x) const;  // ends in in_features
 };
 
 // 2-D convolution over [N, C, H, W]. kernel/stride/padding/dilation take one value (both dims)
