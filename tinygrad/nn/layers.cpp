@@ -87,8 +87,8 @@ Tensor Linear::forward(const Tensor& x) {
 // a bfloat16 output (Note [rounded products stay with the library] in schedule.cpp).
 // forward_rounded() rounds the bias into a buffer of its own (an [out] kernel) and adds it to the
 // product in the compute dtype, which a library device runs as its bias epilogue (Note [matching
-// a matmul kernel] in match_matmul.cpp), as PyTorch does. (The epilogue adds before rounding the
-// sum, the generated kernel after: they differ by a rounding, as PyTorch's and ours did before.)
+// a matmul kernel] in match_matmul.cpp), as PyTorch does. (The epilogue adds the bias to the
+// float32 sums and rounds once; a generated kernel rounds the sum first: they differ by a rounding.)
 Tensor Linear::forward_rounded(const Tensor& x) {
   std::optional<DType> cd = compute_dtype();
   if (!cd) return forward(x);
