@@ -419,6 +419,14 @@ std::string element_loops(const Walk& w, const std::function<std::string(const s
          EACH_ELEMENT + w.col + body(w.visible) + "      }\n    }\n";
 }
 
+// A kernel's stores of its results: `text`, a piece written for one half of a row tile's
+// fragments, for both halves of each of the warp's MT tiles.
+constexpr const char* EACH_TILE_OUT = R"(#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+${out}  }
+)";
+std::string tiles_out(const char* text) { return fill(EACH_TILE_OUT, {{"out", halves(text)}}); }
+
 // Note [tensor-core attention]: the forward pass.
 constexpr const char* FORWARD = R"(
 ${signature}  __shared__ __align__(16) unsigned short ks_stages[TG_STAGES * 64 * KS];
@@ -461,10 +469,7 @@ ${pv}  }
       l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 1);
       l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 2);
     }
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-${out}  }
-}
+${out}}
 )";
 
 constexpr const char* FORWARD_OUT = R"(    if (r[mt][${h}] < LQ) {
@@ -493,7 +498,7 @@ std::string forward() {
                                              "        mx[mt][1] = fmaxf(mx[mt][1], s[mt][n][2 + e]);\n";
                                     })},
        {"pv", register_products({{"pa", "s", "vs", "VS", "EV", "o"}})},
-       {"out", halves(FORWARD_OUT)}});
+       {"out", tiles_out(FORWARD_OUT)}});
 }
 
 // Note [tensor-core attention]: dQ. As the forward pass, with dO's fragments (rounded from
@@ -513,10 +518,7 @@ ${q_fragments}${d_fragments}  float lse[MT][2], dd[MT][2];
     }
   float acc[MT][E / 8][4];
 ${zero_acc}${walk}${products}${weights_ds}${ds_k}  }
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-${out}  }
-}
+${out}}
 )";
 
 constexpr const char* BACKWARD_Q_OUT = R"(    if (r[mt][${h}] < LQ)
@@ -543,7 +545,7 @@ std::string backward_q() {
                                                      ds_lines("s", "dp", "dd[mt][${h}]");
                                             })},
                {"ds_k", register_products({{"sa", "s", "ks", "KS", "E", "acc"}})},
-               {"out", halves(BACKWARD_Q_OUT)}});
+               {"out", tiles_out(BACKWARD_Q_OUT)}});
 }
 
 // Note [tensor-core attention]: dK and dV. 16 key rows a warp, their k and v fragments in
@@ -560,10 +562,7 @@ ${signature}  __shared__ __align__(16) unsigned short qs_stages[TG_STAGES * 64 *
 ${ids}  unsigned ka[MT][E / 16][4], va[MT][EV / 16][4];
 ${k_fragments}${v_fragments}  float dk[MT][E / 8][4], dv[MT][EV / 8][4];
 ${zero_dk}${zero_dv}${walk}${products}${weights_ds}${dv_dk}  }
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++) {
-${out}  }
-}
+${out}}
 )";
 
 constexpr const char* BACKWARD_KV_OUT = R"(    if (r[mt][${h}] < SK) {
@@ -595,7 +594,7 @@ std::string backward_kv() {
                                     })},
        {"dv_dk",
         register_products({{"pa", "st", "dos", "DS", "EV", "dv"}, {"sa", "dpt", "qs", "QS", "E", "dk"}})},
-       {"out", halves(BACKWARD_KV_OUT)}});
+       {"out", tiles_out(BACKWARD_KV_OUT)}});
 }
 
 std::string template_of(TemplateKernel k) {
