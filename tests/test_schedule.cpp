@@ -410,6 +410,18 @@ TEST(MemoryPool, FreedBuffersAreReused) {
   EXPECT_GE(after.peak_bytes, after.bytes_in_use);
 }
 
+// Note [pool block sizes]: small blocks round to 64 bytes, middling ones to an eighth of the next
+// power of two, and a large block (a captured step's arena) wastes at most 2 MiB.
+TEST(MemoryPool, LargeBlocksRoundToAtMostTwoMebibytes) {
+  const size_t mib = size_t{1} << 20;
+  EXPECT_EQ(MemoryPool::round_size(100), 128u);
+  EXPECT_EQ(MemoryPool::round_size(3 * mib + 1), 3 * mib + mib / 2);  // eighths of 4 MiB
+  const size_t arena = size_t{8178} * 1000 * 1000;                    // GPT-2 124M's arena
+  EXPECT_GE(MemoryPool::round_size(arena), arena);
+  EXPECT_LT(MemoryPool::round_size(arena), arena + 2 * mib);
+  EXPECT_EQ(MemoryPool::round_size(64 * mib + 1), 66 * mib);
+}
+
 namespace {
 // Host memory that counts what it has handed out, to see what a pool holds.
 class CountingAllocator : public Allocator {

@@ -48,7 +48,8 @@ class MemoryPool {
   void release_cached();  // returns every cached block to the device
   void reset_peak();      // peak_bytes starts again from the bytes in use now
   PoolStats stats() const;
-  static size_t round_size(size_t bytes);
+  static size_t round_size(size_t bytes);  // Note [pool block sizes] in device.cpp
+  static constexpr size_t LARGE_BLOCK_STEP = size_t{2} << 20;
 
  private:
   void evict_for(size_t size);  // Note [bounded cache] in device.cpp
