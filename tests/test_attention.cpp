@@ -106,6 +106,18 @@ TEST_F(FusedAttention, BFloat16MatchesComposition) {
   for (size_t i = 1; i < 4; i++) EXPECT_LT(max_abs_diff(fused[i], reference[i]), 5e-2) << i;
 }
 
+// The template kernels against their definition in the reference interpreter
+// (attention_reference.cpp): forward and gradients, float32 and bfloat16 (whose logsumexp takes
+// two elements of the forward's output: Note [the forward's output] in attention_kernel.cpp).
+TEST_F(FusedAttention, MatchesTheReferenceInterpreter) {
+  Case c{2, 3, 70, 70, 32, 32, true};
+  for (auto [dt, tol] : {std::pair{DType::Float32, testutil::Tol{1e-4, 1e-4}},
+                         std::pair{DType::BFloat16, testutil::Tol{5e-2, 2e-2}}}) {
+    SCOPED_TRACE(dtype_name(dt));
+    EXPECT_TRUE(testutil::match_all(run(c, "CL", true, dt), tol));
+  }
+}
+
 // Forward: q, k and v are views of buffers, so the whole pass is the one template kernel; the
 // gradients add D = rowsum(dO * O) and the two backward kernels. No buffer holds B*H*L*S scores.
 TEST_F(FusedAttention, ScheduleHasNoScores) {

@@ -111,7 +111,7 @@ IntKnob FLASH_ATTENTION("FLASH_ATTENTION", 2,
                         "cores; 1: the same kernels without tensor cores; 0: always the composition of primitives",
                         KnobKind::Runtime);
 IntKnob ATTENTION_FORWARD_TILES(
-    "ATTENTION_FORWARD_TILES", 1,
+    "ATTENTION_FORWARD_TILES", 2,
     "the tiles of 16 query rows each warp owns in the tensor-core forward attention "
     "kernel (Note [m-tiles a warp]): 1, 64 rows a block of 4 warps; 2, 128 rows, each "
     "key block read from shared memory once for both tiles",

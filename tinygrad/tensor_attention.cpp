@@ -17,20 +17,22 @@
 // FLASH_ATTENTION at 1 or 2 (the default), no mask and no dropout, q, k and v of one dtype the kernels
 // take and the same leading dims, attention is one TEMPLATE_KERNEL node (Note [template kernels]
 // in codegen/attention_kernel.cpp): q, k and v in, read in place where they are views (Note
-// [strided operands]), one float32 [B*H, L, Ev + 1] buffer out, each row the output followed by
-// its logsumexp (one buffer, so the node keeps the lazy graph's one output per node; the
-// scheduler keeps it for the backward pass like a convolution's output). FLASH_ATTENTION=2 runs the kernels
-// of bfloat16/float16 inputs on CUDA's tensor cores (FLASH_ATTENTION=1: the plain kernels) (Note [tensor-core
-// attention] in codegen/attention_tensor_cores.cpp). The result is a view of the first Ev columns cast back
-// to the inputs' dtype. The node's sources need not be q, k and v themselves, so the gradient goes around it:
+// [strided operands]), one buffer in the inputs' dtype out, O in [B, L, H, Ev] order followed by
+// each row's logsumexp (Note [the forward's output] there: one buffer, so the node keeps the lazy
+// graph's one output per node; the scheduler keeps it for the backward pass like a convolution's
+// output). FLASH_ATTENTION=2 runs the kernels of bfloat16/float16 inputs on CUDA's tensor cores
+// (FLASH_ATTENTION=1: the plain kernels) (Note [tensor-core attention] in
+// codegen/attention_tensor_cores.cpp). The result is a view of O, permuted to [B, H, L, Ev]; a
+// model that merges the heads back permutes it into the buffer's own order, so its next product
+// reads it in place. The node's sources need not be q, k and v themselves, so the gradient goes around it:
 // a CUSTOM_GRAD (CustomGrad::ATTENTION) holds the node as its value and q, k and v as its inputs, and its
-// rule (attention_gradient) computes D = rowsum(dO * O) with ordinary kernels and emits the dQ and dK/dV
-// kernels (Note [fused attention] there), whose results (float32, or the input type on the tensor cores:
-// AttentionSpec::output_dtype) are cast back. The tensor-core kernels take dO rounded to the input type (the
-// value their products would round it to anyway), which halves what they stage; D is then the sum over the
-// rounded dO too, as in FlashAttention-2. Everything else runs the composition, which stays the reference the
-// fused kernels are tested against. A model opts in by nothing: the GPT's attention calls this function, so
-// on CUDA it is fused.
+// rule (attention_gradient) computes D = rowsum(dO * O) and L in float32 with ordinary kernels and emits the
+// dQ and dK/dV kernels (Note [fused attention] there), whose results (float32, or the input type on the
+// tensor cores: AttentionSpec::output_dtype) are cast back. The tensor-core kernels take dO rounded to the
+// input type (the value their products would round it to anyway), which halves what they stage; D is then the
+// sum over the rounded dO too, as in FlashAttention-2. Everything else runs the composition, which stays the
+// reference the fused kernels are tested against. A model opts in by nothing: the GPT's attention calls this
+// function, so on CUDA it is fused.
 //
 // Note [strided operands]: q, k and v are usually views of one buffer (GPT's c_attn writes
 // [B, T, 3, H, hd]; q, k and v are its permuted thirds), and dO is the permuted view of c_proj's
@@ -119,6 +121,25 @@ UOpPtr columns(const UOpPtr& x, int64_t from, int64_t cols) {
   return lazy::shrink(x, {{0, x->shape[0]}, {0, x->shape[1]}, {from, from + cols}});
 }
 
+// Note [the forward's output] in codegen/attention_kernel.cpp: O of the forward node `fwd` (or of
+// its gradient) as [batch, L, heads, Ev].
+UOpPtr output_part(const AttentionSpec& spec, const UOpPtr& fwd) {
+  return lazy::reshape(lazy::shrink(fwd, {{0, spec.bh * spec.l * spec.ev}}),
+                       {spec.bh / spec.heads, spec.l, spec.heads, spec.ev});
+}
+
+// The rows' logsumexp from the forward node, float32 [batch, L, heads, 1]: the sum of its slots.
+UOpPtr row_logsumexp(const AttentionSpec& spec, const UOpPtr& fwd) {
+  using namespace lazy;
+  const int64_t from = spec.bh * spec.l * spec.ev, slots = spec.lse_slots(), batch = spec.bh / spec.heads;
+  UOpPtr stats =
+      reshape(shrink(fwd, {{from, from + spec.bh * spec.l * slots}}), {batch, spec.l, spec.heads, slots});
+  auto slot = [&](int64_t i) {
+    return cast(shrink(stats, {{0, batch}, {0, spec.l}, {0, spec.heads}, {i, i + 1}}), DType::Float32);
+  };
+  return contiguous(slots == 2 ? alu(Op::ADD, slot(0), slot(1)) : slot(0));
+}
+
 // Note [strided operands]: operand x of spec ([..., rows, width] with the spec's leading dims) as
 // the node below its views and its layout there, or nullopt where its views are no such layout
 // (or one the spec's kernels do not take: rows at odd elements on the tensor cores).
@@ -175,23 +196,30 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, Attent
   Tensor out = result(wrapped, {&q, &k, &v});
   Shape shape = q.shape();
   shape.back() = spec.ev;
-  return out.shrink({{0, spec.bh}, {0, spec.l}, {0, spec.ev}}).cast(spec.dtype).reshape(shape);
+  const int64_t batch = spec.bh / spec.heads;
+  return out.shrink({{0, spec.bh * spec.l * spec.ev}})
+      .reshape({batch, spec.l, spec.heads, spec.ev})
+      .permute({0, 2, 1, 3})
+      .reshape(shape);
 }
 
 }  // namespace
 
 // Note [fused attention in the graph]: gradients of q, k and v (src[1..3] of the CUSTOM_GRAD
-// node) from the forward node's output gradient (the first Ev columns of each row; the
-// logsumexp column is not a result).
+// node) from the forward node's output gradient (of O; the logsumexp is not a result). D and L
+// are float32 in [batch, L, heads] order (Note [the forward's output] in
+// codegen/attention_kernel.cpp).
 std::vector<UOpPtr> attention_gradient(const UOpPtr& node, const UOpPtr& grad) {
   using namespace lazy;
   const UOpPtr& fwd = node->src[0];
   AttentionSpec spec = AttentionSpec::decode(fwd->arg_ints());
-  UOpPtr dout = cast(columns(grad, 0, spec.ev), spec.output_grad_dtype());
-  UOpPtr delta =
-      contiguous(reduce(alu(Op::MUL, cast(dout, DType::Float32), columns(fwd, 0, spec.ev)), Op::ADD, {2}));
-  UOpPtr dout_source = operand_sources(spec, {{AttentionOperand::OutputGrad, dout}})[0];
-  std::vector<UOpPtr> srcs{fwd->src[0], fwd->src[1], fwd->src[2], fwd, dout_source, delta};
+  UOpPtr dout = cast(output_part(spec, grad), spec.output_grad_dtype());
+  UOpPtr delta = contiguous(reduce(
+      alu(Op::MUL, cast(dout, DType::Float32), cast(output_part(spec, fwd), DType::Float32)), Op::ADD, {3}));
+  UOpPtr dout_source =
+      operand_sources(spec, {{AttentionOperand::OutputGrad, permute(dout, {0, 2, 1, 3})}})[0];
+  std::vector<UOpPtr> srcs{fwd->src[0], fwd->src[1], fwd->src[2], row_logsumexp(spec, fwd),
+                           dout_source, delta};
   AttentionSpec dq_spec = spec, dkv_spec = spec;
   dq_spec.kernel = TemplateKernel::AttentionBackwardQ;
   dkv_spec.kernel = TemplateKernel::AttentionBackwardKV;

@@ -21,8 +21,8 @@
 // against the block (scores scaled by scale * log2(e), so exp is exp2), takes the block's max,
 // rescales its running sum and output accumulator by exp2(old max - new max) and adds the
 // block's weights and weighted values. It writes O = acc / sum and the row's logsumexp L = (max
-// + log2(sum)) * ln(2), in float32, into one row [O | L] of its output. Backward (with D =
-// rowsum(dO * O), computed by ordinary kernels): the dQ kernel walks key blocks as the forward
+// + log2(sum)) * ln(2) (Note [the forward's output]). Backward (with D = rowsum(dO * O) and L in
+// float32, computed by ordinary kernels): the dQ kernel walks key blocks as the forward
 // does and recomputes each weight P = exp(s - L); dS = P * (dO . v - D); dQ = scale * sum dS k.
 // The dK/dV kernel takes BKV key rows per group and walks blocks of query rows (q, dO, L, D in
 // local memory): dV = sum P dO, dK = scale * sum dS q. A causal mask (key j visible from query i
@@ -31,6 +31,18 @@
 // of size L x S is ever written. Inputs are read in their dtype and computed in float32; each
 // work-item keeps its rows in registers, so head dims are limited to MAX_HEAD_DIM.
 //
+// Note [the forward's output]: one buffer in the input type holds O in [batch, L, heads, Ev]
+// order, which is the layout of the attention's result where a model merges its heads back
+// ([B, T, H * hd]), so the next product reads it in place; then each row's logsumexp L. The
+// lazy graph gives a node one output, so both share the buffer. A half type cannot hold L to the
+// precision the backward pass needs (the weights are exp(s - L): an error of 0.03 in a bfloat16
+// L of 8 is a 3% error in every weight of the row), so L takes two elements there: L rounded to
+// the type and the rest, L - rounded(L), whose sum holds L to about 2^-16 of its size. The
+// gradient rule adds the two into a float32 [batch, L, heads] buffer, beside D in the same
+// order, which the backward kernels read (STAT(y, r)). Before this layout the forward wrote
+// [bh, L, Ev + 1] in float32 and a copy kernel made c_proj's bfloat16 input of it: GPT-2 124M
+// on an H100 spent 0.38 ms of its step on those copies, and each layer kept both 51 MB and 25 MB
+// buffers for its backward pass where the one buffer is now 25.5 MB.
 #include "tinygrad/codegen/attention_kernel.h"
 #include "tinygrad/codegen/attention_tensor_cores.h"
 
@@ -59,24 +71,42 @@ std::string dialect_macros(KernelDialect d) {
            "#define TG_GROUP_X ((int)blockIdx.x)\n#define TG_GROUP_Y ((int)blockIdx.y)\n"
            "#define TG_LID ((int)threadIdx.x)\n#define TG_EXP2(x) exp2f(x)\n#define TG_LOG2(x) log2f(x)\n"
            "#define TG_I64 long long\n"
-           "static __device__ __forceinline__ float tg_bf16(unsigned short b) { return __uint_as_float((unsigned)b << 16); }\n"
+           "static __device__ __forceinline__ float tg_bf16(unsigned short b) { return "
+           "__uint_as_float((unsigned)b << 16); }\n"
            "static __device__ __forceinline__ float tg_half(unsigned short h) { float f; "
-           "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n";
+           "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+           "static __device__ __forceinline__ unsigned short tg_to_bf16(float f) { unsigned short b; "
+           "asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(b) : \"f\"(f)); return b; }\n"
+           "static __device__ __forceinline__ unsigned short tg_to_half(float f) { unsigned short h; "
+           "asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n";
   return "#define TG_KERNEL(n) __kernel __attribute__((reqd_work_group_size(TG_THREADS, 1, 1))) void n\n"
-         "#define TG_GLOBAL __global\n#define TG_LOCAL __local\n#define TG_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)\n"
+         "#define TG_GLOBAL __global\n#define TG_LOCAL __local\n#define TG_BARRIER() "
+         "barrier(CLK_LOCAL_MEM_FENCE)\n"
          "#define TG_GROUP_X ((int)get_group_id(0))\n#define TG_GROUP_Y ((int)get_group_id(1))\n"
          "#define TG_LID ((int)get_local_id(0))\n#define TG_EXP2(x) exp2(x)\n#define TG_LOG2(x) log2(x)\n"
          "#define TG_I64 long\n"
-         "inline float tg_bf16(ushort b) { return as_float((uint)b << 16); }\n";
+         "inline float tg_bf16(ushort b) { return as_float((uint)b << 16); }\n"
+         "inline ushort tg_to_bf16(float f) { uint x = as_uint(f); "
+         "return isnan(f) ? (ushort)0x7fc0 : (ushort)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16); }\n";
 }
 
-// The element type of q, k and v in the kernel's parameters, and how one is read as float.
+// The element type of q, k, v and the forward's output in the kernel's parameters: how one is
+// read as float (TG_LOAD), how a float is stored as one (TG_STORE), and a float rounded to it.
 std::string input_macros(DType t, KernelDialect d) {
-  const char* ushort = d == KernelDialect::CUDA ? "unsigned short" : "ushort";
+  const std::string ushort = d == KernelDialect::CUDA ? "unsigned short" : "ushort";
+  auto half = [&](const std::string& from, const std::string& to) {
+    return "#define TG_IN " + ushort + "\n#define TG_LOAD(p, i) " + from +
+           "((p)[i])\n#define TG_STORE(p, i, x) ((p)[i] = " + to + "(x))\n#define TG_ROUNDED(x) " + from +
+           "(" + to + "(x))\n";
+  };
   switch (t) {
-    case DType::BFloat16: return std::string("#define TG_IN ") + ushort + "\n#define TG_LOAD(p, i) tg_bf16((p)[i])\n";
-    case DType::Float16: return std::string("#define TG_IN ") + ushort + "\n#define TG_LOAD(p, i) tg_half((p)[i])\n";
-    default: return "#define TG_IN float\n#define TG_LOAD(p, i) ((p)[i])\n";
+    case DType::BFloat16:
+      return half("tg_bf16", "tg_to_bf16");
+    case DType::Float16:
+      return half("tg_half", "tg_to_half");
+    default:
+      return "#define TG_IN float\n#define TG_LOAD(p, i) ((p)[i])\n#define TG_STORE(p, i, x) ((p)[i] = (x))\n"
+             "#define TG_ROUNDED(x) (x)\n";
   }
 }
 
@@ -112,7 +142,11 @@ std::string layout_macros(const AttentionSpec& s, KernelDialect d) {
            term("((y) / HEADS)", l.batch) + term("((y) % HEADS)", l.head) + term("(r)", l.row) + ")\n" +
            define((name + "_A16").c_str(), a16 ? 1 : 0);
   }
-  return out;
+  // Note [the forward's output]: AttentionSpec::stat_index, output_row_start and lse_start
+  return out + "#define STAT(y, r) ((" + i64 + "((y) / HEADS) * LQ + (r)) * HEADS + (y) % HEADS)\n" +
+         "#define O_ROW(y, r) (STAT(y, r) * EV)\n#define LSE_AT(y, r) (" + i64 +
+         std::to_string(s.bh * s.l * s.ev) + " + STAT(y, r) * LSE_SLOTS)\n" +
+         define("LSE_SLOTS", s.lse_slots());
 }
 
 std::string size_macros(const AttentionSpec& s, KernelDialect d) {
@@ -132,7 +166,6 @@ std::string size_macros(const AttentionSpec& s, KernelDialect d) {
 struct Walk {
   const char* own;        // the work-item's row: a query ("row") or a key ("key")
   const char* own_count;  // rows on the owned side
-  const char* base;       // a line declaring the walked side's first global row of this head, where used
   const char* count;      // rows on the walked side
   const char* block;      // the first row of the current block
   const char* at;         // a row of the block while it loads
@@ -142,32 +175,19 @@ struct Walk {
   const char* rows;       // n, the rows of the block this work-item takes
 };
 
-constexpr Walk KEY_WALK{"row",
-                        "LQ",
-                        "",
-                        "SK",
-                        "k0",
-                        "j",
-                        "const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;",
-                        "0",
-                        "kend",
-                        "    int n = min(BLOCK, SK - k0);\n    if (CAUSAL) n = min(n, row - k0 + 1);\n"};
-constexpr Walk QUERY_WALK{"key",
-                          "SK",
-                          "  const TG_I64 qbase = (TG_I64)head * LQ;\n",
-                          "LQ",
-                          "q0",
-                          "r",
-                          "const int qstart = CAUSAL ? first / BLOCK * BLOCK : 0;",
-                          "qstart",
-                          "LQ",
-                          "    const int n = min(BLOCK, LQ - q0);\n"};
+constexpr Walk KEY_WALK{
+    "row", "LQ",   "SK",
+    "k0",  "j",    "const int kend = CAUSAL ? min(SK, first + TG_THREADS) : SK;",
+    "0",   "kend", "    int n = min(BLOCK, SK - k0);\n    if (CAUSAL) n = min(n, row - k0 + 1);\n"};
+constexpr Walk QUERY_WALK{"key",    "SK", "LQ",
+                          "q0",     "r",  "const int qstart = CAUSAL ? first / BLOCK * BLOCK : 0;",
+                          "qstart", "LQ", "    const int n = min(BLOCK, LQ - q0);\n"};
 
 // The work-item's ids and rows: ${own}c is its row clamped into range.
 constexpr const char* OWN_ROW =
     R"(  const int tid = TG_LID, head = TG_GROUP_Y, first = TG_GROUP_X * TG_THREADS, ${own} = first + tid;
   const int ${own}c = ${own} < ${own_count} ? ${own} : ${own_count} - 1;
-${base})";
+)";
 
 // The walk over blocks: the group loads a block into local memory, then each work-item takes n
 // of its rows (the body follows, and closes the loop).
@@ -184,9 +204,7 @@ constexpr const char* LOAD_BLOCK = R"(    for (int i = tid; i < BLOCK * ${width}
     }
 )";
 
-std::string own_row(const Walk& w) {
-  return fill(OWN_ROW, {{"own", w.own}, {"own_count", w.own_count}, {"base", w.base}});
-}
+std::string own_row(const Walk& w) { return fill(OWN_ROW, {{"own", w.own}, {"own_count", w.own_count}}); }
 
 std::string walk(const Walk& w, const std::string& loads) {
   return fill(WALK, {{"bound", w.bound}, {"block", w.block}, {"from", w.from}, {"to", w.to}, {"loads", loads},
@@ -224,7 +242,7 @@ std::string recompute(const char* q, const char* k, const char* dout, const char
 
 // Note [fused attention]: the forward pass.
 constexpr const char* FORWARD = R"(
-TG_KERNEL(TG_NAME)(TG_GLOBAL float* out, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v) {
+TG_KERNEL(TG_NAME)(TG_GLOBAL TG_IN* out, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v) {
   TG_LOCAL float ks[BLOCK * E];
   TG_LOCAL float vs[BLOCK * EV];
 ${own_row}  float qr[E], acc[EV];
@@ -249,18 +267,20 @@ ${walk}    float s[BLOCK];
     }
     m = mb;
   }
-  if (row < LQ) {
-    const TG_I64 o = ((TG_I64)head * LQ + row) * (EV + 1);
-    for (int d = 0; d < EV; d++) out[o + d] = acc[d] / sum;
-    out[o + EV] = (m + TG_LOG2(sum)) * LN2;
+  if (row < LQ) {  // Note [the forward's output]
+    const TG_I64 o = O_ROW(head, row), at = LSE_AT(head, row);
+    for (int d = 0; d < EV; d++) TG_STORE(out, o + d, acc[d] / sum);
+    const float lse = (m + TG_LOG2(sum)) * LN2;
+    TG_STORE(out, at, lse);
+    if (LSE_SLOTS == 2) TG_STORE(out, at + 1, lse - TG_ROUNDED(lse));
   }
 }
 )";
 
-// The backward kernels' parameters: q, k and v, the forward's output, dO and D.
+// The backward kernels' parameters: q, k and v, the rows' L, dO and D (Note [the forward's output]).
 constexpr const char* BACKWARD_SIGNATURE = R"(
 TG_KERNEL(TG_NAME)(TG_GLOBAL float* ${out}, TG_GLOBAL const TG_IN* q, TG_GLOBAL const TG_IN* k, TG_GLOBAL const TG_IN* v,
-                   TG_GLOBAL const float* fwd, TG_GLOBAL const float* dout, TG_GLOBAL const float* dsum) {
+                   TG_GLOBAL const float* row_lse, TG_GLOBAL const float* dout, TG_GLOBAL const float* dsum) {
 )";
 
 // Note [fused attention]: dQ, recomputing the weights from q, k and L.
@@ -317,8 +337,8 @@ std::string template_of(TemplateKernel k) {
     case TemplateKernel::AttentionBackwardQ:
       return fill(BACKWARD_Q, {{"signature", fill(BACKWARD_SIGNATURE, {{"out", "dq"}})},
                                {"own_row", own_row(KEY_WALK)},
-                               {"lse", lse_read("((TG_I64)head * LQ + rowc)")},
-                               {"delta", delta_read("(TG_I64)head * LQ + rowc")},
+                               {"lse", lse_read("STAT(head, rowc)")},
+                               {"delta", delta_read("STAT(head, rowc)")},
                                {"walk", key_walk()},
                                {"recompute", recompute("qr[d]", "ks[j * E + d]", "dor[d]", "vs[j * EV + d]",
                                                        "lse", "delta", false)}});
@@ -326,7 +346,7 @@ std::string template_of(TemplateKernel k) {
       std::string loads =
           load_block(QUERY_WALK, "qs", "E", "Q_ROW", "TG_LOAD(q, ${i})") +
           load_block(QUERY_WALK, "dos", "EV", "DO_ROW", "dout[${i}]") +
-          fill(LOAD_LSE_DELTA, {{"lse", lse_read("(qbase + r)")}, {"delta", delta_read("qbase + r")}});
+          fill(LOAD_LSE_DELTA, {{"lse", lse_read("STAT(head, r)")}, {"delta", delta_read("STAT(head, r)")}});
       return fill(BACKWARD_KV, {{"signature", fill(BACKWARD_SIGNATURE, {{"out", "dkv"}})},
                                 {"own_row", own_row(QUERY_WALK)},
                                 {"walk", walk(QUERY_WALK, loads)},
@@ -427,7 +447,8 @@ int64_t AttentionSpec::row_start(AttentionOperand x, int64_t y, int64_t r) const
 
 Shape AttentionSpec::output_shape() const {
   switch (kernel) {
-    case TemplateKernel::AttentionForward: return {bh, l, ev + 1};
+    case TemplateKernel::AttentionForward:
+      return {bh * l * (ev + lse_slots())};
     case TemplateKernel::AttentionBackwardQ: return {bh, l, e};
     case TemplateKernel::AttentionBackwardKV: return {bh, s, e + ev};
   }
@@ -473,6 +494,7 @@ TemplateSource render_attention(const AttentionSpec& s, KernelDialect d) {
     k.local_size = {TENSOR_CORE_THREADS, 1};
     out.source = size_macros(s, d) + define("TG_NAME", k.name) +
                  define("TG_MMA_T", s.dtype == DType::BFloat16 ? "\"bf16\"" : "\"f16\"") +
+                 define("TG_BF16", s.dtype == DType::BFloat16 ? 1 : 0) +
                  tensor_core_attention_source(s.kernel);
     return out;
   }

@@ -45,17 +45,27 @@ struct AttentionSpec {
   // The TEMPLATE_KERNEL arg, and back.
   std::vector<int64_t> encode() const;
   static AttentionSpec decode(const std::vector<int64_t>& arg);
-  // The kernel's one output: forward [bh, l, ev + 1] (O, then the row's logsumexp), backward Q
-  // [bh, l, e] (dQ), backward KV [bh, s, e + ev] (dK, then dV); of output_dtype().
+  // The kernel's one output, of output_dtype(): forward (Note [the forward's output] in
+  // attention_kernel.cpp) O in [batch, l, heads, ev] order, then each row's logsumexp in
+  // lse_slots() elements, [bh * l * (ev + lse_slots())]; backward Q [bh, l, e] (dQ), backward KV
+  // [bh, s, e + ev] (dK, then dV).
   Shape output_shape() const;
   // The dtype the backward kernels take dO in and give dQ, dK and dV in: the input type on the
   // tensor cores (their products round dO to that anyway, and the gradients are rounded to it
   // next; Note [fused attention in the graph]), else float32.
   DType output_grad_dtype() const { return tensor_cores ? dtype : DType::Float32; }
-  // The forward output's dtype (float32: O and L) or the backward results' (output_grad_dtype).
+  // The forward output's dtype (the input type) or the backward results' (output_grad_dtype).
   DType output_dtype() const {
-    return kernel == TemplateKernel::AttentionForward ? DType::Float32 : output_grad_dtype();
+    return kernel == TemplateKernel::AttentionForward ? dtype : output_grad_dtype();
   }
+  // Note [the forward's output]: a row's logsumexp takes two elements of a half input type (a
+  // rounded value and the rest), one of float32.
+  int64_t lse_slots() const { return is_half(dtype) ? 2 : 1; }
+  // Where row r of problem y has its row statistics (L and D) in [batch, l, heads] order, its O in
+  // the forward output, and its logsumexp there.
+  int64_t stat_index(int64_t y, int64_t r) const { return (y / heads * l + r) * heads + y % heads; }
+  int64_t output_row_start(int64_t y, int64_t r) const { return stat_index(y, r) * ev; }
+  int64_t lse_start(int64_t y, int64_t r) const { return bh * l * ev + stat_index(y, r) * lse_slots(); }
   // An operand's rows, its width, and its layout (the contiguous one where it has none).
   int64_t rows(AttentionOperand x) const {
     return x == AttentionOperand::K || x == AttentionOperand::V ? s : l;

@@ -33,10 +33,11 @@ inline std::string fill(std::string_view text, const TemplateValues& values) {
   }
 }
 
-// The backward kernels' reads of a query row's logsumexp L (in log2 units) from the forward
-// output [O | L], and of its D = rowsum(dO * O); `row` is the row's global index expression.
-// The addresses are those that tensor-core kernels stage (L then still in natural-log units).
-inline std::string lse_address(const std::string& row) { return "fwd + " + row + " * (EV + 1) + EV"; }
+// The backward kernels' reads of a query row's logsumexp L (in log2 units) and of its D =
+// rowsum(dO * O), both float32 in [batch, L, heads] order (Note [the forward's output] in
+// attention_kernel.cpp); `row` is the row's index there (STAT(y, r)). The addresses are those that
+// tensor-core kernels stage (L then still in natural-log units).
+inline std::string lse_address(const std::string& row) { return "row_lse + " + row; }
 inline std::string delta_address(const std::string& row) { return "dsum + " + row; }
 inline std::string lse_read(const std::string& row) { return "*(" + lse_address(row) + ") * LOG2E"; }
 inline std::string delta_read(const std::string& row) { return "*(" + delta_address(row) + ")"; }

@@ -36,6 +36,12 @@ double logsumexp(const std::vector<double>& x) {
   return mx + std::log(sum);
 }
 
+// v rounded to a half type t (Note [the forward's output] in attention_kernel.cpp).
+double rounded(DType t, double v) {
+  const auto f = static_cast<float>(v);
+  return t == DType::BFloat16 ? bfloat_to_float(float_to_bfloat(f)) : half_to_float(float_to_half(f));
+}
+
 // The weights exp(x - lse) of scores x.
 std::vector<double> weights(std::vector<double> x, double lse) {
   for (double& v : x) v = std::exp(v - lse);
@@ -45,7 +51,7 @@ std::vector<double> weights(std::vector<double> x, double lse) {
 }  // namespace
 
 // Note [fused attention]: the three kernels' results, from the same inputs (the backward ones
-// read L from the forward output and D as given).
+// read L and D as given, in [batch, L, heads] order: Note [the forward's output]).
 std::vector<double> template_kernel_reference(const std::vector<int64_t>& arg,
                                               const std::vector<const std::vector<double>*>& in) {
   AttentionSpec s = AttentionSpec::decode(arg);
@@ -59,21 +65,25 @@ std::vector<double> template_kernel_reference(const std::vector<int64_t>& arg,
         std::vector<double> x = scores(s, q, k, h, i);
         double lse = logsumexp(x);
         std::vector<double> p = weights(x, lse);
+        const auto o = static_cast<size_t>(s.output_row_start(h, i)),
+                   l = static_cast<size_t>(s.lse_start(h, i));
         for (int64_t d = 0; d < s.ev; d++)
           for (int64_t j = 0; j < s.s; j++)
-            out[at(row, s.ev + 1, d)] +=
+            out[o + static_cast<size_t>(d)] +=
                 p[static_cast<size_t>(j)] * v[element(s, AttentionOperand::V, h, j, d)];
-        out[at(row, s.ev + 1, s.ev)] = lse;
+        out[l] = lse;
+        if (s.lse_slots() == 2) out[l + 1] = lse - rounded(s.dtype, lse);
         continue;
       }
-      const std::vector<double>&fwd = *in.at(3), &dout = *in.at(4), &dsum = *in.at(5);
-      std::vector<double> p = weights(scores(s, q, k, h, i), fwd[at(row, s.ev + 1, s.ev)]);
+      const std::vector<double>&lses = *in.at(3), &dout = *in.at(4), &dsum = *in.at(5);
+      const auto stat = static_cast<size_t>(s.stat_index(h, i));
+      std::vector<double> p = weights(scores(s, q, k, h, i), lses[stat]);
       for (int64_t j = 0; j < s.s; j++) {
         double dp = 0, pj = p[static_cast<size_t>(j)];
         for (int64_t d = 0; d < s.ev; d++)
           dp += dout[element(s, AttentionOperand::OutputGrad, h, i, d)] *
                 v[element(s, AttentionOperand::V, h, j, d)];
-        double ds = pj * (dp - dsum[static_cast<size_t>(row)]) * s.scale;
+        double ds = pj * (dp - dsum[stat]) * s.scale;
         if (s.kernel == TemplateKernel::AttentionBackwardQ) {
           for (int64_t d = 0; d < s.e; d++)
             out[at(row, s.e, d)] += ds * k[element(s, AttentionOperand::K, h, j, d)];

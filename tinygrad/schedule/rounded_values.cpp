@@ -55,11 +55,13 @@ void store_values_rounded(const ScheduleGraph& g, NodeSet& realize) {
 // product reads two half buffers.
 void realize_rounded_partners(const ScheduleGraph& g, NodeSet& realize) {
   auto stored = [&](const UOp* n) { return has_buffer(n) || realize.count(n) > 0; };
-  // below a product operand's views and its widening cast, the half node it reads, or null
+  // below a product operand's views and its widening cast, the half node it reads, or null (a
+  // CUSTOM_GRAD is its value, src[0]: fused attention's output)
   auto half_source = [](const UOp* side) -> const UOp* {
     bool widened = false;
     for (const UOp* n = side;; n = n->src[0].get()) {
-      if (has_buffer(n) || !(op_group(n->op) == OpGroup::Movement || (n->op == Op::CAST && !widened)))
+      if (has_buffer(n) || !(op_group(n->op) == OpGroup::Movement || n->op == Op::CUSTOM_GRAD ||
+                             (n->op == Op::CAST && !widened)))
         return widened && is_half(n->dtype) ? n : nullptr;
       if (n->op == Op::CAST) {
         if (n->dtype != DType::Float32 || !is_half(n->src[0]->dtype)) return nullptr;
