@@ -620,6 +620,25 @@ TEST(MemoryPool, IntermediatesAreFreedAfterTheirLastReader) {
   for (int64_t i = 0; i < n; i += 4099) EXPECT_FLOAT_EQ(yv[i], xv[i] + links) << i;
 }
 
+// Note [dying inputs in a normal run] in engine/jit_in_place.cpp: a kernel that computes an
+// intermediate element by element from one that dies there writes it over that one, so the two
+// never take memory at once (as the cross-entropy's gradient over GPT's logits).
+TEST(MemoryPool, AnIntermediateIsWrittenOverTheInputThatDiesInItsKernel) {
+  constexpr int64_t n = int64_t{1} << 18;  // 1 MiB of float32
+  Tensor x = Tensor::rand({n}).realize();
+  Tensor a = (x + 1.0).contiguous();
+  Tensor total = (a * 2.0).contiguous().sum();
+  auto& pool = get_device(default_device()).pool();
+  const size_t before = pool.stats().bytes_in_use;
+  pool.reset_peak();
+  total.realize();
+  const size_t link_bytes = n * sizeof(float);
+  EXPECT_LT(pool.stats().peak_bytes - before, link_bytes + link_bytes / 2) << "a and 2a were held at once";
+  double want = 0;
+  for (float v : x.to_vector<float>()) want += 2.0 * (v + 1.0);
+  EXPECT_NEAR(total.item<float>(), want, 1e-4 * want);
+}
+
 // Note [lowering cache]: the same op on other buffers reuses the lowered kernel, and a kernel
 // that reads one buffer twice is not confused with one that reads two.
 TEST(LoweringCache, TheSameOpOnOtherBuffersIsLoweredOnce) {

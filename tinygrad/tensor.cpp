@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "tinygrad/device.h"
+#include "tinygrad/engine/jit_in_place.h"
 #include "tinygrad/engine/observe.h"
 #include "tinygrad/engine/realize.h"
 #include "tinygrad/engine/trace.h"
@@ -52,6 +53,17 @@ Tensor on_each_device(const std::string& tuple, bool requires_grad, Make make) {
   return Tensor(make_multi(parts, -1), requires_grad);
 }
 
+// Runs a schedule whose outputs go to `bufs` and whose kept nodes to `kept`, its outputs written
+// over dying inputs where they may (Note [dying inputs in a normal run] in jit_in_place.cpp).
+void run_realizing(std::vector<ScheduleItem> schedule, const std::vector<std::shared_ptr<Buffer>>& bufs,
+                   const KeptBuffers& kept) {
+  std::unordered_set<const Buffer*> outlive;
+  for (auto& b : bufs) outlive.insert(b.get());
+  for (auto& [u, b] : kept) outlive.insert(b.get());
+  write_schedule_over_dying_inputs(schedule, outlive);
+  run_schedule(std::move(schedule));
+}
+
 // Note [multi-device tensors] in multi.cpp: the logical outputs are rewritten into their parts,
 // which are scheduled together; each output then keeps the MULTI of its parts' buffers.
 void realize_multi(const std::vector<UOpPtr>& outs) {
@@ -60,7 +72,7 @@ void realize_multi(const std::vector<UOpPtr>& outs) {
   for (auto& l : lowered) flat.insert(flat.end(), l.parts.begin(), l.parts.end());
   std::vector<std::shared_ptr<Buffer>> bufs;
   KeptBuffers kept;
-  run_schedule(create_schedule(flat, &bufs, &kept));
+  run_realizing(create_schedule(flat, &bufs, &kept), bufs, kept);
   for (size_t i = 0; i < flat.size(); i++)
     if (!flat[i]->realized && flat[i]->op != Op::BUFFER) flat[i]->realized = bufs[i];
   for (auto& [u, b] : kept)
@@ -264,7 +276,7 @@ void Tensor::realize_all(const Tensors& ts) {
     trace::Span span("schedule", "schedule");
     schedule = create_schedule(outs, &bufs, &kept);
   }
-  run_schedule(std::move(schedule));
+  run_realizing(std::move(schedule), bufs, kept);
   for (size_t i = 0; i < outs.size(); i++)
     if (!outs[i]->realized && outs[i]->op != Op::BUFFER) outs[i]->realized = bufs[i];
   for (auto& [u, b] : kept)

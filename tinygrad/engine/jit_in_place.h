@@ -40,4 +40,10 @@ using IsIntermediate = std::function<bool(const Buffer*)>;
 // kernels it rewrote.
 size_t write_intermediates_over_dying_inputs(std::vector<ExecItem>& items, const IsIntermediate& is_intermediate);
 
+// The same before a normal run of `schedule` (Note [dying inputs in a normal run]): its
+// intermediates are the buffers that do not exist yet and are not in `outlive` (its outputs and the
+// buffers kept with their nodes). Kernels compile as they run.
+void write_schedule_over_dying_inputs(std::vector<ScheduleItem>& schedule,
+                                      const std::unordered_set<const Buffer*>& outlive);
+
 }  // namespace tg
