@@ -122,7 +122,7 @@ UOpPtr columns(const UOpPtr& x, int64_t from, int64_t cols) {
 }
 
 // Note [the forward's output] in codegen/attention_kernel.cpp: O of the forward node `fwd` (or of
-// its gradient) as [batch, L, heads, Ev].
+// its CUSTOM_GRAD, or of its gradient) as [batch, L, heads, Ev].
 UOpPtr output_part(const AttentionSpec& spec, const UOpPtr& fwd) {
   return lazy::reshape(lazy::shrink(fwd, {{0, spec.bh * spec.l * spec.ev}}),
                        {spec.bh / spec.heads, spec.l, spec.heads, spec.ev});
@@ -193,14 +193,9 @@ Tensor fused_attention(const Tensor& q, const Tensor& k, const Tensor& v, Attent
   UOpPtr fwd = template_node(spec, sources);
   UOpPtr wrapped =
       lazy::custom_grad(fwd, {q.uop(), k.uop(), v.uop()}, {static_cast<int64_t>(CustomGrad::ATTENTION)});
-  Tensor out = result(wrapped, {&q, &k, &v});
   Shape shape = q.shape();
   shape.back() = spec.ev;
-  const int64_t batch = spec.bh / spec.heads;
-  return out.shrink({{0, spec.bh * spec.l * spec.ev}})
-      .reshape({batch, spec.l, spec.heads, spec.ev})
-      .permute({0, 2, 1, 3})
-      .reshape(shape);
+  return result(lazy::reshape(lazy::permute(output_part(spec, wrapped), {0, 2, 1, 3}), shape), {&q, &k, &v});
 }
 
 }  // namespace
